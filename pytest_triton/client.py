@@ -1,0 +1,181 @@
+"""tritonclient's HTTP and gRPC clients behind one small interface.
+
+Tests parametrized over protocols call the same methods; every server-side rejection
+becomes an InferenceError naming the model, the protocol and Triton's own message.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from .dtypes import tensor_type
+from .errors import InferenceError
+
+Protocol = Literal["http", "grpc"]
+PROTOCOLS: tuple[Protocol, ...] = ("http", "grpc")
+Tensors = Mapping[str, np.ndarray]
+T = TypeVar("T")
+
+
+def _intify(value: Any) -> Any:
+    """gRPC's JSON form writes uint64 counters as strings; HTTP writes numbers."""
+    if isinstance(value, dict):
+        return {k: _intify(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_intify(v) for v in value]
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
+
+
+class TritonClient:
+    """One protocol's client for one server."""
+
+    def __init__(self, url: str, protocol: Protocol = "http", *, timeout_s: float = 120.0,
+                 concurrency: int = 16) -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+        self.url = url
+        self.protocol: Protocol = protocol
+        self.timeout_s = timeout_s
+        self._outputs: dict[tuple[str, str], list[str]] = {}
+        self._mod: Any = httpclient if protocol == "http" else grpcclient
+        if protocol == "http":
+            self._client: Any = httpclient.InferenceServerClient(
+                url, concurrency=concurrency, connection_timeout=timeout_s,
+                network_timeout=timeout_s)
+        else:
+            self._client = grpcclient.InferenceServerClient(url)
+
+    def __repr__(self) -> str:
+        return f"TritonClient({self.protocol}://{self.url})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> TritonClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- errors --------------------------------------------------------------------------
+    def _call(self, model: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except InferenceServerException as exc:
+            raise InferenceError(model, self.protocol, exc.message() or str(exc),
+                                 exc.status()) from None
+
+    # -- health and model control ---------------------------------------------------------
+    def is_server_ready(self) -> bool:
+        return bool(self._call("-", self._client.is_server_ready))
+
+    def is_model_ready(self, model: str, version: str = "") -> bool:
+        return bool(self._call(model, lambda: self._client.is_model_ready(model, version)))
+
+    def load_model(self, model: str, config: str | None = None,
+                   files: Mapping[str, bytes] | None = None) -> None:
+        self._call(model, lambda: self._client.load_model(
+            model, config=config, files=dict(files) if files else None))
+
+    def unload_model(self, model: str) -> None:
+        self._call(model, lambda: self._client.unload_model(model))
+
+    def repository_index(self) -> list[dict[str, Any]]:
+        if self.protocol == "http":
+            return list(self._call("-", self._client.get_model_repository_index))
+        index = self._call("-", lambda: self._client.get_model_repository_index(as_json=True))
+        return list(index.get("models", []))
+
+    def model_config(self, model: str) -> dict[str, Any]:
+        if self.protocol == "http":
+            return dict(self._call(model, lambda: self._client.get_model_config(model)))
+        got = self._call(model, lambda: self._client.get_model_config(model, as_json=True))
+        return dict(_intify(got["config"]))
+
+    def model_metadata(self, model: str) -> dict[str, Any]:
+        if self.protocol == "http":
+            return dict(self._call(model, lambda: self._client.get_model_metadata(model)))
+        return dict(self._call(model, lambda: self._client.get_model_metadata(model,
+                                                                               as_json=True)))
+
+    def statistics(self, model: str, version: str = "") -> dict[str, Any]:
+        """The statistics API's answer for one model, counters as ints on both protocols."""
+        if self.protocol == "http":
+            got = self._call(model, lambda: self._client.get_inference_statistics(model, version))
+        else:
+            got = self._call(model, lambda: self._client.get_inference_statistics(
+                model, version, as_json=True))
+        return dict(_intify(got))
+
+    # -- inference -----------------------------------------------------------------------
+    def output_names(self, model: str, version: str = "") -> list[str]:
+        key = (model, version)
+        if key not in self._outputs:
+            meta = self.model_metadata(model)
+            self._outputs[key] = [o["name"] for o in meta.get("outputs", [])]
+        return self._outputs[key]
+
+    def _request(self, inputs: Tensors, outputs: Sequence[str]) -> tuple[list[Any], list[Any]]:
+        infer_inputs = []
+        for name, array in inputs.items():
+            array = np.ascontiguousarray(array)
+            item = self._mod.InferInput(name, list(array.shape), tensor_type(array.dtype).wire)
+            if self.protocol == "http":
+                item.set_data_from_numpy(array, binary_data=True)
+            else:
+                item.set_data_from_numpy(array)
+            infer_inputs.append(item)
+        if self.protocol == "http":
+            requested = [httpclient.InferRequestedOutput(n, binary_data=True) for n in outputs]
+        else:
+            requested = [grpcclient.InferRequestedOutput(n) for n in outputs]
+        return infer_inputs, requested
+
+    @staticmethod
+    def _result(result: Any, outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        return {n: result.as_numpy(n) for n in outputs}
+
+    def infer(self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None,
+              version: str = "") -> dict[str, np.ndarray]:
+        """One request; returns every requested output (all the model's outputs by default)."""
+        names = list(outputs) if outputs is not None else self.output_names(model, version)
+        infer_inputs, requested = self._request(inputs, names)
+        kwargs: dict[str, Any] = {"model_version": version, "outputs": requested}
+        if self.protocol == "grpc":
+            kwargs["client_timeout"] = self.timeout_s
+        result = self._call(model, lambda: self._client.infer(model, infer_inputs, **kwargs))
+        return self._result(result, names)
+
+    def infer_many(self, model: str, requests: Sequence[Tensors],
+                   outputs: Sequence[str] | None = None,
+                   version: str = "") -> list[dict[str, np.ndarray]]:
+        """Send all requests at once (so the dynamic batcher can combine them); answers in
+        request order."""
+        names = list(outputs) if outputs is not None else self.output_names(model, version)
+        built = [self._request(r, names) for r in requests]
+        if self.protocol == "http":
+            pending = [self._call(model, lambda i=i, o=o: self._client.async_infer(
+                model, i, model_version=version, outputs=o)) for i, o in built]
+            return [self._result(self._call(model, p.get_result), names) for p in pending]
+        done: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
+        for index, (i, o) in enumerate(built):
+            self._call(model, lambda index=index, i=i, o=o: self._client.async_infer(
+                model, i, lambda result, error, index=index: done.put((index, result, error)),
+                model_version=version, outputs=o, client_timeout=self.timeout_s))
+        results: list[dict[str, np.ndarray] | None] = [None] * len(built)
+        for _ in built:
+            index, result, error = done.get(timeout=self.timeout_s)
+            if error is not None:
+                raise InferenceError(model, self.protocol, error.message() or str(error),
+                                     error.status())
+            results[index] = self._result(result, names)
+        return [r for r in results if r is not None]

@@ -1,0 +1,174 @@
+"""A running server plus the repository it serves: loads variants on demand, hands out clients.
+
+ServedModel is what a test holds: one variant on one server, with the native reference and
+the parity checks at hand.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .client import Protocol, TritonClient
+from .errors import InferenceError, ModelLoadError
+from .launchers.base import RunningServer, load_failures
+from .parity import ParityReport, Tolerance, assert_parity
+from .repository import pbtxt
+from .repository.builder import Repository
+from .repository.variants import Variant
+from .stats import ModelStats, StatsWindow
+
+
+class Deployment:
+    """One server session: the running server, its repository, and a client per protocol."""
+
+    def __init__(self, server: RunningServer, repository: Repository, *,
+                 timeout_s: float = 120.0) -> None:
+        self.server = server
+        self.repository = repository
+        self.timeout_s = timeout_s
+        self._clients: dict[str, TritonClient] = {}
+        self._loaded: set[str] = set()
+        self._lock = threading.RLock()
+
+    def client(self, protocol: Protocol) -> TritonClient:
+        with self._lock:
+            if protocol not in self._clients:
+                self._clients[protocol] = TritonClient(
+                    self.server.endpoints.url(protocol), protocol, timeout_s=self.timeout_s)
+            return self._clients[protocol]
+
+    @property
+    def serves_repository_directly(self) -> bool:
+        """Local and container servers read our directory; external ones get uploads."""
+        return self.server.repository_path is not None
+
+    def load(self, variant: Variant) -> None:
+        """Export (if needed) and load a variant once; a failure names the model and reason."""
+        with self._lock:
+            if variant.model_name in self._loaded:
+                return
+            self.repository.ensure(variant)
+            self.server.check_alive()
+            client = self.client("http")
+            try:
+                if self.server.model_control_mode == "explicit":
+                    if self.serves_repository_directly:
+                        client.load_model(variant.model_name)
+                    else:
+                        config = pbtxt.to_json(self.repository.config(variant))
+                        client.load_model(variant.model_name, config=config,
+                                          files=self.repository.files(variant))
+                elif not client.is_model_ready(variant.model_name):
+                    raise InferenceError(variant.model_name, "http", "model is not ready")
+            except InferenceError as exc:
+                self.server.check_alive()
+                reason = exc.server_message
+                for model, logged in load_failures(self.server.log_text()):
+                    if model == variant.model_name:
+                        reason = logged
+                if not self.serves_repository_directly and "explicit" not in reason:
+                    reason += (" (an external server must run with --model-control-mode="
+                               "explicit for pytest-triton to upload models)")
+                raise ModelLoadError(variant.model_name, reason, self.server.log_tail()) from None
+            self._loaded.add(variant.model_name)
+
+    def unload(self, variant: Variant) -> None:
+        with self._lock:
+            self.client("http").unload_model(variant.model_name)
+            self._loaded.discard(variant.model_name)
+
+    def model(self, key: str | Variant) -> ServedModel:
+        variant = key if isinstance(key, Variant) else self.repository.variant(key)
+        self.load(variant)
+        return ServedModel(variant, self)
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                try:
+                    client.close()
+                except Exception:  # closing a client of a dead server must not mask teardown
+                    pass
+            self._clients.clear()
+        self.server.stop()
+
+
+@dataclass
+class ServedModel:
+    """One served variant; `name` is its Triton model name, `id` its test id."""
+
+    variant: Variant
+    deployment: Deployment
+
+    @property
+    def name(self) -> str:
+        return self.variant.model_name
+
+    @property
+    def id(self) -> str:
+        return self.variant.id
+
+    def __repr__(self) -> str:
+        return f"ServedModel({self.id} as {self.name!r})"
+
+    def inputs(self, batch_size: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+        """A batch as this variant takes it on the wire (fp16 variants take half floats)."""
+        native = self.deployment.repository.native(self.variant)
+        return native.cast_inputs(self.variant.spec.make_inputs(batch_size, seed))
+
+    def native(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.deployment.repository.native(self.variant)(inputs)
+
+    def infer(self, client: TritonClient, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.deployment.server.check_alive()
+        try:
+            return client.infer(self.name, inputs, self.variant.spec.output_names)
+        except InferenceError:
+            self.deployment.server.check_alive()  # a crash explains the error better
+            raise
+
+    def stats(self, client: TritonClient, **kwargs: object) -> StatsWindow:
+        return StatsWindow(client, self.name, **kwargs)  # type: ignore[arg-type]
+
+    def _check(self, client: TritonClient, native: Mapping[str, np.ndarray],
+               served: Mapping[str, np.ndarray], rtol: float | None, atol: float | None,
+               tolerances: Mapping[str, Tolerance] | None) -> ParityReport:
+        return assert_parity(native, served, model=self.variant.spec.name, backend=self.id,
+                             protocol=client.protocol, fmt=self.variant.format, rtol=rtol,
+                             atol=atol, tolerances=tolerances)
+
+    def assert_parity(self, client: TritonClient, inputs: Mapping[str, np.ndarray] | None = None,
+                      *, batch_size: int = 2, seed: int = 0, rtol: float | None = None,
+                      atol: float | None = None,
+                      tolerances: Mapping[str, Tolerance] | None = None) -> ParityReport:
+        """One request; every output must match native PyTorch within tolerance."""
+        if inputs is None:
+            inputs = self.inputs(batch_size, seed)
+        return self._check(client, self.native(inputs), self.infer(client, inputs), rtol, atol,
+                           tolerances)
+
+    def assert_batched_parity(self, client: TritonClient, requests: int = 8, *, seed: int = 0,
+                              rtol: float | None = None, atol: float | None = None,
+                              tolerances: Mapping[str, Tolerance] | None = None,
+                              ) -> ModelStats:
+        """N single-row requests in flight together must each equal PyTorch on that row alone,
+        in request order. Returns the statistics delta so callers can check batching."""
+        if not self.variant.spec.batched:
+            raise ValueError(f"{self.id} has max_batch_size 0: nothing to batch")
+        rows = self.inputs(requests, seed)
+        singles = [{n: a[i:i + 1] for n, a in rows.items()} for i in range(requests)]
+        with StatsWindow(client, self.name, expect_requests=requests) as window:
+            self.deployment.server.check_alive()
+            served = client.infer_many(self.name, singles, self.variant.spec.output_names)
+        for index, (single, answer) in enumerate(zip(singles, served)):
+            try:
+                self._check(client, self.native(single), answer, rtol, atol, tolerances)
+            except AssertionError as exc:
+                raise AssertionError(f"request {index} of {requests} sent together: {exc}") \
+                    from None
+        return window.delta
+

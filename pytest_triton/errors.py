@@ -1,0 +1,56 @@
+"""Errors a user sees: each one names what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class TritonTestError(Exception):
+    """Base class of every error pytest-triton raises on purpose."""
+
+
+class SpecError(TritonTestError, ValueError):
+    """A ModelSpec that cannot be exported or served, detected before any export."""
+
+
+class ExportError(TritonTestError):
+    """torch.jit / torch.onnx failed on a spec; carries the exporter's own message."""
+
+
+class ConfigError(TritonTestError, ValueError):
+    """A --triton-* option or triton_* ini value that cannot be used."""
+
+
+class ServerError(TritonTestError):
+    """A tritonserver that could not start, crashed, or did not become ready.
+
+    The message always ends with the tail of the server's log, because the cause
+    (bad flag, missing backend, port in use) is only ever written there.
+    """
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        text = message
+        if log_tail:
+            text += "\n--- tritonserver log (tail) ---\n" + log_tail.rstrip()
+        super().__init__(text)
+
+
+class ModelLoadError(ServerError):
+    """A model the server refused to load; names the model and Triton's reason."""
+
+    def __init__(self, model: str, reason: str, log_tail: str = "") -> None:
+        self.model = model
+        self.reason = reason
+        super().__init__(f"model {model!r} failed to load: {reason}", log_tail)
+
+
+class InferenceError(TritonTestError):
+    """A request the server rejected, with model, protocol and Triton's own message."""
+
+    def __init__(self, model: str, protocol: str, message: str, status: str | None = None) -> None:
+        self.model = model
+        self.protocol = protocol
+        self.server_message = message
+        self.status = status
+        where = f"{protocol} request to model {model!r}"
+        code = f" [{status}]" if status else ""
+        super().__init__(f"{where} failed{code}: {message}")

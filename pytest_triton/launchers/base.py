@@ -1,0 +1,186 @@
+"""What every launcher shares: server arguments, readiness, log tails, the running-server API."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from ..errors import ModelLoadError, ServerError
+
+ModelControl = Literal["none", "explicit", "poll"]
+LOG_TAIL_LINES = 60
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """tritonserver's command line, independent of where the server runs."""
+
+    model_repository: Path
+    model_control_mode: ModelControl = "explicit"
+    load_models: tuple[str, ...] = ()
+    log_verbose: int = 0
+    exit_timeout_s: int = 10
+    startup_timeout_s: float = 120.0
+    extra_args: tuple[str, ...] = ()
+
+    def command(self, executable: str, *, repository: str, http_port: int, grpc_port: int,
+                metrics_port: int, address: str = "127.0.0.1",
+                backend_directory: str | None = None) -> list[str]:
+        cmd = [
+            executable,
+            f"--model-repository={repository}",
+            f"--model-control-mode={self.model_control_mode}",
+            f"--http-address={address}",
+            f"--http-port={http_port}",
+            f"--grpc-address={address}",
+            f"--grpc-port={grpc_port}",
+            f"--metrics-address={address}",
+            f"--metrics-port={metrics_port}",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--log-verbose={self.log_verbose}",
+            "--strict-readiness=true",
+        ]
+        if backend_directory:
+            cmd.append(f"--backend-directory={backend_directory}")
+        cmd += [f"--load-model={m}" for m in self.load_models]
+        cmd += list(self.extra_args)
+        return cmd
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    http: str  # host:port, as tritonclient takes it
+    grpc: str
+    metrics: str | None = None
+
+    def url(self, protocol: str) -> str:
+        return self.http if protocol == "http" else self.grpc
+
+
+class RunningServer(ABC):
+    """A tritonserver this session can reach; stop() is idempotent and always safe."""
+
+    launcher: str = "?"
+    endpoints: Endpoints
+    backends: frozenset[str] = frozenset({"python"})
+    gpu: bool = False
+    model_control_mode: ModelControl = "explicit"
+    repository_path: Path | None = None  # where the server reads models; None for external
+
+    @abstractmethod
+    def log_text(self) -> str: ...
+
+    @abstractmethod
+    def exit_code(self) -> int | None:
+        """None while running (or unknown, for an external server)."""
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def check_alive(self) -> None:
+        code = self.exit_code()
+        if code is not None:
+            raise ServerError(f"tritonserver ({self.launcher}) exited with code {code}",
+                              self.log_tail())
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Launcher(Protocol):
+    """Starts a server for the given arguments and returns it ready, or raises ServerError."""
+
+    name: str
+
+    def start(self, args: ServerArgs) -> RunningServer: ...
+
+    def backends(self) -> frozenset[str]:
+        """Backends the server it starts will have (decides native vs hosted variants)."""
+        ...
+
+
+def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:
+    """Ephemeral ports the kernel just handed out; a race remains, so callers retry on EADDRINUSE."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+_FAILED_LOAD = re.compile(r"failed to load '([^']+)' version \d+: (.*?)(?:\"\s*$|$)", re.M)
+_PORT_IN_USE = re.compile(r"(address already in use|Failed to start .*(HTTP|GRPC|Metrics))",
+                          re.I)
+
+
+def load_failures(log: str) -> list[tuple[str, str]]:
+    """(model, first line of Triton's reason) for every model the log says failed to load."""
+    found = []
+    for model, reason in _FAILED_LOAD.findall(log):
+        first = reason.encode().decode("unicode_escape", errors="replace").strip().splitlines()
+        found.append((model, first[0] if first else reason))
+    return found
+
+
+def port_conflict(log: str) -> bool:
+    return bool(_PORT_IN_USE.search(log))
+
+
+def http_status(url: str, timeout: float = 1.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def wait_until_ready(server: RunningServer, timeout_s: float,
+                     expect_models: Sequence[str] = ()) -> None:
+    """Poll /v2/health/ready; a dead server or a failed model load raises at once with the log."""
+    deadline = time.monotonic() + timeout_s
+    ready_url = f"http://{server.endpoints.http}/v2/health/ready"
+    while True:
+        code = server.exit_code()
+        if code is not None:
+            log = server.log_text()
+            failures = load_failures(log)
+            tail = server.log_tail()
+            if failures:
+                model, reason = failures[0]
+                raise ModelLoadError(model, reason, tail)
+            raise ServerError(
+                f"tritonserver ({server.launcher}) exited with code {code} before it was ready",
+                tail)
+        if http_status(ready_url) == 200:
+            return
+        if time.monotonic() > deadline:
+            failures = load_failures(server.log_text())
+            server_tail = server.log_tail()
+            if failures:
+                raise ModelLoadError(failures[0][0], failures[0][1], server_tail)
+            raise ServerError(
+                f"tritonserver ({server.launcher}) not ready after {timeout_s:.0f}s at "
+                f"{ready_url}; raise --triton-startup-timeout if the models are large",
+                server_tail)
+        time.sleep(0.1)

@@ -1,0 +1,69 @@
+"""--triton-gpu preflight: stop the session at once when a GPU server cannot possibly start.
+
+A release gate that silently skips its GPU half is worse than one that fails, so each
+missing piece (Docker SDK, engine, nvidia runtime, GPU) gets its own message and fix.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Any
+
+from ..config import TritonConfig
+from ..errors import ConfigError
+
+
+def _docker_client() -> Any:
+    try:
+        import docker
+    except ImportError:
+        raise ConfigError("the Docker SDK is not installed: pip install 'pytest-triton[container]'"
+                          ) from None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # docker raises many types for "no engine"
+        raise ConfigError(
+            f"no Docker engine answers ({type(exc).__name__}: {exc}); start it (e.g. "
+            "`sudo systemctl start docker`) and check `docker info` works for this user"
+        ) from None
+    return client
+
+
+def gpu_count() -> int:
+    """GPUs the host driver sees, via nvidia-smi; 0 when there is no driver."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def preflight(config: TritonConfig) -> None:
+    """Raise ConfigError saying which of Docker, the nvidia runtime or a GPU is missing."""
+    client = _docker_client()
+    info = client.info()
+    runtimes = set((info.get("Runtimes") or {}).keys())
+    count = gpu_count()
+    if count == 0:
+        raise ConfigError(
+            "no NVIDIA GPU found on this machine (nvidia-smi is missing or lists no GPU); run "
+            "on a GPU host with the NVIDIA driver installed, or drop --triton-gpu to run the "
+            "CPU suite"
+        )
+    if "nvidia" not in runtimes and not info.get("CDISpecDirs"):
+        raise ConfigError(
+            f"Docker has no nvidia runtime (runtimes: {', '.join(sorted(runtimes)) or 'none'}); "
+            "install the NVIDIA Container Toolkit and run `nvidia-ctk runtime configure "
+            "--runtime=docker` then restart Docker"
+        )
+    if config.gpus != "all":
+        wanted = [int(g) for g in config.gpus.split(",") if g.strip()]
+        missing = [g for g in wanted if g >= count]
+        if missing:
+            raise ConfigError(f"--triton-gpus {config.gpus}: GPU(s) {missing} do not exist; "
+                              f"this machine has {count} (0..{count - 1})")

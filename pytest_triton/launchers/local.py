@@ -1,0 +1,226 @@
+"""Local launcher: a `tritonserver` child process on ephemeral loopback ports.
+
+The binary is --triton-executable, else `tritonserver` on PATH, else the one bundled in the
+nvidia-pytriton wheel (python backend only). The child dies with this process (PDEATHSIG),
+is stopped by terminate -> timeout -> kill, and its whole process group (python backend
+stubs included) is killed at the end, so no server outlives a session, even on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError, ServerError
+from .base import Endpoints, RunningServer, ServerArgs, free_ports, port_conflict, wait_until_ready
+
+PORT_ATTEMPTS = 3
+_LIVE: set[LocalServer] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Installation:
+    """Where a tritonserver binary, its backends and its libraries live."""
+
+    executable: Path
+    backend_dir: Path | None
+    python_stub: Path | None  # bundled builds ship one stub per Python version, to be placed
+    library_dirs: tuple[Path, ...] = ()
+
+    @property
+    def backends(self) -> frozenset[str]:
+        if self.backend_dir is None or not self.backend_dir.is_dir():
+            return frozenset()
+        return frozenset(p.name for p in self.backend_dir.iterdir() if p.is_dir())
+
+
+def _bundled() -> Installation | None:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+    exe = root / "bin" / "tritonserver"
+    if not exe.exists():
+        return None
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.exists():
+        have = sorted(p.name for p in (root / "python_backend_stubs").iterdir())
+        raise ConfigError(
+            f"the tritonserver bundled in nvidia-pytriton has python backend stubs for Python "
+            f"{', '.join(have)}, not {version}: run pytest under one of those, or pass "
+            "--triton-executable for a tritonserver built for this Python"
+        )
+    return Installation(exe, root / "backends", stub,
+                        (root.parent.parent / "nvidia_pytriton.libs",))
+
+
+def find_installation(executable: str | None = None) -> Installation:
+    """--triton-executable, else PATH, else the nvidia-pytriton bundle; a clear error if none."""
+    if executable:
+        exe = Path(executable).expanduser()
+        if not (exe.is_file() and os.access(exe, os.X_OK)):
+            raise ConfigError(
+                f"--triton-executable {executable!r} is not an executable file; point it at a "
+                "tritonserver binary (e.g. /opt/tritonserver/bin/tritonserver)"
+            )
+        return Installation(exe.resolve(), exe.resolve().parent.parent / "backends", None)
+    on_path = shutil.which("tritonserver")
+    if on_path:
+        exe = Path(on_path).resolve()
+        return Installation(exe, exe.parent.parent / "backends", None)
+    bundled = _bundled()
+    if bundled is not None:
+        return bundled
+    raise ConfigError(
+        "no tritonserver found: install the bundled one with `pip install 'pytest-triton[local]'`"
+        " (nvidia-pytriton), put tritonserver on PATH, pass --triton-executable PATH, or use "
+        "--triton-launcher container / --triton-url URL"
+    )
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it if the pytest process dies without cleanup."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class LocalServer(RunningServer):
+    launcher = "local"
+
+    def __init__(self, install: Installation, args: ServerArgs, workdir: Path) -> None:
+        self.workdir = workdir
+        self.model_control_mode = args.model_control_mode
+        self.repository_path = Path(args.model_repository)
+        self.backends = install.backends
+        self._exit_timeout = args.exit_timeout_s
+        self._final_log: str | None = None
+        http, grpc, metrics = free_ports(3)
+        self.endpoints = Endpoints(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}",
+                                   f"127.0.0.1:{metrics}")
+        backend_dir = self._stage_backends(install)
+        cmd = args.command(str(install.executable), repository=str(args.model_repository),
+                           http_port=http, grpc_port=grpc, metrics_port=metrics,
+                           backend_directory=str(backend_dir) if backend_dir else None)
+        self.command = cmd
+        self._log_path = workdir / "tritonserver.log"
+        with open(self._log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=self._env(install), cwd=workdir, start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    def _stage_backends(self, install: Installation) -> Path | None:
+        """Bundled builds need the stub for this Python next to libtriton_python.so."""
+        if install.python_stub is None or install.backend_dir is None:
+            return install.backend_dir if install.backend_dir and install.backend_dir.is_dir() \
+                else None
+        staged = self.workdir / "backends"
+        shutil.copytree(install.backend_dir, staged,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy2(install.python_stub, staged / "python" / install.python_stub.name)
+        return staged
+
+    @staticmethod
+    def _env(install: Installation) -> dict[str, str]:
+        env = dict(os.environ)
+        # The python stub embeds libpython and takes site-packages from the first python3 on
+        # PATH (PYTHONPATH is ignored): put this interpreter's environment first.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        libs = [str(d) for d in install.library_dirs]
+        if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+            libs.insert(0, str(sysconfig.get_config_var("LIBDIR")))
+        if env.get("LD_LIBRARY_PATH"):
+            libs.append(env["LD_LIBRARY_PATH"])
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+        return env
+
+    def log_text(self) -> str:
+        if self._final_log is not None:
+            return self._final_log
+        try:
+            return self._log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def exit_code(self) -> int | None:
+        return self.process.poll()
+
+    def stop(self) -> None:
+        """SIGTERM the server, SIGKILL it after its exit timeout, then its stubs; idempotent."""
+        with _LIVE_LOCK:
+            if self not in _LIVE:
+                return
+            _LIVE.discard(self)
+        try:
+            if self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(self._exit_timeout + 5)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+        finally:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)  # stubs left in the group
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._final_log = self.log_text()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class LocalLauncher:
+    """Starts tritonserver as a child process of this one."""
+
+    name = "local"
+
+    def __init__(self, executable: str | None = None) -> None:
+        self.install = find_installation(executable)
+
+    def backends(self) -> frozenset[str]:
+        return self.install.backends
+
+    def start(self, args: ServerArgs) -> LocalServer:
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            workdir = Path(tempfile.mkdtemp(prefix="pytest-triton-server-"))
+            server = LocalServer(self.install, args, workdir)
+            try:
+                wait_until_ready(server, args.startup_timeout_s)
+                return server
+            except ServerError:
+                retry = attempt < PORT_ATTEMPTS and port_conflict(server.log_text())
+                server.stop()
+                if not retry:
+                    raise
+            except BaseException:
+                server.stop()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def stop_all() -> None:
+    """Stop every server this process started (atexit; also used by the plugin at session end)."""
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        server.stop()
+
+
+atexit.register(stop_all)

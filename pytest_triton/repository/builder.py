@@ -1,0 +1,133 @@
+"""Writes a Triton model repository from specs: plan first, export each variant on demand.
+
+Exports are lazy because a session that selects one test (`-k mnist`) should not wait for
+every model of the zoo to be exported.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from ..errors import SpecError
+from ..reference import NativeModel
+from . import exporters, pbtxt
+from .signature import Signature, resolve_signature
+from .spec import FORMATS, ModelSpec
+from .variants import Variant, plan_variants
+
+log = logging.getLogger("pytest_triton")
+HOSTED_MODEL = Path(__file__).with_name("hosted_model.py")
+Progress = Callable[[str], None]
+
+
+class Repository:
+    """A model repository directory, the specs it holds, and (once planned for a server's
+    backends) its variants, each exported when first needed."""
+
+    def __init__(self, root: Path, specs: Sequence[ModelSpec], *,
+                 formats: Sequence[str] = FORMATS, progress: Progress | None = None) -> None:
+        self.root = Path(root)
+        self.specs = list(specs)
+        self.formats = tuple(formats)
+        plan_variants(self.specs, self.formats, ())  # validates every spec before any export
+        self._variants: list[Variant] | None = None
+        self._backends: frozenset[str] | None = None
+        self._progress = progress or log.info
+        self._signatures: dict[str, Signature] = {}
+        self._natives: dict[tuple[str, str], NativeModel] = {}
+        self._built: set[str] = set()
+        self._lock = threading.RLock()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def plan(self, server_backends: Iterable[str]) -> list[Variant]:
+        """Decide native or hosted per format for a server with these backends."""
+        backends = frozenset(server_backends)
+        with self._lock:
+            if self._backends is not None and self._backends != backends:
+                raise SpecError(
+                    f"repository {self.root} is already planned for a server with backends "
+                    f"{sorted(self._backends)}; a server with {sorted(backends)} needs its own "
+                    "repository fixture"
+                )
+            self._backends = backends
+            self._variants = plan_variants(self.specs, self.formats, backends)
+            return self._variants
+
+    @property
+    def variants(self) -> list[Variant]:
+        if self._variants is None:
+            raise SpecError("the repository has not been planned for a server yet "
+                            "(Repository.plan(backends))")
+        return self._variants
+
+    def variant(self, key: str) -> Variant:
+        """A variant by id (mnist-onnx-hosted) or Triton model name (mnist_onnx)."""
+        for v in self.variants:
+            if key in (v.id, v.model_name):
+                return v
+        known = ", ".join(v.id for v in self.variants) or "none"
+        raise SpecError(f"no variant {key!r} in the repository (it has: {known})")
+
+    def signature(self, spec: ModelSpec) -> Signature:
+        with self._lock:
+            if spec.name not in self._signatures:
+                self._signatures[spec.name] = resolve_signature(spec)
+            return self._signatures[spec.name]
+
+    def native(self, variant: Variant, device: str = "cpu") -> NativeModel:
+        """The PyTorch reference for a variant, at the variant's precision."""
+        key = (variant.spec.name, f"{variant.precision}@{device}")
+        with self._lock:
+            if key not in self._natives:
+                self._natives[key] = NativeModel(variant.spec, variant.precision, device)
+            return self._natives[key]
+
+    def model_dir(self, variant: Variant) -> Path:
+        return self.root / variant.model_name
+
+    def config(self, variant: Variant) -> pbtxt.mc.ModelConfig:
+        return pbtxt.model_config(variant, self.signature(variant.spec))
+
+    def ensure(self, variant: Variant) -> Path:
+        """Export the variant's artifact and write its config, once."""
+        with self._lock:
+            directory = self.model_dir(variant)
+            if variant.id in self._built:
+                return directory
+            started = time.perf_counter()
+            self._progress(f"exporting {variant.id} ...")
+            staging = directory.with_name(directory.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                version_dir = staging / str(variant.spec.version)
+                signature = self.signature(variant.spec)
+                exporters.export(variant.format, variant.spec, self.native(variant),
+                                 version_dir / variant.artifact, signature)
+                if variant.hosted:
+                    shutil.copyfile(HOSTED_MODEL, version_dir / "model.py")
+                pbtxt.write_config(staging, pbtxt.model_config(variant, signature))
+                shutil.rmtree(directory, ignore_errors=True)
+                staging.rename(directory)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            self._built.add(variant.id)
+            self._progress(f"exported {variant.id} in {time.perf_counter() - started:.1f}s")
+            return directory
+
+    def ensure_all(self) -> None:
+        for variant in self.variants:
+            self.ensure(variant)
+
+    def files(self, variant: Variant) -> dict[str, bytes]:
+        """The variant's version directory as Triton's load API takes it (file:<version>/...)."""
+        directory = self.ensure(variant)
+        return {
+            f"file:{p.relative_to(directory).as_posix()}": p.read_bytes()
+            for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name != "config.pbtxt"
+        }

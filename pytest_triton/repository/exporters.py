@@ -1,0 +1,92 @@
+"""Exports a spec's module to the artifact a Triton backend loads (TorchScript or ONNX)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..errors import ExportError
+from ..reference import NativeModel
+from .signature import Signature
+from .spec import ModelSpec
+
+
+def _example_args(spec: ModelSpec, native: NativeModel) -> tuple[torch.Tensor, ...]:
+    examples = {n: t.detach().cpu().numpy() for n, t in spec.example_tensors().items()}
+    cast = native.cast_inputs(examples)
+    return tuple(torch.from_numpy(cast[n]).to(native.device) for n in spec.input_names)
+
+
+def export_torchscript_script(spec: ModelSpec, native: NativeModel, path: Path,
+                              signature: Signature) -> None:
+    scripted = torch.jit.script(native.module)
+    torch.jit.save(scripted, str(path))
+
+
+def export_torchscript_trace(spec: ModelSpec, native: NativeModel, path: Path,
+                             signature: Signature) -> None:
+    traced = torch.jit.trace(native.module, _example_args(spec, native), check_trace=False)
+    torch.jit.save(traced, str(path))
+
+
+def export_onnx(spec: ModelSpec, native: NativeModel, path: Path, signature: Signature) -> None:
+    """torch.onnx's dynamo exporter, with the batch axis and declared axes dynamic."""
+    dynamic_shapes = []
+    for tensor in signature.inputs:
+        axes: dict[int, torch.export.Dim] = {}
+        offset = 1 if spec.batched else 0
+        if spec.batched:
+            axes[0] = torch.export.Dim("batch", min=1, max=max(spec.max_batch_size, 2))
+        for i, d in enumerate(tensor.dims):
+            if d == -1:
+                axes[i + offset] = torch.export.Dim.AUTO
+        dynamic_shapes.append(axes)
+    torch.onnx.export(
+        native.module,
+        _example_args(spec, native),
+        str(path),
+        dynamo=True,
+        input_names=spec.input_names,
+        output_names=spec.output_names,
+        dynamic_shapes=tuple(dynamic_shapes),
+        external_data=None,
+        verbose=False,
+    )
+
+
+EXPORTERS: dict[str, Callable[[ModelSpec, NativeModel, Path, Signature], None]] = {
+    "torchscript-script": export_torchscript_script,
+    "torchscript-trace": export_torchscript_trace,
+    "onnx": export_onnx,
+    "onnx-trt": export_onnx,
+}
+
+
+def export(fmt: str, spec: ModelSpec, native: NativeModel, path: Path,
+           signature: Signature) -> None:
+    """Run one exporter, turning its failure into an ExportError with the exporter's output."""
+    exporter = EXPORTERS.get(fmt)
+    if exporter is None:
+        raise ExportError(f"no exporter for format {fmt!r} on this machine")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chatter = io.StringIO()
+    quiet = logging.getLogger("torch.onnx")
+    level = quiet.level
+    try:
+        quiet.setLevel(logging.ERROR)
+        with contextlib.redirect_stdout(chatter), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exporter(spec, native, path, signature)
+    except Exception as exc:  # exporters raise anything; keep their message, name the variant
+        raise ExportError(
+            f"exporting model {spec.name!r} as {fmt} ({native.precision}) failed: "
+            f"{type(exc).__name__}: {exc}\n{chatter.getvalue()[-4000:]}"
+        ) from exc
+    finally:
+        quiet.setLevel(level)

@@ -1,0 +1,69 @@
+"""config.pbtxt through tritonclient's model_config_pb2 and protobuf text_format, never by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from .signature import ServedTensor, Signature
+from .spec import ModelSpec
+from .variants import NATIVE_BACKEND, Variant
+
+
+def _tensor(cls: type, tensor: ServedTensor) -> object:
+    return cls(name=tensor.name, data_type=mc.DataType.Value(tensor.type.config),
+               dims=list(tensor.dims))
+
+
+def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
+    """The ModelConfig message Triton reads for one variant."""
+    spec: ModelSpec = variant.spec
+    sig = signature.with_precision(variant.precision)
+    config = mc.ModelConfig(name=variant.model_name, max_batch_size=spec.max_batch_size)
+    if variant.hosted:
+        config.backend = "python"
+        _param(config, "artifact", variant.artifact)
+        _param(config, "artifact_format", "onnx" if variant.artifact.endswith(".onnx")
+               else "torchscript")
+    else:
+        config.platform = NATIVE_BACKEND[variant.format][1]
+    config.input.extend(_tensor(mc.ModelInput, t) for t in sig.inputs)
+    config.output.extend(_tensor(mc.ModelOutput, t) for t in sig.outputs)
+    db = spec.dynamic_batching
+    if db is not None:
+        config.dynamic_batching.CopyFrom(mc.ModelDynamicBatching(
+            preferred_batch_size=list(db.preferred_batch_size),
+            max_queue_delay_microseconds=db.max_queue_delay_microseconds,
+            preserve_ordering=db.preserve_ordering,
+        ))
+    ig = spec.instance_group
+    config.instance_group.append(mc.ModelInstanceGroup(
+        count=ig.count, kind=mc.ModelInstanceGroup.Kind.Value(ig.kind), gpus=list(ig.gpus)))
+    for key, value in spec.parameters.items():
+        _param(config, key, value)
+    return config
+
+
+def _param(config: mc.ModelConfig, key: str, value: str) -> None:
+    config.parameters[key].string_value = value
+
+
+def to_text(config: mc.ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def to_json(config: mc.ModelConfig) -> str:
+    """The form Triton's load API takes as a config override."""
+    return json_format.MessageToJson(config, preserving_proto_field_name=True)
+
+
+def write_config(directory: Path, config: mc.ModelConfig) -> Path:
+    path = directory / "config.pbtxt"
+    path.write_text(to_text(config))
+    return path
+
+
+def read_config(path: Path) -> mc.ModelConfig:
+    return text_format.Parse(Path(path).read_text(), mc.ModelConfig())
