@@ -124,7 +124,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 ids = variant_ids(metafunc, role.server)
                 metafunc.parametrize(name, ids, indirect=True, ids=ids)
         except TritonTestError as exc:
-            raise pytest.UsageError(f"pytest-triton: {exc}") from None
+            pytest.fail(f"pytest-triton: {exc}", pytrace=False)
 
 
 # -- default fixtures ----------------------------------------------------------------------

@@ -86,7 +86,7 @@ class RunningServer(ABC):
     def stop(self) -> None: ...
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
+        return log_excerpt(self.log_text(), lines)
 
     def check_alive(self) -> None:
         code = self.exit_code()
@@ -128,8 +128,25 @@ def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:
 
 
 _FAILED_LOAD = re.compile(r"failed to load '([^']+)' version \d+: (.*?)(?:\"\s*$|$)", re.M)
-_PORT_IN_USE = re.compile(r"(address already in use|Failed to start .*(HTTP|GRPC|Metrics))",
-                          re.I)
+_PORT_IN_USE = re.compile(r"already in use|failed to start (HTTP|GRPC|Metrics) service", re.I)
+
+
+_ERROR_LINE = re.compile(r"^E\d{4} ")
+
+
+def log_excerpt(log: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a server log, with its error lines kept even when they scrolled off,
+    and tritonserver's usage text (printed after a bad flag) cut."""
+    all_lines = log.splitlines()
+    for i, line in enumerate(all_lines):
+        if line.startswith("Usage: tritonserver"):
+            all_lines = [*all_lines[:i], "(tritonserver usage text omitted)"]
+            break
+    tail = all_lines[-lines:]
+    earlier_errors = [ln for ln in all_lines[:-lines] if _ERROR_LINE.match(ln)][-10:]
+    if earlier_errors:
+        tail = [*earlier_errors, "...", *tail]
+    return "\n".join(tail)
 
 
 def load_failures(log: str) -> list[tuple[str, str]]:

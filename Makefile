@@ -1,0 +1,30 @@
+# Two commands do all the set-up (see README.md):
+#   make gate   - the main job: release gate of the seed models on an embedded local Triton (CPU)
+#   make test   - the plugin's own test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: gate test lint install clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[all]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+gate: $(STAMP)
+	$(BIN)/pytest examples -v
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check pytest_triton tests examples locustfiles
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,36 @@
+"""Hand-made python-backend model directories for launcher tests (built with model_config_pb2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pytest_triton.repository import pbtxt
+
+ADD_ONE = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        {initialize}
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)]) for r in requests]
+'''
+
+
+def write_python_model(root: Path, name: str, *, initialize: str = "pass",
+                       max_batch_size: int = 8) -> Path:
+    """A model computing Y = X + 1; `initialize` is the body of initialize() (e.g. a raise)."""
+    directory = root / name
+    (directory / "1").mkdir(parents=True, exist_ok=True)
+    (directory / "1" / "model.py").write_text(ADD_ONE.replace("{initialize}", initialize))
+    config = mc.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
+    config.input.append(mc.ModelInput(name="X", data_type=mc.TYPE_FP32, dims=[4]))
+    config.output.append(mc.ModelOutput(name="Y", data_type=mc.TYPE_FP32, dims=[4]))
+    pbtxt.write_config(directory, config)
+    return directory

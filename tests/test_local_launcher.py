@@ -1,0 +1,152 @@
+"""The local launcher against the real bundled tritonserver: start, fail, crash, stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_triton import ConfigError, ModelLoadError, ServerError, TritonClient
+from pytest_triton.launchers import LocalLauncher, ServerArgs
+from pytest_triton.launchers import local as local_module
+from pytest_triton.launchers.local import LocalServer
+from tests.raw_models import write_python_model
+
+pytestmark = pytest.mark.triton
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    write_python_model(root, "add_one")
+    return root
+
+
+@pytest.fixture
+def server(repo: Path) -> Iterator[LocalServer]:
+    with LocalLauncher().start(ServerArgs(repo, startup_timeout_s=60)) as srv:
+        yield srv  # type: ignore[misc]
+
+
+def test_serves_on_ephemeral_loopback_ports(server: LocalServer) -> None:
+    ports = {int(e.rsplit(":", 1)[1]) for e in (server.endpoints.http, server.endpoints.grpc,
+                                                 server.endpoints.metrics or "")}
+    assert len(ports) == 3 and not ports & {8000, 8001, 8002}
+    assert all(e.startswith("127.0.0.1:") for e in (server.endpoints.http, server.endpoints.grpc))
+    for flag in ("--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
+                 "--metrics-address=127.0.0.1"):
+        assert flag in server.command
+    assert TritonClient(server.endpoints.http, "http").is_server_ready()
+    assert TritonClient(server.endpoints.grpc, "grpc").is_server_ready()
+
+
+def test_explicit_load_unload_and_infer(server: LocalServer) -> None:
+    for protocol in ("http", "grpc"):
+        client = TritonClient(server.endpoints.url(protocol), protocol)  # type: ignore[arg-type]
+        assert not client.is_model_ready("add_one")
+        client.load_model("add_one")
+        assert client.is_model_ready("add_one")
+        out = client.infer("add_one", {"X": np.zeros((2, 4), np.float32)})
+        np.testing.assert_array_equal(out["Y"], np.ones((2, 4), np.float32))
+        client.unload_model("add_one")
+        deadline = time.monotonic() + 10
+        while client.is_model_ready("add_one") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not client.is_model_ready("add_one")
+        client.close()
+
+
+def test_stop_kills_server_and_stubs_and_removes_workdir(repo: Path) -> None:
+    server = LocalLauncher().start(ServerArgs(repo, load_models=("add_one",)))
+    pgid = server.process.pid
+    members = group_members(pgid)
+    assert len(members) >= 2, "the python backend stub should run beside the server"
+    server.stop()
+    assert group_members(pgid) == []
+    assert not server.workdir.exists()
+    assert "add_one" in server.log_text(), "the log stays readable after stop"
+    server.stop()  # idempotent
+
+
+def test_failed_start_raises_with_log_tail(repo: Path) -> None:
+    with pytest.raises(ServerError) as info:
+        LocalLauncher().start(ServerArgs(repo, extra_args=("--no-such-flag",)))
+    text = str(info.value)
+    assert "exited with code 1 before it was ready" in text
+    assert "--- tritonserver log (tail) ---" in text and "no-such-flag" in text
+
+
+def test_model_failing_at_startup_names_model_and_reason(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "broken", initialize="raise RuntimeError('weights missing')")
+    with pytest.raises(ModelLoadError) as info:
+        LocalLauncher().start(ServerArgs(tmp_path, model_control_mode="none"))
+    assert info.value.model == "broken"
+    assert "weights missing" in info.value.reason
+    assert "model 'broken' failed to load" in str(info.value)
+
+
+def test_crash_is_reported_with_exit_code(server: LocalServer) -> None:
+    server.check_alive()
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait(10)
+    with pytest.raises(ServerError, match="exited with code -9"):
+        server.check_alive()
+
+
+def test_startup_timeout_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    write_python_model(tmp_path, "slow", initialize="import time; time.sleep(60)")
+    started = time.monotonic()
+    with pytest.raises(ServerError, match=r"not ready after 2s .*--triton-startup-timeout"):
+        LocalLauncher().start(ServerArgs(tmp_path, model_control_mode="none",
+                                         startup_timeout_s=2, exit_timeout_s=1))
+    assert time.monotonic() - started < 30
+
+
+def test_missing_executable_says_how_to_fix() -> None:
+    with pytest.raises(ConfigError, match="is not an executable file"):
+        LocalLauncher("/nonexistent/tritonserver")
+
+
+def test_port_taken_between_choice_and_bind_is_retried(repo: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    calls = []
+    real = local_module.free_ports
+
+    def first_taken(count: int = 3) -> list[int]:
+        calls.append(1)
+        ports = real(count)
+        return [taken, *ports[1:]] if len(calls) == 1 else ports
+
+    monkeypatch.setattr(local_module, "free_ports", first_taken)
+    try:
+        with LocalLauncher().start(ServerArgs(repo)) as srv:
+            assert not srv.endpoints.http.endswith(f":{taken}")
+        assert len(calls) == 2
+    finally:
+        squatter.close()
