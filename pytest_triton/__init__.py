@@ -2,16 +2,39 @@
 
 from .client import TritonClient
 from .deployment import Deployment, ServedModel
-from .errors import (ConfigError, ExportError, InferenceError, ModelLoadError, ServerError,
-                     SpecError, TritonTestError)
+from .errors import (
+                     ConfigError,
+                     ExportError,
+                     InferenceError,
+                     ModelLoadError,
+                     ServerError,
+                     SpecError,
+                     TritonTestError,
+)
 from .parity import Tolerance, assert_parity
 from .repository import DynamicBatching, InstanceGroup, ModelSpec, Repository, TensorSpec
 from .stats import ModelStats, StatsWindow, assert_dynamic_batching
 
 __version__ = "0.1.0"
 __all__ = [
-    "ConfigError", "Deployment", "DynamicBatching", "ExportError", "InferenceError",
-    "InstanceGroup", "ModelLoadError", "ModelSpec", "ModelStats", "Repository", "ServedModel",
-    "ServerError", "SpecError", "StatsWindow", "Tolerance", "TensorSpec", "TritonClient",
-    "TritonTestError", "assert_dynamic_batching", "assert_parity",
+                     "ConfigError",
+                     "Deployment",
+                     "DynamicBatching",
+                     "ExportError",
+                     "InferenceError",
+                     "InstanceGroup",
+                     "ModelLoadError",
+                     "ModelSpec",
+                     "ModelStats",
+                     "Repository",
+                     "ServedModel",
+                     "ServerError",
+                     "SpecError",
+                     "StatsWindow",
+                     "TensorSpec",
+                     "Tolerance",
+                     "TritonClient",
+                     "TritonTestError",
+                     "assert_dynamic_batching",
+                     "assert_parity",
 ]

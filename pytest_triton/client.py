@@ -6,8 +6,11 @@ becomes an InferenceError naming the model, the protocol and Triton's own messag
 
 from __future__ import annotations
 
+import functools
 import queue
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -161,16 +164,17 @@ class TritonClient:
         """Send all requests at once (so the dynamic batcher can combine them); answers in
         request order."""
         names = list(outputs) if outputs is not None else self.output_names(model, version)
-        built = [self._request(r, names) for r in requests]
         if self.protocol == "http":
-            pending = [self._call(model, lambda i=i, o=o: self._client.async_infer(
-                model, i, model_version=version, outputs=o)) for i, o in built]
-            return [self._result(self._call(model, p.get_result), names) for p in pending]
+            return self._infer_many_http(model, requests, names, version)
+        built = [self._request(r, names) for r in requests]
         done: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
-        for index, (i, o) in enumerate(built):
-            self._call(model, lambda index=index, i=i, o=o: self._client.async_infer(
-                model, i, lambda result, error, index=index: done.put((index, result, error)),
-                model_version=version, outputs=o, client_timeout=self.timeout_s))
+        def callback_for(index: int) -> Callable[[Any, Any], None]:
+            return lambda result, error: done.put((index, result, error))
+
+        for index, (infer_inputs, requested) in enumerate(built):
+            self._call(model, functools.partial(
+                self._client.async_infer, model, infer_inputs, callback_for(index),
+                model_version=version, outputs=requested, client_timeout=self.timeout_s))
         results: list[dict[str, np.ndarray] | None] = [None] * len(built)
         for _ in built:
             index, result, error = done.get(timeout=self.timeout_s)
@@ -179,3 +183,24 @@ class TritonClient:
                                      error.status())
             results[index] = self._result(result, names)
         return [r for r in results if r is not None]
+
+    def _infer_many_http(self, model: str, requests: Sequence[Tensors], names: list[str],
+                         version: str) -> list[dict[str, np.ndarray]]:
+        """One thread and connection per request in flight: the HTTP client's own async_infer
+        runs its greenlets one after another, which would never let requests batch."""
+        local = threading.local()
+
+        def send(inputs: Tensors) -> dict[str, np.ndarray]:
+            if not hasattr(local, "client"):
+                local.client = TritonClient(self.url, "http", timeout_s=self.timeout_s,
+                                            concurrency=1)
+                opened.append(local.client)
+            return local.client.infer(model, inputs, names, version)
+
+        opened: list[TritonClient] = []
+        try:
+            with ThreadPoolExecutor(max_workers=min(len(requests), 64) or 1) as pool:
+                return list(pool.map(send, requests))
+        finally:
+            for client in opened:
+                client.close()

@@ -6,6 +6,7 @@ the parity checks at hand.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -89,10 +90,9 @@ class Deployment:
     def close(self) -> None:
         with self._lock:
             for client in self._clients.values():
-                try:
+                # closing a client of a dead server must not mask teardown
+                with contextlib.suppress(Exception):
                     client.close()
-                except Exception:  # closing a client of a dead server must not mask teardown
-                    pass
             self._clients.clear()
         self.server.stop()
 
@@ -123,13 +123,27 @@ class ServedModel:
     def native(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.deployment.repository.native(self.variant)(inputs)
 
-    def infer(self, client: TritonClient, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def infer(self, client: TritonClient,
+              inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.deployment.server.check_alive()
         try:
-            return client.infer(self.name, inputs, self.variant.spec.output_names)
+            served = client.infer(self.name, inputs, self.variant.spec.output_names)
         except InferenceError:
             self.deployment.server.check_alive()  # a crash explains the error better
             raise
+        return self._unreshape(served)
+
+    def _unreshape(self, served: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Per-row scalars travel as [batch, 1] (Triton's dims [1] + empty reshape); give them
+        back the shape PyTorch returns."""
+        if not self.variant.spec.batched:
+            return served
+        signature = self.deployment.repository.signature(self.variant.spec)
+        for tensor in signature.outputs:
+            array = served.get(tensor.name)
+            if not tensor.dims and array is not None and array.ndim == 2 and array.shape[1] == 1:
+                served[tensor.name] = array.reshape(array.shape[0])
+        return served
 
     def stats(self, client: TritonClient, **kwargs: object) -> StatsWindow:
         return StatsWindow(client, self.name, **kwargs)  # type: ignore[arg-type]
@@ -163,8 +177,9 @@ class ServedModel:
         singles = [{n: a[i:i + 1] for n, a in rows.items()} for i in range(requests)]
         with StatsWindow(client, self.name, expect_requests=requests) as window:
             self.deployment.server.check_alive()
-            served = client.infer_many(self.name, singles, self.variant.spec.output_names)
-        for index, (single, answer) in enumerate(zip(singles, served)):
+            served = [self._unreshape(answer) for answer in
+                      client.infer_many(self.name, singles, self.variant.spec.output_names)]
+        for index, (single, answer) in enumerate(zip(singles, served, strict=False)):
             try:
                 self._check(client, self.native(single), answer, rtol, atol, tolerances)
             except AssertionError as exc:

@@ -19,11 +19,11 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import pytest
 
-from .client import TritonClient
+from .client import Protocol, TritonClient
 from .config import TritonConfig
 from .deployment import Deployment, ServedModel
 from .errors import ConfigError
@@ -33,7 +33,7 @@ from .repository.builder import Repository
 from .repository.spec import ModelSpec
 
 ROLE = "_pytest_triton_role"
-SpecSource = Union[Sequence[ModelSpec], Callable[[TritonConfig], Sequence[ModelSpec]]]
+SpecSource = Sequence[ModelSpec] | Callable[[TritonConfig], Sequence[ModelSpec]]
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class ModelRole:
     server: str
 
 
-Role = Union[RepositoryRole, ServerRole, ClientRole, ModelRole]
+Role = RepositoryRole | ServerRole | ClientRole | ModelRole
 
 
 def _make_fixture(func: Callable[..., Any], argnames: Sequence[str], role: Role,
@@ -87,11 +87,11 @@ def repository(specs: SpecSource, *, formats: Sequence[str] | None = None,
     """
     role = RepositoryRole(specs, tuple(formats) if formats else None)
 
-    def fixture(request: pytest.FixtureRequest, triton_config: TritonConfig) -> Iterator[Repository]:
+    def fixture(request: pytest.FixtureRequest,
+                triton_config: TritonConfig) -> Iterator[Repository]:
         config = triton_config
         keep = config.repository_dir is not None
-        root = Path(config.repository_dir) if keep else Path(
-            tempfile.mkdtemp(prefix="pytest-triton-repo-"))
+        root = Path(config.repository_dir or tempfile.mkdtemp(prefix="pytest-triton-repo-"))
         try:
             yield Repository(root, role.resolve_specs(config),
                              formats=role.formats or config.formats,
@@ -134,7 +134,7 @@ def client(*, server: str = "triton_server", protocols: Sequence[str] | None = N
 
     def fixture(request: pytest.FixtureRequest, **deps: Any) -> TritonClient:
         deployment: Deployment = deps[server]
-        protocol = getattr(request, "param", None) or "http"
+        protocol: Protocol = getattr(request, "param", None) or "http"
         return deployment.client(protocol)
 
     return _make_fixture(fixture, ["request", server], role, scope)

@@ -82,7 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # -- parametrization ---------------------------------------------------------------------
 def _role(metafunc: pytest.Metafunc, name: str) -> Any:
     # pytest has no public API to read a fixture's definition at collection time.
-    defs = metafunc._arg2fixturedefs.get(name)  # noqa: SLF001
+    defs = metafunc._arg2fixturedefs.get(name)
     return factories.role_of(defs[-1].func) if defs else None
 
 
@@ -170,10 +170,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
 
 def _uses(item: pytest.Item, deployment: Any, value: Any) -> bool:
     return value is deployment or getattr(value, "deployment", None) is deployment or any(
-        value is c for c in deployment._clients.values())  # noqa: SLF001
+        value is c for c in deployment._clients.values())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """Last line of defence: stop any server a fixture's teardown did not reach."""
+    import sys
+
     from .launchers.local import stop_all
 
     stop_all()
+    container = sys.modules.get("pytest_triton.launchers.container")
+    if container is not None:
+        container.stop_all()

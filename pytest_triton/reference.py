@@ -57,4 +57,4 @@ class NativeModel:
                 f"{len(names)} are declared ({names})"
             )
         return {n: o.detach().float().cpu().numpy() if o.dtype == torch.bfloat16
-                else o.detach().cpu().numpy() for n, o in zip(names, outs)}
+                else o.detach().cpu().numpy() for n, o in zip(names, outs, strict=False)}

@@ -41,7 +41,10 @@ def test_io_types_and_dims_come_from_pytorch(tmp_path: Path) -> None:
     io = [(t.name, mc.DataType.Name(t.data_type), list(t.dims))
           for t in list(config.input) + list(config.output)]
     assert io == [("x", "TYPE_FP32", [4]), ("idx", "TYPE_INT64", [2]),
-                  ("score", "TYPE_FP32", [3]), ("label", "TYPE_INT64", [])]
+                  ("score", "TYPE_FP32", [3]), ("label", "TYPE_INT64", [1])]
+    # A per-row scalar: Triton needs non-empty dims, the backend returns [batch].
+    assert config.output[1].HasField("reshape") and list(config.output[1].reshape.shape) == []
+    assert not config.output[0].HasField("reshape")
 
 
 def test_hosted_variant_names_its_artifact(tmp_path: Path) -> None:

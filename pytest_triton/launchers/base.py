@@ -114,7 +114,7 @@ class Launcher(Protocol):
 
 
 def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:
-    """Ephemeral ports the kernel just handed out; a race remains, so callers retry on EADDRINUSE."""
+    """Ephemeral ports the kernel just handed out; a race remains: callers retry on EADDRINUSE."""
     socks = []
     try:
         for _ in range(count):

@@ -21,7 +21,7 @@ def _docker_client() -> Any:
         raise ConfigError("the Docker SDK is not installed: pip install 'pytest-triton[container]'"
                           ) from None
     try:
-        client = docker.from_env()
+        client = docker.from_env()  # type: ignore[attr-defined]
         client.ping()
     except Exception as exc:  # docker raises many types for "no engine"
         raise ConfigError(

@@ -9,6 +9,7 @@ stubs included) is killed at the end, so no server outlives a session, even on C
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import importlib.util
 import os
@@ -93,10 +94,8 @@ def find_installation(executable: str | None = None) -> Installation:
 
 def _die_with_parent() -> None:
     """Runs in the child before exec: SIGTERM it if the pytest process dies without cleanup."""
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 class LocalServer(RunningServer):
@@ -178,10 +177,8 @@ class LocalServer(RunningServer):
                     self.process.kill()
                     self.process.wait()
         finally:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, signal.SIGKILL)  # stubs left in the group
-            except (ProcessLookupError, PermissionError):
-                pass
             self._final_log = self.log_text()
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -289,3 +289,7 @@ _ENTRIES = (
 )
 
 ZOO: dict[str, ZooEntry] = {entry.name: entry for entry in _ENTRIES}
+
+from .specs import zoo_spec  # noqa: E402  (needs ZOO above)
+
+__all__ += ["zoo_spec"]

@@ -55,7 +55,6 @@ def export_onnx(spec: ModelSpec, native: NativeModel, path: Path, signature: Sig
         input_names=spec.input_names,
         output_names=spec.output_names,
         dynamic_shapes=tuple(dynamic_shapes),
-        external_data=None,
         verbose=False,
     )
 

@@ -13,8 +13,13 @@ from .variants import NATIVE_BACKEND, Variant
 
 
 def _tensor(cls: type, tensor: ServedTensor) -> object:
-    return cls(name=tensor.name, data_type=mc.DataType.Value(tensor.type.config),
-               dims=list(tensor.dims))
+    """One input/output; a per-row scalar ([batch] on the wire) is Triton's dims [1] with an
+    empty reshape, because Triton rejects empty dims."""
+    message = cls(name=tensor.name, data_type=mc.DataType.Value(tensor.type.config),
+                  dims=list(tensor.dims) or [1])
+    if not tensor.dims:
+        message.reshape.SetInParent()  # type: ignore[attr-defined]
+    return message
 
 
 def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:

@@ -75,12 +75,13 @@ def resolve_signature(spec: ModelSpec) -> Signature:
         second = native(shrunk)
         for name in first:
             a, b = first[name].shape, second[name].shape
-            changed[name] = {i for i, (x, y) in enumerate(zip(a, b)) if x != y}
+            changed[name] = {i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y}
 
     outputs = []
     for ts in spec.output_specs:
         arr = first[ts.name]
-        if spec.batched and (arr.ndim == 0 or arr.shape[0] != next(iter(examples.values())).shape[0]):
+        batch = next(iter(examples.values())).shape[0]
+        if spec.batched and (arr.ndim == 0 or arr.shape[0] != batch):
             raise SpecError(
                 f"model {spec.name!r}: output {ts.name!r} has shape {arr.shape}, whose first "
                 "axis is not the batch axis; Triton batching needs outputs batched like inputs"

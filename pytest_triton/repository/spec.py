@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 import torch
@@ -53,8 +53,8 @@ class InstanceGroup:
     gpus: tuple[int, ...] = ()
 
 
-TensorLike = Union[str, TensorSpec]
-ExampleInputs = Union[Mapping[str, torch.Tensor], Sequence[torch.Tensor]]
+TensorLike = str | TensorSpec
+ExampleInputs = Mapping[str, torch.Tensor] | Sequence[torch.Tensor]
 InputFactory = Callable[[int, int], Mapping[str, torch.Tensor]]
 
 
@@ -111,7 +111,7 @@ class ModelSpec:
         ex = self.example_inputs
         if isinstance(ex, Mapping):
             return {name: ex[name] for name in self.input_names}
-        return dict(zip(self.input_names, ex))
+        return dict(zip(self.input_names, ex, strict=False))
 
     def torch_module(self) -> torch.nn.Module:
         """The module in eval mode, built once."""
@@ -233,7 +233,7 @@ class ModelSpec:
                 f"tensors, got {type(ex).__name__}"
             )
         batch_sizes = set()
-        for spec, tensor in zip(self.input_specs, self.example_tensors().values()):
+        for spec, tensor in zip(self.input_specs, self.example_tensors().values(), strict=False):
             if not isinstance(tensor, torch.Tensor):
                 raise SpecError(
                     f"{where}: example input {spec.name!r} is a {type(tensor).__name__}, "
@@ -255,7 +255,7 @@ class ModelSpec:
                 shape = shape[1:]
             if spec.dims is not None:
                 ok = len(spec.dims) == len(shape) and all(
-                    d == -1 or d == s for d, s in zip(spec.dims, shape))
+                    d == -1 or d == s for d, s in zip(spec.dims, shape, strict=False))
                 if not ok:
                     raise SpecError(
                         f"{where}: example input {spec.name!r} has shape {tuple(tensor.shape)}, "
