@@ -14,6 +14,7 @@ import pytest
 
 from .errors import ConfigError
 from .options import BY_NAME, OPTIONS
+from .repository.spec import FORMATS, GPU_FORMATS
 
 
 class _Unset:
@@ -76,6 +77,8 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
     if values["launcher"] == "external" and not values["url"]:
         raise ConfigError("the external launcher needs --triton-url (or triton_url in ini), "
                           "e.g. --triton-url http://127.0.0.1:8000")
+    if values["gpu"] and origins.get("formats") == "default":
+        values["formats"] = FORMATS + GPU_FORMATS  # TensorRT and ORT-TensorRT join on a GPU
     if values["gpu"] and values["launcher"] != "container":
         raise ConfigError(f"--triton-gpu runs the server in a GPU container, but the launcher is "
                           f"{values['launcher']!r} ({origins.get('launcher')}); drop "

@@ -158,7 +158,7 @@ def model(*, server: str = "triton_server", scope: str = "function") -> Any:
 def start_deployment(config: TritonConfig, repo: Repository) -> Deployment:
     """Plan the repository for the launcher's backends and start a server on it."""
     launcher = make_launcher(config)
-    repo.plan(launcher.backends())
+    repo.plan(launcher.target())
     if config.model_control != "explicit":
         repo.ensure_all()  # none/poll modes load everything present at start
     args = ServerArgs(

@@ -5,6 +5,7 @@ Never imports locust (it monkey-patches the whole process with gevent).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Generator, Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from .errors import ConfigError, TritonTestError
 from .launchers.select import make_launcher
 from .options import OPTIONS
 from .repository.spec import ModelSpec
-from .repository.variants import plan_variants
+from .repository.variants import ServerTarget, plan_variants
 
 CONFIG = pytest.StashKey[TritonConfig]()
 MARKERS = {
@@ -95,7 +96,8 @@ def _server_config(metafunc: pytest.Metafunc, server: str) -> tuple[TritonConfig
     return config, role
 
 
-def variant_ids(metafunc: pytest.Metafunc, server: str) -> list[str]:
+def variant_params(metafunc: pytest.Metafunc, server: str) -> list[Any]:
+    """One pytest.param per variant; those the server cannot serve are skipped with why."""
     config, server_role = _server_config(metafunc, server)
     repo_role = _role(metafunc, server_role.repository)
     if not isinstance(repo_role, factories.RepositoryRole):
@@ -107,9 +109,16 @@ def variant_ids(metafunc: pytest.Metafunc, server: str) -> list[str]:
             f"no models in repository fixture {server_role.repository!r}: define it in "
             "conftest.py with factories.repository([ModelSpec(...)]) or set --triton-specs "
             "MODULE:CALLABLE")
-    backends = make_launcher(config).backends()
-    variants = plan_variants(specs, repo_role.formats or config.formats, backends)
-    return [v.id for v in variants]
+    plan = plan_variants(specs, repo_role.formats or config.formats, _target(config))
+    return [pytest.param(v.id, id=v.id) for v in plan.variants] + [
+        pytest.param(u.id, id=u.id, marks=pytest.mark.skip(reason=u.reason))
+        for u in plan.unavailable]
+
+
+@functools.lru_cache(maxsize=16)
+def _target(config: TritonConfig) -> ServerTarget:
+    """Asked once per distinct server config: for GPU containers it runs the image."""
+    return make_launcher(config).target()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -121,8 +130,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                                             _server_config(metafunc, role.server)[0].protocols)
                 metafunc.parametrize(name, list(protocols), indirect=True, ids=list(protocols))
             elif isinstance(role, factories.ModelRole):
-                ids = variant_ids(metafunc, role.server)
-                metafunc.parametrize(name, ids, indirect=True, ids=ids)
+                metafunc.parametrize(name, variant_params(metafunc, role.server),
+                                     indirect=True)
         except TritonTestError as exc:
             pytest.fail(f"pytest-triton: {exc}", pytrace=False)
 

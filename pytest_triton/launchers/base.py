@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from ..errors import ModelLoadError, ServerError
+from ..repository.variants import ServerTarget
 
 ModelControl = Literal["none", "explicit", "poll"]
 LOG_TAIL_LINES = 60
@@ -108,8 +109,9 @@ class Launcher(Protocol):
 
     def start(self, args: ServerArgs) -> RunningServer: ...
 
-    def backends(self) -> frozenset[str]:
-        """Backends the server it starts will have (decides native vs hosted variants)."""
+    def target(self) -> ServerTarget:
+        """What the server it starts will offer (decides native vs hosted, CPU vs GPU); known
+        before the server starts, so test ids can be listed at collection."""
         ...
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..config import TritonConfig
 from ..errors import ConfigError, ModelLoadError, ServerError
+from ..repository.variants import ServerTarget
 from .base import Endpoints, RunningServer, ServerArgs, load_failures, log_excerpt
 
 NGC_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
@@ -83,13 +84,15 @@ class ContainerSettings:
 
         kwargs: dict[str, Any] = {
             "shm_size": self.shm_size,
-            "ulimits": [Ulimit(name="memlock", soft=-1, hard=-1),
-                        Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)],
             "labels": {OWNER_LABEL: str(os.getpid()), **self.labels},
         }
-        requests = self.device_requests()
-        if requests:
-            kwargs["device_requests"] = requests
+        if self.gpus is not None:
+            # The seeds' GPU flags. Unlimited memlock lets CUDA pin host memory; an unprivileged
+            # CPU container may not raise it (runc: "error setting rlimit type 8"), and the
+            # python backend does not need it, so CPU containers keep Docker's defaults.
+            kwargs["ulimits"] = [Ulimit(name="memlock", soft=-1, hard=-1),
+                                 Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)]
+            kwargs["device_requests"] = self.device_requests()
         return kwargs
 
 
@@ -100,12 +103,29 @@ def command(args: ServerArgs) -> list[str]:
                         address="0.0.0.0")
 
 
+def _loopback_container(image: str) -> Any:
+    """A DockerContainer whose ports are published on 127.0.0.1 only, with ephemeral host
+    ports, and reached there: testcontainers' own host lookup answers the Docker gateway when
+    it runs inside a container, where nothing is published."""
+    from testcontainers.core.container import DockerContainer
+
+    class LoopbackContainer(DockerContainer):
+        def get_container_host_ip(self) -> str:
+            return "127.0.0.1"
+
+        def get_exposed_port(self, port: int) -> int:
+            return int(self.get_docker_client().port(self.get_container_id(), port))
+
+    container = LoopbackContainer(image)
+    for port in PORTS.values():
+        container.ports[f"{port}/tcp"] = ("127.0.0.1", None)  # type: ignore[assignment]
+    return container
+
+
 class ContainerServer(RunningServer):
     launcher = "container"
 
     def __init__(self, settings: ContainerSettings, args: ServerArgs) -> None:
-        from testcontainers.core.container import DockerContainer
-
         self.settings = settings
         self.backends = settings.backends
         self.gpu = settings.gpus is not None
@@ -113,10 +133,8 @@ class ContainerServer(RunningServer):
         self.repository_path = args.model_repository
         self.command = command(args)
         self._final_log: str | None = None
-        container = DockerContainer(settings.image).with_command(self.command)
+        container = _loopback_container(settings.image).with_command(self.command)
         container.with_volume_mapping(str(args.model_repository), REPOSITORY_MOUNT, "ro")
-        for port in PORTS.values():
-            container.with_bind_ports(port, ("127.0.0.1",))  # type: ignore[arg-type]
         container.with_kwargs(**settings.run_kwargs())
         self.container = container
         self.endpoints = Endpoints("", "")
@@ -125,7 +143,13 @@ class ContainerServer(RunningServer):
         with _LIVE_LOCK:
             _LIVE.add(self)
         self.container.start()
-        mapped = {name: self.container.get_exposed_port(port) for name, port in PORTS.items()}
+        try:
+            mapped = {name: self.container.get_exposed_port(port) for name, port in PORTS.items()}
+        except Exception:
+            code = self.exit_code()  # a container that died at once has no port mappings
+            if code is not None:
+                raise self._exited(code) from None
+            raise
         self.endpoints = Endpoints(f"127.0.0.1:{mapped['http']}", f"127.0.0.1:{mapped['grpc']}",
                                    f"127.0.0.1:{mapped['metrics']}")
         self._wait_ready(timeout_s)
@@ -139,12 +163,7 @@ class ContainerServer(RunningServer):
         while True:
             code = self.exit_code()
             if code is not None:
-                log = self.log_text()
-                failures = load_failures(log)
-                if failures:
-                    raise ModelLoadError(failures[0][0], failures[0][1], log_excerpt(log))
-                raise ServerError(f"tritonserver container ({self.settings.image}) exited with "
-                                  f"code {code} before it was ready", log_excerpt(log))
+                raise self._exited(code)
             probe = (HttpWaitStrategy(PORTS["http"], "/v2/health/ready").for_status_code(200)
                      .with_startup_timeout(1).with_poll_interval(0.1))
             try:
@@ -156,6 +175,14 @@ class ContainerServer(RunningServer):
                         f"tritonserver container ({self.settings.image}) not ready after "
                         f"{timeout_s:.0f}s; raise --triton-startup-timeout if the models are "
                         "large", self.log_tail()) from None
+
+    def _exited(self, code: int) -> ServerError:
+        log = self.log_text()
+        failures = load_failures(log)
+        if failures:
+            return ModelLoadError(failures[0][0], failures[0][1], log_excerpt(log))
+        return ServerError(f"tritonserver container ({self.settings.image}) exited with code "
+                           f"{code} before it was ready", log_excerpt(log))
 
     def log_text(self) -> str:
         if self._final_log is not None:
@@ -197,20 +224,14 @@ class ContainerLauncher:
     def from_config(cls, config: TritonConfig) -> ContainerLauncher:
         return cls(ContainerSettings.from_config(config))
 
-    def backends(self) -> frozenset[str]:
-        return self.settings.backends
+    def target(self) -> ServerTarget:
+        return ServerTarget(backends=self.settings.backends,
+                            instance_kind="KIND_GPU" if self.settings.gpus else "KIND_CPU",
+                            tensorrt_problem=tensorrt_problem(self.settings))
 
     def start(self, args: ServerArgs) -> ContainerServer:
         client = docker_client()
-        try:
-            client.images.get(self.settings.image)
-        except Exception:
-            if self.settings.image == CPU_IMAGE:
-                raise ConfigError(
-                    f"image {CPU_IMAGE} not found: build it with docker/build-cpu-image (in a "
-                    "pytest-triton checkout; offline, about 5 minutes) or pass --triton-image"
-                ) from None
-            # Other images (NGC) are pulled by testcontainers on start.
+        ensure_image(client, self.settings.image)
         reap_orphans(client)
         _use_own_reaper()
         server = ContainerServer(self.settings, args)
@@ -227,6 +248,40 @@ class ContainerLauncher:
                                   f"{type(exc).__name__}: {exc}", log) from exc
             raise
         return server
+
+
+def tensorrt_problem(settings: ContainerSettings) -> str | None:
+    """Why TensorRT plans cannot be served by this container, or None."""
+    if settings.gpus is None:
+        return "TensorRT plans need a GPU server with the tensorrt backend: run with --triton-gpu"
+    if "tensorrt" not in settings.backends:
+        return f"{settings.image} was not declared with the tensorrt backend (--triton-backends)"
+    from . import tensorrt
+
+    return tensorrt.plan_problem(settings.image, tensorrt.local_version(),
+                                 tensorrt.image_version(settings.image))
+
+
+def ensure_image(client: Any, image: str) -> None:
+    """The image is here, or pulled now; otherwise say how to get it."""
+    import docker.errors
+
+    try:
+        client.images.get(image)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    if image.split(":")[0] == CPU_IMAGE.split(":")[0]:
+        raise ConfigError(
+            f"image {image} not found: build it with docker/build-cpu-image (in a pytest-triton "
+            "checkout; offline, 3 minutes) or pass --triton-image")
+    try:
+        client.images.pull(image)
+    except Exception as exc:
+        raise ConfigError(
+            f"image {image} is not on this machine and could not be pulled ({exc}); `docker "
+            "pull` it first (NGC images need `docker login nvcr.io`) or pass --triton-image"
+        ) from None
 
 
 def docker_client() -> Any:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from ..repository.variants import ServerTarget
 from .base import Endpoints, RunningServer, ServerArgs, wait_until_ready
 
 
@@ -65,8 +66,12 @@ class ExternalLauncher:
         self.endpoints = endpoints_from(url, grpc_url)
         self._backends = frozenset(backends)
 
-    def backends(self) -> frozenset[str]:
-        return self._backends
+    def target(self) -> ServerTarget:
+        # Its device is unknown here: KIND_AUTO lets Triton place instances on a GPU if any.
+        return ServerTarget(backends=self._backends, instance_kind="KIND_AUTO",
+                            tensorrt_problem=None if "tensorrt" in self._backends else
+                            "the external server was not declared with the tensorrt backend "
+                            "(--triton-backends)")
 
     def start(self, args: ServerArgs) -> ExternalServer:
         server = ExternalServer(self.endpoints, self._backends)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ServerError
+from ..repository.variants import ServerTarget
 from .base import Endpoints, RunningServer, ServerArgs, free_ports, port_conflict, wait_until_ready
 
 PORT_ATTEMPTS = 3
@@ -191,8 +192,8 @@ class LocalLauncher:
     def __init__(self, executable: str | None = None) -> None:
         self.install = find_installation(executable)
 
-    def backends(self) -> frozenset[str]:
-        return self.install.backends
+    def target(self) -> ServerTarget:
+        return ServerTarget(backends=self.install.backends, instance_kind="KIND_CPU")
 
     def start(self, args: ServerArgs) -> LocalServer:
         for attempt in range(1, PORT_ATTEMPTS + 1):

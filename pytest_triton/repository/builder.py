@@ -18,7 +18,7 @@ from ..reference import NativeModel
 from . import exporters, pbtxt
 from .signature import Signature, resolve_signature
 from .spec import FORMATS, ModelSpec
-from .variants import Variant, plan_variants
+from .variants import Plan, ServerTarget, Variant, plan_variants
 
 log = logging.getLogger("pytest_triton")
 HOSTED_MODEL = Path(__file__).with_name("hosted_model.py")
@@ -34,36 +34,39 @@ class Repository:
         self.root = Path(root)
         self.specs = list(specs)
         self.formats = tuple(formats)
-        plan_variants(self.specs, self.formats, ())  # validates every spec before any export
-        self._variants: list[Variant] | None = None
-        self._backends: frozenset[str] | None = None
+        plan_variants(self.specs, self.formats, ServerTarget())  # validates before any export
+        self._plan: Plan | None = None
+        self._target: ServerTarget | None = None
         self._progress = progress or log.info
         self._signatures: dict[str, Signature] = {}
         self._natives: dict[tuple[str, str], NativeModel] = {}
         self._built: set[str] = set()
         self._lock = threading.RLock()
+        self.device = "cpu"  # where PyTorch exports and computes references: cuda on GPU servers
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def plan(self, server_backends: Iterable[str]) -> list[Variant]:
-        """Decide native or hosted per format for a server with these backends."""
-        backends = frozenset(server_backends)
+    def plan(self, target: ServerTarget | Iterable[str]) -> list[Variant]:
+        """Decide native or hosted per format (and the device) for this server; accepts a
+        ServerTarget or just the server's backend names."""
+        if not isinstance(target, ServerTarget):
+            target = ServerTarget(backends=frozenset(target))
         with self._lock:
-            if self._backends is not None and self._backends != backends:
+            if self._target is not None and self._target != target:
                 raise SpecError(
-                    f"repository {self.root} is already planned for a server with backends "
-                    f"{sorted(self._backends)}; a server with {sorted(backends)} needs its own "
-                    "repository fixture"
+                    f"repository {self.root} is already planned for a server with "
+                    f"{self._target}; a server with {target} needs its own repository fixture"
                 )
-            self._backends = backends
-            self._variants = plan_variants(self.specs, self.formats, backends)
-            return self._variants
+            self._target = target
+            self.device = "cuda" if target.gpu else "cpu"
+            self._plan = plan_variants(self.specs, self.formats, target)
+            return self._plan.variants
 
     @property
     def variants(self) -> list[Variant]:
-        if self._variants is None:
+        if self._plan is None:
             raise SpecError("the repository has not been planned for a server yet "
-                            "(Repository.plan(backends))")
-        return self._variants
+                            "(Repository.plan(target))")
+        return self._plan.variants
 
     def variant(self, key: str) -> Variant:
         """A variant by id (mnist-onnx-hosted) or Triton model name (mnist_onnx)."""
@@ -79,12 +82,13 @@ class Repository:
                 self._signatures[spec.name] = resolve_signature(spec)
             return self._signatures[spec.name]
 
-    def native(self, variant: Variant, device: str = "cpu") -> NativeModel:
-        """The PyTorch reference for a variant, at the variant's precision."""
-        key = (variant.spec.name, f"{variant.precision}@{device}")
+    def native(self, variant: Variant) -> NativeModel:
+        """The PyTorch reference for a variant, at its precision, on the server's device kind
+        (CUDA for GPU servers, as the seeds' deployer traces on the GPU)."""
+        key = (variant.spec.name, f"{variant.precision}@{self.device}")
         with self._lock:
             if key not in self._natives:
-                self._natives[key] = NativeModel(variant.spec, variant.precision, device)
+                self._natives[key] = NativeModel(variant.spec, variant.precision, self.device)
             return self._natives[key]
 
     def model_dir(self, variant: Variant) -> Path:

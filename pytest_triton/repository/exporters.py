@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -59,11 +60,47 @@ def export_onnx(spec: ModelSpec, native: NativeModel, path: Path, signature: Sig
     )
 
 
+def export_tensorrt(spec: ModelSpec, native: NativeModel, path: Path,
+                    signature: Signature) -> None:
+    """ONNX export, then a TensorRT engine built on this machine's GPU with an optimization
+    profile over batch 1..max_batch_size (declared dynamic axes: 1..their example size)."""
+    import tensorrt as trt
+
+    with tempfile.TemporaryDirectory(prefix="pytest-triton-trt-") as tmp:
+        onnx_path = Path(tmp) / "model.onnx"
+        export_onnx(spec, native, onnx_path, signature)
+        logger = trt.Logger(trt.Logger.WARNING)
+        builder = trt.Builder(logger)
+        network = builder.create_network(0)
+        parser = trt.OnnxParser(network, logger)
+        if not parser.parse_from_file(str(onnx_path)):
+            errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+            raise RuntimeError(f"TensorRT could not parse the ONNX export: {errors}")
+        config = builder.create_builder_config()
+        if native.precision == "fp16":
+            config.set_flag(trt.BuilderFlag.FP16)
+        profile = builder.create_optimization_profile()
+        examples = spec.example_tensors()
+        for tensor in signature.inputs:
+            shape = tuple(examples[tensor.name].shape)
+            low = [1 if (spec.batched and i == 0) or d == -1 else shape[i]
+                   for i, d in enumerate(((-1,) if spec.batched else ()) + tensor.dims)]
+            high = [spec.max_batch_size if (spec.batched and i == 0) else shape[i]
+                    for i in range(len(shape))]
+            profile.set_shape(tensor.name, low, list(shape), high)
+        config.add_optimization_profile(profile)
+        engine = builder.build_serialized_network(network, config)
+        if engine is None:
+            raise RuntimeError("TensorRT failed to build the engine (see its log above)")
+        path.write_bytes(bytes(engine))
+
+
 EXPORTERS: dict[str, Callable[[ModelSpec, NativeModel, Path, Signature], None]] = {
     "torchscript-script": export_torchscript_script,
     "torchscript-trace": export_torchscript_trace,
     "onnx": export_onnx,
     "onnx-trt": export_onnx,
+    "tensorrt": export_tensorrt,
 }
 
 

@@ -18,7 +18,7 @@ def _tensor(cls: type, tensor: ServedTensor) -> object:
     message = cls(name=tensor.name, data_type=mc.DataType.Value(tensor.type.config),
                   dims=list(tensor.dims) or [1])
     if not tensor.dims:
-        message.reshape.SetInParent()  # type: ignore[attr-defined]
+        message.reshape.SetInParent()
     return message
 
 
@@ -34,6 +34,12 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
                else "torchscript")
     else:
         config.platform = NATIVE_BACKEND[variant.format][1]
+    if variant.format == "onnx-trt":
+        # ONNX Runtime's TensorRT execution provider, in fp16, as a GPU accelerator.
+        accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add()
+        accelerator.name = "tensorrt"
+        accelerator.parameters["precision_mode"] = "FP16"
+        accelerator.parameters["max_workspace_size_bytes"] = str(1 << 30)
     config.input.extend(_tensor(mc.ModelInput, t) for t in sig.inputs)
     config.output.extend(_tensor(mc.ModelOutput, t) for t in sig.outputs)
     db = spec.dynamic_batching
@@ -45,7 +51,8 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
         ))
     ig = spec.instance_group
     config.instance_group.append(mc.ModelInstanceGroup(
-        count=ig.count, kind=mc.ModelInstanceGroup.Kind.Value(ig.kind), gpus=list(ig.gpus)))
+        count=ig.count, kind=mc.ModelInstanceGroup.Kind.Value(variant.instance_kind),
+        gpus=list(ig.gpus)))
     for key, value in spec.parameters.items():
         _param(config, key, value)
     return config

@@ -49,7 +49,7 @@ class InstanceGroup:
     """Triton's instance_group: how many copies of the model run, and on what."""
 
     count: int = 1
-    kind: InstanceKind = "KIND_CPU"
+    kind: InstanceKind | None = None  # None: the server's device (KIND_GPU on --triton-gpu)
     gpus: tuple[int, ...] = ()
 
 
@@ -293,7 +293,7 @@ class ModelSpec:
         ig = self.instance_group
         if ig.count < 1:
             raise SpecError(f"{where}: instance_group count must be >= 1, got {ig.count}")
-        if ig.kind not in ("KIND_CPU", "KIND_GPU", "KIND_AUTO"):
+        if ig.kind not in (None, "KIND_CPU", "KIND_GPU", "KIND_AUTO"):
             raise SpecError(
                 f"{where}: instance_group kind {ig.kind!r}: use KIND_CPU, KIND_GPU or KIND_AUTO"
             )

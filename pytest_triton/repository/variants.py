@@ -27,10 +27,22 @@ ARTIFACT: dict[str, str] = {
     "onnx-trt": "model.onnx",
     "tensorrt": "model.plan",
 }
-# Formats the python backend can host here (TensorRT plans need the GPU server).
-HOSTABLE = frozenset(FORMATS)
 FP16_FORMATS = frozenset({"torchscript-trace", "torchscript-script", "onnx", "onnx-trt",
                           "tensorrt"})
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """What a server offers that decides the variants: backends, device, TensorRT support."""
+
+    backends: frozenset[str] = frozenset({"python"})
+    instance_kind: str = "KIND_CPU"  # KIND_GPU for GPU containers, KIND_AUTO when unknown
+    tensorrt_problem: str | None = (
+        "TensorRT plans need a GPU server with the tensorrt backend: run with --triton-gpu")
+
+    @property
+    def gpu(self) -> bool:
+        return self.instance_kind == "KIND_GPU"
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,7 @@ class Variant:
     format: str
     precision: str  # "fp32" | "fp16"
     hosted: bool
+    instance_kind: str = "KIND_CPU"
 
     @property
     def backend(self) -> str:
@@ -54,39 +67,74 @@ class Variant:
     @property
     def id(self) -> str:
         """Test id: model, format, precision and who serves it, e.g. mnist-onnx-hosted."""
-        prec = "-fp16" if self.precision == "fp16" else ""
-        return f"{self.spec.name}-{self.format}{prec}-{'hosted' if self.hosted else 'native'}"
+        return variant_id(self.spec.name, self.format, self.precision, self.hosted)
 
     @property
     def artifact(self) -> str:
         return ARTIFACT[self.format]
 
 
-def plan_variants(
-    specs: Iterable[ModelSpec],
-    formats: Sequence[str],
-    server_backends: Iterable[str],
-) -> list[Variant]:
-    """Validate every spec, then list the variants the given server can serve."""
-    backends = frozenset(server_backends)
+def variant_id(model: str, fmt: str, precision: str, hosted: bool | None) -> str:
+    prec = "-fp16" if precision == "fp16" else ""
+    served = "" if hosted is None else ("-hosted" if hosted else "-native")
+    return f"{model}-{fmt}{prec}{served}"
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A variant this server cannot serve, kept so tests show it as skipped, with the reason."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    variants: list[Variant]
+    unavailable: list[Unavailable]
+
+
+def _problem(fmt: str, target: ServerTarget) -> str | None:
+    """Why `fmt` cannot be served by this target, or None."""
+    native = NATIVE_BACKEND[fmt][0] in target.backends
+    if fmt == "tensorrt":
+        return None if native and target.tensorrt_problem is None else (
+            target.tensorrt_problem or "the server has no tensorrt backend")
+    if fmt == "onnx-trt" and not (native and target.gpu):
+        return ("ONNX Runtime's TensorRT execution accelerator needs a GPU server with the "
+                "onnxruntime backend: run with --triton-gpu")
+    if not native and "python" not in target.backends:
+        return (f"the server has neither the {NATIVE_BACKEND[fmt][0]} backend nor the python "
+                "backend to host the artifact")
+    return None
+
+
+def plan_variants(specs: Iterable[ModelSpec], formats: Sequence[str],
+                  target: ServerTarget) -> Plan:
+    """Validate every spec, then list the variants the given server can serve (and those it
+    cannot, with the reason)."""
     variants: list[Variant] = []
+    unavailable: list[Unavailable] = []
     seen: set[str] = set()
     for spec in specs:
         spec.validate()
         if spec.name in seen:
             raise SpecError(f"two specs are named {spec.name!r}; model names must be unique")
         seen.add(spec.name)
+        kind = spec.instance_group.kind or target.instance_kind
         for fmt in spec.formats or formats:
             if fmt not in NATIVE_BACKEND:
                 raise SpecError(
                     f"unknown export format {fmt!r}; choose from "
                     f"{', '.join(FORMATS + GPU_FORMATS)}"
                 )
-            native = NATIVE_BACKEND[fmt][0] in backends
-            if not native and fmt not in HOSTABLE:
-                continue  # e.g. tensorrt on a CPU-only server: nothing could serve it
-            if not native and "python" not in backends:
-                continue
             precisions = ["fp32"] + (["fp16"] if spec.fp16 and fmt in FP16_FORMATS else [])
-            variants.extend(Variant(spec, fmt, p, hosted=not native) for p in precisions)
-    return variants
+            problem = _problem(fmt, target)
+            native = NATIVE_BACKEND[fmt][0] in target.backends
+            for precision in precisions:
+                if problem:
+                    unavailable.append(Unavailable(variant_id(spec.name, fmt, precision, None),
+                                                   problem))
+                else:
+                    variants.append(Variant(spec, fmt, precision, not native, kind))
+    return Plan(variants, unavailable)

@@ -1,0 +1,268 @@
+"""The container launcher: settings a GPU host gets (checked exactly, no GPU needed) and real
+containers from the offline CPU image (needs Docker: `.ci/docker-engine`,
+`docker/build-cpu-image`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from docker.types import DeviceRequest, Ulimit
+
+from pytest_triton import ConfigError, ModelLoadError, Repository, ServerError, TritonClient
+from pytest_triton.config import resolve
+from pytest_triton.launchers import ServerArgs
+from pytest_triton.launchers.container import (CPU_IMAGE, NGC_BACKENDS, NGC_IMAGE, OWNER_LABEL,
+                                               ContainerLauncher, ContainerSettings, command,
+                                               docker_client, reap_orphans)
+from pytest_triton.launchers.tensorrt import plan_problem
+from pytest_triton.repository import pbtxt
+from pytest_triton.repository.variants import ServerTarget
+from tests.raw_models import write_python_model
+from tests.tiny_models import scorer_spec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- GPU settings, exactly as a GPU host would get them ------------------------------------
+def test_gpu_settings_follow_the_seeds_docker_run_flags() -> None:
+    settings = ContainerSettings.from_config(resolve(None, gpu=True, gpus="0,1"))
+    assert settings.image == NGC_IMAGE and settings.backends == NGC_BACKENDS
+    kwargs = settings.run_kwargs()
+    assert kwargs["shm_size"] == "1g"
+    assert kwargs["ulimits"] == [Ulimit(name="memlock", soft=-1, hard=-1),
+                                 Ulimit(name="stack", soft=67108864, hard=67108864)]
+    assert kwargs["device_requests"] == [DeviceRequest(device_ids=["0", "1"],
+                                                       capabilities=[["gpu"]])]
+    assert kwargs["labels"] == {OWNER_LABEL: str(os.getpid())}
+    everything = ContainerSettings.from_config(resolve(None, gpu=True)).run_kwargs()
+    assert everything["device_requests"] == [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+
+
+def test_cpu_image_settings_have_no_gpu_flags() -> None:
+    settings = ContainerSettings.from_config(resolve(None, launcher="container"))
+    assert settings.image == CPU_IMAGE and settings.backends == frozenset({"python"})
+    assert set(settings.run_kwargs()) == {"shm_size", "labels"}
+    image = ContainerSettings.from_config(resolve(None, launcher="container",
+                                                  image="nvcr.io/nvidia/tritonserver:25.01-py3"))
+    assert image.backends == NGC_BACKENDS and image.gpus is None
+
+
+def test_server_command_inside_the_container() -> None:
+    args = ServerArgs(Path("/host/repo"), model_control_mode="explicit", log_verbose=1,
+                      extra_args=("--pinned-memory-pool-byte-size=0",))
+    assert command(args) == [
+        "tritonserver", "--model-repository=/models", "--model-control-mode=explicit",
+        "--http-address=0.0.0.0", "--http-port=8000", "--grpc-address=0.0.0.0",
+        "--grpc-port=8001", "--metrics-address=0.0.0.0", "--metrics-port=8002",
+        "--exit-timeout-secs=10", "--log-verbose=1", "--strict-readiness=true",
+        "--pinned-memory-pool-byte-size=0",
+    ]
+
+
+def test_gpu_mode_adds_tensorrt_formats_unless_formats_are_given() -> None:
+    assert resolve(None, gpu=True).formats == ("torchscript-script", "torchscript-trace", "onnx",
+                                               "tensorrt", "onnx-trt")
+    assert resolve(None, gpu=True, formats="onnx").formats == ("onnx",)
+
+
+def _gpu_config(tmp_path: Path, fmt: str, **spec: Any) -> str:
+    repo = Repository(tmp_path, [scorer_spec(formats=[fmt], **spec)])
+    (variant,) = repo.plan(ServerTarget(NGC_BACKENDS, "KIND_GPU", tensorrt_problem=None))
+    assert not variant.hosted
+    return pbtxt.to_text(pbtxt.model_config(variant, repo.signature(variant.spec)))
+
+
+@pytest.mark.parametrize(("fmt", "platform"), [
+    ("onnx", 'platform: "onnxruntime_onnx"'),
+    ("torchscript-trace", 'platform: "pytorch_libtorch"'),
+    ("tensorrt", 'platform: "tensorrt_plan"'),
+])
+def test_gpu_configs_use_native_backends_on_gpu_instances(tmp_path: Path, fmt: str,
+                                                          platform: str) -> None:
+    text = _gpu_config(tmp_path, fmt)
+    assert platform in text
+    assert "instance_group {\n  count: 1\n  kind: KIND_GPU\n}" in text
+    assert "backend:" not in text and "artifact" not in text
+
+
+def test_onnx_tensorrt_accelerator_config(tmp_path: Path) -> None:
+    text = _gpu_config(tmp_path, "onnx-trt")
+    assert 'platform: "onnxruntime_onnx"' in text
+    assert ('optimization {\n  execution_accelerators {\n    gpu_execution_accelerator {\n'
+            '      name: "tensorrt"\n') in text
+    assert 'key: "precision_mode"\n        value: "FP16"' in text
+
+
+def test_fp16_variants_take_half_inputs(tmp_path: Path) -> None:
+    repo = Repository(tmp_path, [scorer_spec(formats=["onnx"], fp16=True)])
+    variants = repo.plan(ServerTarget(NGC_BACKENDS, "KIND_GPU", tensorrt_problem=None))
+    assert [v.id for v in variants] == ["scorer-onnx-native", "scorer-onnx-fp16-native"]
+    config = pbtxt.model_config(variants[1], repo.signature(variants[1].spec))
+    assert config.name == "scorer_onnx_fp16"
+    types = [(t.name, pbtxt.mc.DataType.Name(t.data_type)) for t in config.input]
+    assert types == [("x", "TYPE_FP16"), ("idx", "TYPE_INT64")]
+
+
+def test_tensorrt_version_check_says_what_to_install() -> None:
+    image = NGC_IMAGE
+    assert plan_problem(image, "10.5.0.18", "10.5.0") is None
+    assert "pip install tensorrt==10.5.0" in str(plan_problem(image, None, "10.5.0"))
+    mismatch = str(plan_problem(image, "10.7.0", "10.5.0"))
+    assert "tensorrt 10.7.0 is installed but" in mismatch and "loads only in the TensorRT" \
+        in mismatch
+    assert "no TensorRT library found" in str(plan_problem("busybox", "10.5.0", None))
+
+
+def test_tensorrt_variant_is_skipped_with_its_reason_on_cpu(pytester: pytest.Pytester) -> None:
+    from tests.test_plugin import CONFTEST, run
+
+    pytester.makeconftest(CONFTEST.replace('formats=["torchscript-trace"]', "formats=None"))
+    pytester.makepyfile(test_x="def test_x(triton_model): pass")
+    result = run(pytester, "--collect-only", "-q", "--triton-formats=onnx,tensorrt,onnx-trt")
+    result.stdout.fnmatch_lines(["*test_x[[]affine-onnx-hosted[]]", "*test_x[[]affine-tensorrt[]]",
+                                 "*test_x[[]affine-onnx-trt[]]"])
+    result = run(pytester, "-rs", "--triton-formats=tensorrt,onnx-trt")
+    result.stdout.fnmatch_lines([
+        "*SKIPPED*TensorRT plans need a GPU server with the tensorrt backend: run with "
+        "--triton-gpu*",
+        "*SKIPPED*ONNX Runtime's TensorRT execution accelerator needs a GPU server*",
+    ])
+
+
+# -- real containers from the offline CPU image ----------------------------------------------
+def _docker() -> Any:
+    try:
+        client = docker_client()
+        client.images.get(CPU_IMAGE)
+    except Exception as exc:
+        pytest.skip(f"needs a Docker engine and the {CPU_IMAGE} image (run .ci/docker-engine and "
+                    f"docker/build-cpu-image; CI does): {exc}")
+    return client
+
+
+def _ours(client: Any) -> list[Any]:
+    return client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={os.getpid()}"})
+
+
+@pytest.fixture
+def docker() -> Iterator[Any]:
+    client = _docker()
+    yield client
+    assert _ours(client) == [], "a test left a container behind"
+
+
+@pytest.mark.container
+def test_container_publishes_loopback_mounts_read_only_and_is_removed(docker: Any,
+                                                                      tmp_path: Path) -> None:
+    write_python_model(tmp_path, "add_one")
+    launcher = ContainerLauncher(ContainerSettings(CPU_IMAGE))
+    with launcher.start(ServerArgs(tmp_path, startup_timeout_s=120)) as server:
+        info = server.container.get_wrapped_container().attrs  # type: ignore[attr-defined]
+        bindings = info["HostConfig"]["PortBindings"]
+        assert {p: [b["HostIp"] for b in v] for p, v in bindings.items()} == {
+            "8000/tcp": ["127.0.0.1"], "8001/tcp": ["127.0.0.1"], "8002/tcp": ["127.0.0.1"]}
+        (mount,) = [m for m in info["Mounts"] if m["Destination"] == "/models"]
+        assert mount["RW"] is False and Path(mount["Source"]) == tmp_path
+        for protocol, url in (("http", server.endpoints.http), ("grpc", server.endpoints.grpc)):
+            assert url.startswith("127.0.0.1:")
+            client = TritonClient(url, protocol)  # type: ignore[arg-type]
+            client.load_model("add_one")
+            out = client.infer("add_one", {"X": np.zeros((1, 4), np.float32)})
+            np.testing.assert_array_equal(out["Y"], np.ones((1, 4), np.float32))
+            client.close()
+        assert len(_ours(docker)) == 1
+    assert _ours(docker) == []
+    assert "successfully loaded 'add_one'" in server.log_text()
+
+
+@pytest.mark.container
+def test_container_failed_start_carries_its_log(docker: Any, tmp_path: Path) -> None:
+    launcher = ContainerLauncher(ContainerSettings(CPU_IMAGE))
+    with pytest.raises(ServerError) as info:
+        launcher.start(ServerArgs(tmp_path, extra_args=("--no-such-flag",)))
+    assert "exited with code 1 before it was ready" in str(info.value)
+    assert "unrecognized option '--no-such-flag'" in str(info.value)
+
+
+@pytest.mark.container
+def test_container_model_load_failure_names_the_model(docker: Any, tmp_path: Path) -> None:
+    write_python_model(tmp_path, "broken", initialize="raise RuntimeError('no weights here')")
+    with pytest.raises(ModelLoadError) as info:
+        ContainerLauncher(ContainerSettings(CPU_IMAGE)).start(
+            ServerArgs(tmp_path, model_control_mode="none"))
+    assert info.value.model == "broken" and "no weights here" in info.value.reason
+
+
+@pytest.mark.container
+def test_missing_image_says_how_to_get_it(docker: Any, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="build it with docker/build-cpu-image"):
+        ContainerLauncher(ContainerSettings("pytest-triton-cpu:no-such-tag")).start(
+            ServerArgs(tmp_path))
+    with pytest.raises(ConfigError, match="could not be pulled .* `docker pull` it first"):
+        ContainerLauncher(ContainerSettings("nvcr.io/nvidia/tritonserver:99.99-py3")).start(
+            ServerArgs(tmp_path))
+
+
+@pytest.mark.container
+def test_orphans_of_dead_processes_are_reaped(docker: Any) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = docker.containers.run(CPU_IMAGE, ["sleep", "300"], detach=True,
+                                   labels={OWNER_LABEL: str(dead.pid)})
+    try:
+        assert orphan.short_id in reap_orphans(docker)
+        assert orphan.id not in [c.id for c in docker.containers.list(all=True)]
+    finally:
+        with contextlib.suppress(Exception):
+            orphan.remove(force=True)
+
+
+@pytest.mark.container
+def test_conformance_suite_runs_in_the_container(docker: Any) -> None:
+    """`pytest --triton-launcher container`: the zoo suite, served from the offline image."""
+    before = {c.id for c in docker.containers.list(all=True)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         "--triton-launcher=container", "tests/test_zoo_served.py", "tests/test_zoo_accuracy.py"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1500)
+    tail = result.stdout[-3000:]
+    assert result.returncode == 0, tail
+    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+    assert {c.id for c in docker.containers.list(all=True)} == before
+
+
+@pytest.mark.container
+def test_ctrl_c_removes_the_container(docker: Any, pytester: pytest.Pytester) -> None:
+    from tests.test_plugin import CONFTEST
+
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_wait='''
+import time
+def test_wait(triton_model, triton_client):
+    open("ready", "w").write(triton_model.deployment.server.container.get_container_id())
+    time.sleep(120)
+''')
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                             "--triton-launcher=container", "--triton-protocol=http"],
+                            cwd=pytester.path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ready = pytester.path / "ready"
+    deadline = time.monotonic() + 180
+    while not (ready.exists() and ready.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, "no container came up"
+        time.sleep(0.3)
+    container_id = ready.read_text()
+    assert container_id in [c.id for c in docker.containers.list()]
+    proc.send_signal(signal.SIGINT)
+    proc.wait(90)
+    assert container_id not in [c.id for c in docker.containers.list(all=True)]
