@@ -150,6 +150,7 @@ class LocalServer(RunningServer):
         if env.get("LD_LIBRARY_PATH"):
             libs.append(env["LD_LIBRARY_PATH"])
         env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep __pycache__ out of model repositories
         return env
 
     def log_text(self) -> str:

@@ -83,6 +83,7 @@ class ModelSpec:
     fp16: bool = False
     input_factory: InputFactory | None = None
     parameters: Mapping[str, str] = field(default_factory=dict)
+    triton_name: str | None = None  # the model directory name, for a single-format spec
     _module: torch.nn.Module | None = field(default=None, init=False, repr=False, compare=False)
 
     # -- derived views -------------------------------------------------------------------
@@ -158,6 +159,13 @@ class ModelSpec:
                 "letters, digits, '_', '-' and '.', starting with a letter or digit "
                 "(no path separators)"
             )
+        if self.triton_name is not None:
+            if not _NAME.match(self.triton_name):
+                raise SpecError(f"{where}: triton_name {self.triton_name!r} is not a valid Triton "
+                                "model directory name (no path separators)")
+            if self.formats is None or len(self.formats) != 1:
+                raise SpecError(f"{where}: triton_name names one model directory, so give "
+                                "exactly one format")
         if not isinstance(self.max_batch_size, int) or self.max_batch_size < 0:
             raise SpecError(
                 f"{where}: max_batch_size must be an integer >= 0 (0 disables batching), "

@@ -61,6 +61,8 @@ class Variant:
 
     @property
     def model_name(self) -> str:
+        if self.spec.triton_name:
+            return self.spec.triton_name
         suffix = "_fp16" if self.precision == "fp16" else ""
         return f"{self.spec.name}_{self.format.replace('-', '_')}{suffix}"
 
