@@ -178,19 +178,22 @@ def model_config(family: str, args: argparse.Namespace) -> Deployment:
             except ValueError as exc:
                 raise UsageError(f"DLRM arguments: {exc}") from None
         return Deployment("dlrm", config, checkpoint, args.fp16, args.batch_size, args.cpu)
+    cfg: Any
+    zoo = family
     if family == "resnext":
+        zoo = args.config
         cfg = resnext.Config.full(args.config) if size_full else resnext.Config.small(args.config)
-        return Deployment(args.config, cfg, checkpoint, args.fp16, args.batch_size, False)
-    if family == "bert":
+    elif family == "bert":
         if not size_full:
             cfg = bert.Config.small()
+        elif args.bert_model == "large":
+            cfg = bert.Config.full(args.seq_length)
         else:
-            maker = bert.Config.full if args.bert_model == "large" else bert.Config.base
-            cfg = maker(args.seq_length)
-        return Deployment("bert", cfg, checkpoint, args.fp16, args.batch_size, False)
-    module = mnist if family == "mnist" else text_recognition
-    cfg = module.Config.full() if size_full else module.Config.small()  # type: ignore[attr-defined]
-    return Deployment(family, cfg, checkpoint, args.fp16, args.batch_size, False)
+            cfg = bert.Config.base(args.seq_length)
+    else:
+        module: Any = mnist if family == "mnist" else text_recognition
+        cfg = module.Config.full() if size_full else module.Config.small()
+    return Deployment(zoo, cfg, checkpoint, args.fp16, args.batch_size, False)
 
 
 def _local_backends() -> frozenset[str]:
@@ -269,7 +272,7 @@ def deploy(argv: Sequence[str], out: Any = sys.stdout) -> int:
         overrides["max_batch_size"] = args.triton_max_batch_size
     if delay is not None:
         overrides["dynamic_batching"] = (None if delay <= 0 else DynamicBatching(
-            int(round(delay * 1000))))
+            round(delay * 1000)))
     if args.triton_engine_count is not None:
         overrides["instance_count"] = args.triton_engine_count
     example_batch = max(2, min(chosen.batch_size, overrides.get("max_batch_size") or 1 << 30))

@@ -21,9 +21,17 @@ from docker.types import DeviceRequest, Ulimit
 from pytest_triton import ConfigError, ModelLoadError, Repository, ServerError, TritonClient
 from pytest_triton.config import resolve
 from pytest_triton.launchers import ServerArgs
-from pytest_triton.launchers.container import (CPU_IMAGE, NGC_BACKENDS, NGC_IMAGE, OWNER_LABEL,
-                                               ContainerLauncher, ContainerSettings, command,
-                                               docker_client, reap_orphans)
+from pytest_triton.launchers.container import (
+    CPU_IMAGE,
+    NGC_BACKENDS,
+    NGC_IMAGE,
+    OWNER_LABEL,
+    ContainerLauncher,
+    ContainerSettings,
+    command,
+    docker_client,
+    reap_orphans,
+)
 from pytest_triton.launchers.tensorrt import plan_problem
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.variants import ServerTarget
@@ -208,7 +216,7 @@ def test_missing_image_says_how_to_get_it(docker: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="build it with docker/build-cpu-image"):
         ContainerLauncher(ContainerSettings("pytest-triton-cpu:no-such-tag")).start(
             ServerArgs(tmp_path))
-    with pytest.raises(ConfigError, match="could not be pulled .* `docker pull` it first"):
+    with pytest.raises(ConfigError, match=r"could not be pulled .* `docker pull` it first"):
         ContainerLauncher(ContainerSettings("nvcr.io/nvidia/tritonserver:99.99-py3")).start(
             ServerArgs(tmp_path))
 

@@ -17,7 +17,7 @@ from ..dtypes import tensor_type
 from ..repository import pbtxt
 from ..repository.signature import ServedTensor, Signature
 from ..repository.variants import Variant
-from . import ZOO
+from . import ZOO, TensorInfo
 from .specs import zoo_spec
 
 COMMITTED_FORMAT = "onnx"  # every seed deploys an ONNX variant; native onnxruntime_onnx
@@ -27,7 +27,7 @@ def zoo_signature(name: str) -> Signature:
     entry = ZOO[name]
     inputs, outputs = entry.io_spec(entry.full)
 
-    def served(infos: list) -> tuple[ServedTensor, ...]:  # type: ignore[type-arg]
+    def served(infos: list[TensorInfo]) -> tuple[ServedTensor, ...]:
         return tuple(ServedTensor(i.name, tensor_type(i.dtype), tuple(i.dims)) for i in infos)
 
     return Signature(served(inputs), served(outputs))
