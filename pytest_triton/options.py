@@ -65,6 +65,14 @@ class Option:
     metavar: str | None = None
 
     @property
+    def default_text(self) -> str:
+        if self.default is None or self.default == ():
+            return "none"
+        if isinstance(self.default, tuple):
+            return ",".join(self.default)
+        return str(self.default).lower() if isinstance(self.default, bool) else str(self.default)
+
+    @property
     def cli(self) -> str:
         return "--triton-" + self.name.replace("_", "-")
 

@@ -33,13 +33,14 @@ MARKERS = {
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("triton", "pytest-triton: serve PyTorch models on Triton")
     for option in OPTIONS:
+        text = f"{option.help} (default: {option.default_text})"
         if option.flag:
             group.addoption(option.cli, dest=option.dest, action="store_const", const="true",
-                            default=None, help=option.help)
+                            default=None, help=text)
         else:
-            group.addoption(option.cli, dest=option.dest, default=None, help=option.help,
+            group.addoption(option.cli, dest=option.dest, default=None, help=text,
                             metavar=option.metavar, choices=option.choices)
-        parser.addini(option.ini, option.help, type="string", default=UNSET)
+        parser.addini(option.ini, text, type="string", default=UNSET)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -51,6 +51,14 @@ def test_help_lists_every_option_and_ini_key(pytester: pytest.Pytester) -> None:
         assert option.cli in out and f"{option.ini} (string)" in out, option.name
 
 
+def test_readme_documents_every_option() -> None:
+    from pytest_triton.options import OPTIONS
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    missing = [o.cli for o in OPTIONS if f"`{o.cli}" not in readme or f"`{o.ini}`" not in readme]
+    assert not missing, f"README.md's options table lacks {missing}"
+
+
 @pytest.mark.parametrize(("ini", "cli", "expected"), [
     pytest.param("", [], "120.0 default 0 default", id="defaults"),
     pytest.param("triton_startup_timeout = 30\ntriton_log_verbose = 2", [],
