@@ -15,6 +15,7 @@ import pytest
 from . import factories
 from .config import UNSET, TritonConfig, resolve
 from .errors import ConfigError, TritonTestError
+from .launchers.base import LIVE_SERVERS
 from .launchers.select import make_launcher
 from .options import OPTIONS
 from .repository.spec import ModelSpec
@@ -185,11 +186,4 @@ def _uses(item: pytest.Item, deployment: Any, value: Any) -> bool:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Last line of defence: stop any server a fixture's teardown did not reach."""
-    import sys
-
-    from .launchers.local import stop_all
-
-    stop_all()
-    container = sys.modules.get("pytest_triton.launchers.container")
-    if container is not None:
-        container.stop_all()
+    LIVE_SERVERS.stop_all()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import re
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -100,6 +102,37 @@ class RunningServer(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class LiveServers:
+    """Servers this process started and has not stopped yet; whatever is left is stopped at
+    interpreter exit, so no failure path leaves a server or container behind."""
+
+    def __init__(self) -> None:
+        self._servers: set[RunningServer] = set()
+        self._lock = threading.Lock()
+        atexit.register(self.stop_all)
+
+    def add(self, server: RunningServer) -> None:
+        with self._lock:
+            self._servers.add(server)
+
+    def claim(self, server: RunningServer) -> bool:
+        """Remove `server`; True for the one caller that should now stop it."""
+        with self._lock:
+            if server not in self._servers:
+                return False
+            self._servers.discard(server)
+            return True
+
+    def stop_all(self) -> None:
+        with self._lock:
+            servers = list(self._servers)
+        for server in servers:
+            server.stop()
+
+
+LIVE_SERVERS = LiveServers()
 
 
 class Launcher(Protocol):

@@ -11,10 +11,8 @@ when the next launcher starts.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +20,7 @@ from typing import Any
 from ..config import TritonConfig
 from ..errors import ConfigError, ModelLoadError, ServerError
 from ..repository.variants import ServerTarget
-from .base import Endpoints, RunningServer, ServerArgs, load_failures, log_excerpt
+from .base import LIVE_SERVERS, Endpoints, RunningServer, ServerArgs, load_failures, log_excerpt
 
 NGC_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
 """Triton 2.51.0, the release the local launcher's bundled server is built from."""
@@ -36,8 +34,6 @@ PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 SHM_SIZE = "1g"
 STACK_BYTES = 67108864
 
-_LIVE: set[ContainerServer] = set()
-_LIVE_LOCK = threading.Lock()
 
 
 def _use_own_reaper() -> None:
@@ -140,8 +136,7 @@ class ContainerServer(RunningServer):
         self.endpoints = Endpoints("", "")
 
     def start(self, timeout_s: float) -> None:
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        LIVE_SERVERS.add(self)
         self.container.start()
         try:
             mapped = {name: self.container.get_exposed_port(port) for name, port in PORTS.items()}
@@ -205,10 +200,8 @@ class ContainerServer(RunningServer):
 
     def stop(self) -> None:
         """Remove the container (force), keeping its log readable; idempotent."""
-        with _LIVE_LOCK:
-            if self not in _LIVE:
-                return
-            _LIVE.discard(self)
+        if not LIVE_SERVERS.claim(self):
+            return
         self._final_log = self.log_text()
         with contextlib.suppress(Exception):  # already gone, or never created
             self.container.stop(force=True, delete_volume=True)
@@ -320,12 +313,3 @@ def _alive(pid: int) -> bool:
         return True
     return True
 
-
-def stop_all() -> None:
-    with _LIVE_LOCK:
-        servers = list(_LIVE)
-    for server in servers:
-        server.stop()
-
-
-atexit.register(stop_all)

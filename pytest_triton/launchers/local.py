@@ -8,7 +8,6 @@ stubs included) is killed at the end, so no server outlives a session, even on C
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import importlib.util
@@ -19,17 +18,22 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ServerError
 from ..repository.variants import ServerTarget
-from .base import Endpoints, RunningServer, ServerArgs, free_ports, port_conflict, wait_until_ready
+from .base import (
+    LIVE_SERVERS,
+    Endpoints,
+    RunningServer,
+    ServerArgs,
+    free_ports,
+    port_conflict,
+    wait_until_ready,
+)
 
 PORT_ATTEMPTS = 3
-_LIVE: set[LocalServer] = set()
-_LIVE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -124,8 +128,7 @@ class LocalServer(RunningServer):
                 env=self._env(install), cwd=workdir, start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        LIVE_SERVERS.add(self)
 
     def _stage_backends(self, install: Installation) -> Path | None:
         """Bundled builds need the stub for this Python next to libtriton_python.so."""
@@ -166,10 +169,8 @@ class LocalServer(RunningServer):
 
     def stop(self) -> None:
         """SIGTERM the server, SIGKILL it after its exit timeout, then its stubs; idempotent."""
-        with _LIVE_LOCK:
-            if self not in _LIVE:
-                return
-            _LIVE.discard(self)
+        if not LIVE_SERVERS.claim(self):
+            return
         try:
             if self.process.poll() is None:
                 self.process.terminate()
@@ -213,13 +214,3 @@ class LocalLauncher:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-
-def stop_all() -> None:
-    """Stop every server this process started (atexit; also used by the plugin at session end)."""
-    with _LIVE_LOCK:
-        servers = list(_LIVE)
-    for server in servers:
-        server.stop()
-
-
-atexit.register(stop_all)
