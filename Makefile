@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: gate test lint install clean
+.PHONY: gate test lint install clean bench bench-loadgen
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,18 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check pytest_triton tests examples locustfiles
+	$(BIN)/ruff check pytest_triton tests examples locustfiles benchmarks
 	$(BIN)/mypy
+
+# pytest-benchmark round trips per format x protocol x batch size; compare with
+# `$(BIN)/pytest benchmarks --benchmark-compare`
+bench: $(STAMP)
+	$(BIN)/pytest benchmarks --benchmark-autosave
+
+# Locust against wrk on a trivial model (installs Debian's wrk when missing)
+bench-loadgen: $(STAMP)
+	command -v wrk >/dev/null || apt-get install -y wrk
+	$(BIN)/python benchmarks/loadgen_vs_wrk.py --duration 10 --repeat 3
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

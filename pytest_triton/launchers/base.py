@@ -105,8 +105,9 @@ class RunningServer(ABC):
 
 
 class LiveServers:
-    """Servers this process started and has not stopped yet; whatever is left is stopped at
-    interpreter exit, so no failure path leaves a server or container behind."""
+    """Servers this process started and has not finished stopping; whatever is left is
+    stopped at interpreter exit, so no failure path (an interrupted stop included) leaves a
+    server or container behind."""
 
     def __init__(self) -> None:
         self._servers: set[RunningServer] = set()
@@ -117,13 +118,10 @@ class LiveServers:
         with self._lock:
             self._servers.add(server)
 
-    def claim(self, server: RunningServer) -> bool:
-        """Remove `server`; True for the one caller that should now stop it."""
+    def discard(self, server: RunningServer) -> None:
+        """Called once a stop has completed."""
         with self._lock:
-            if server not in self._servers:
-                return False
             self._servers.discard(server)
-            return True
 
     def stop_all(self) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,7 +129,8 @@ class ContainerServer(RunningServer):
         self.model_control_mode = args.model_control_mode
         self.repository_path = args.model_repository
         self.command = command(args)
-        self._final_log: str | None = None
+        self._final_log: str | None = None  # set once stopped
+        self._stop_lock = threading.RLock()
         container = _loopback_container(settings.image).with_command(self.command)
         container.with_volume_mapping(str(args.model_repository), REPOSITORY_MOUNT, "ro")
         container.with_kwargs(**settings.run_kwargs())
@@ -200,11 +202,13 @@ class ContainerServer(RunningServer):
 
     def stop(self) -> None:
         """Remove the container (force), keeping its log readable; idempotent."""
-        if not LIVE_SERVERS.claim(self):
-            return
-        self._final_log = self.log_text()
-        with contextlib.suppress(Exception):  # already gone, or never created
-            self.container.stop(force=True, delete_volume=True)
+        with self._stop_lock:
+            if self._final_log is None:
+                log = self.log_text()
+                with contextlib.suppress(Exception):  # already gone, or never created
+                    self.container.stop(force=True, delete_volume=True)
+                self._final_log = log
+            LIVE_SERVERS.discard(self)
 
 
 class ContainerLauncher:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +113,8 @@ class LocalServer(RunningServer):
         self.repository_path = Path(args.model_repository)
         self.backends = install.backends
         self._exit_timeout = args.exit_timeout_s
-        self._final_log: str | None = None
+        self._final_log: str | None = None  # set once stopped
+        self._stop_lock = threading.RLock()
         http, grpc, metrics = free_ports(3)
         self.endpoints = Endpoints(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}",
                                    f"127.0.0.1:{metrics}")
@@ -169,8 +171,12 @@ class LocalServer(RunningServer):
 
     def stop(self) -> None:
         """SIGTERM the server, SIGKILL it after its exit timeout, then its stubs; idempotent."""
-        if not LIVE_SERVERS.claim(self):
-            return
+        with self._stop_lock:
+            if self._final_log is None:
+                self._stop()
+            LIVE_SERVERS.discard(self)
+
+    def _stop(self) -> None:
         try:
             if self.process.poll() is None:
                 self.process.terminate()

@@ -1,0 +1,271 @@
+"""`triton-perf`: a perf_analyzer-like sweep over concurrency and batch size with Locust users.
+
+    triton-perf -m dlrm -b 4096 --concurrency-range 1:16 -f dlrm.csv --markdown dlrm.md \
+        --plot dlrm.png --latency-bound 250 --search
+
+This process (no gevent) starts the embedded server (or takes --url), drives a generator
+subprocess point by point, shows progress and writes the reports. The generator is a separate
+process so that gevent patches it before anything else is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from ..client import Protocol
+from ..errors import TritonTestError
+from ..launchers.external import endpoints_from, parse_url
+from ..repository.spec import FORMATS
+from .embedded import DEFAULT_FORMAT, EmbeddedServer, check_host, model_source
+from .perf import (
+    Point,
+    bound_search,
+    bound_summary,
+    largest_within_bound,
+    markdown_table,
+    parse_range,
+    plot,
+    write_csv,
+)
+
+# What the seeds call a sample of each zoo model.
+UNITS = {"dlrm": "rec/s", "bert": "seq/s", "resnet50": "img/s", "resnext101-32x4d": "img/s",
+         "se-resnext101-32x4d": "img/s", "mnist": "img/s", "text_recognition": "img/s"}
+GENERATOR = ("import locust, sys; from pytest_triton.load import _generator; "
+             "sys.exit(_generator.main())")
+CPU_SATURATED = 90.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="triton-perf",
+        description="Sweep concurrency and batch size of one model with Locust users "
+                    "(perf_analyzer's concurrency mode) and report throughput and latency.")
+    p.add_argument("-m", "--model", required=True,
+                   help="zoo model (dlrm, resnext101-32x4d, bert, mnist, text_recognition, ...) "
+                        "or MODULE:CALLABLE returning a ModelSpec")
+    p.add_argument("--size", choices=("small", "full"), default="small",
+                   help="zoo model size (default small)")
+    p.add_argument("--format", choices=FORMATS, default=DEFAULT_FORMAT,
+                   help="export format the embedded server serves (default onnx)")
+    p.add_argument("-u", "--url", default=None,
+                   help="a running server (http://H:P or grpc://H:P) instead of the embedded one")
+    p.add_argument("--model-name", default=None,
+                   help="the model's name on --url (default: the embedded server's name)")
+    p.add_argument("-i", "--protocol", choices=("http", "grpc"), default=None,
+                   help="protocol (default: --url's scheme, else http)")
+    p.add_argument("-b", "--batch-size", default="1",
+                   help="batch sizes, comma list or START:END:STEP (default 1)")
+    p.add_argument("--concurrency-range", default="1",
+                   help="concurrencies, START:END:STEP as perf_analyzer, or a comma list")
+    p.add_argument("-p", "--measurement-interval", type=float, default=5000, metavar="MS",
+                   help="measurement window per point in ms (default 5000)")
+    p.add_argument("--warmup", type=float, default=1000, metavar="MS",
+                   help="load before each window, not measured (default 1000)")
+    p.add_argument("--percentile", type=int, choices=(50, 90, 95, 99), default=99,
+                   help="latency percentile for --latency-bound (default 99)")
+    p.add_argument("--latency-bound", type=float, default=None, metavar="MS",
+                   help="report the largest concurrency within this latency and its throughput")
+    p.add_argument("--search", action="store_true",
+                   help="with --latency-bound: double the concurrency from the range's start "
+                        "until the bound breaks, then bisect (instead of measuring every point)")
+    p.add_argument("-f", "--csv", type=Path, default=None, help="CSV (perf_analyzer columns)")
+    p.add_argument("--markdown", type=Path, default=None, help="markdown table")
+    p.add_argument("--plot", type=Path, default=None, help="PNG latency vs throughput plot")
+    p.add_argument("--json", type=Path, default=None, help="all points as JSON")
+    p.add_argument("--unit", default=None, help="throughput unit label (default per model)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback --url (refused by default)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class GeneratorProcess:
+    """The generator subprocess; every command gets one JSON answer."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", GENERATOR], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, preexec_fn=_die_with_parent)
+        self.ask({"op": "config", **config})
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        stdin: IO[str] | None = self.proc.stdin
+        stdout: IO[str] | None = self.proc.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(json.dumps(command) + "\n")
+        stdin.flush()
+        line = stdout.readline()
+        if not line:
+            raise TritonTestError(f"the load generator exited (code {self.proc.wait()}); "
+                                  "see its error output above")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise TritonTestError(f"the load generator failed: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=15)
+        except (subprocess.TimeoutExpired, OSError):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _point(answer: dict[str, Any]) -> Point:
+    return Point(**{k: v for k, v in answer.items() if k in Point.__dataclass_fields__})
+
+
+def run(args: argparse.Namespace) -> int:
+    batches = parse_range(args.batch_size)
+    concurrencies = parse_range(args.concurrency_range)
+    unit = args.unit or UNITS.get(args.model, "infer/s")
+    server: EmbeddedServer | None = None
+    generator: GeneratorProcess | None = None
+    points: list[Point] = []
+    try:
+        served = model_source(args.model, args.size, args.format)
+        if args.url:
+            check_host(args.url, args.allow_remote)
+            scheme, _ = parse_url(args.url)
+            protocol: Protocol = args.protocol or ("grpc" if scheme == "grpc" else "http")
+            endpoints = endpoints_from(args.url)
+            stats_protocol: Protocol = "http" if scheme == "http" else "grpc"
+        else:
+            server = EmbeddedServer([served], args.format,
+                                    progress=lambda m: print(f"[triton-perf] {m}",
+                                                             file=sys.stderr))
+            endpoints = server.start()
+            protocol = args.protocol or "http"
+            stats_protocol = "http"
+        name = args.model_name or served.model_name(args.format)
+        host = f"{protocol}://{endpoints.url(protocol)}"
+        generator = GeneratorProcess({
+            "host": host, "model": name, "source": args.model, "size": args.size,
+            "format": args.format, "stats_url": endpoints.url(stats_protocol),
+            "stats_protocol": stats_protocol})
+        points = _sweep(generator, args, batches, concurrencies, unit)
+    finally:
+        if generator is not None:
+            generator.close()
+        if server is not None:
+            server.stop()
+    _report(points, args, unit, name)
+    return 0
+
+
+def _sweep(generator: GeneratorProcess, args: argparse.Namespace, batches: Sequence[int],
+           concurrencies: Sequence[int], unit: str) -> list[Point]:
+    from tqdm import tqdm
+
+    searching = args.search and args.latency_bound is not None
+    total = None if searching else len(batches) * len(concurrencies)
+    points: list[Point] = []
+    with tqdm(total=total, unit="point", file=sys.stderr, disable=args.no_progress,
+              dynamic_ncols=True) as bar:
+        def measure(batch: int, concurrency: int) -> Point:
+            bar.set_description(f"batch {batch} concurrency {concurrency}")
+            point = _point(generator.ask({
+                "op": "measure", "batch_size": batch, "concurrency": concurrency,
+                "warmup_s": args.warmup / 1e3, "interval_s": args.measurement_interval / 1e3}))
+            points.append(point)
+            bar.update(1)
+            bar.set_postfix_str(f"{point.throughput:,.0f} {unit}, p{args.percentile} "
+                                f"{point.latency(args.percentile):.1f} ms")
+            return point
+
+        for batch in batches:
+            if searching:
+                def at(concurrency: int, batch: int = batch) -> Point:
+                    return measure(batch, concurrency)
+
+                for _ in bound_search(at, args.latency_bound, min(concurrencies),
+                                      max(concurrencies), args.percentile):
+                    pass
+            else:
+                for concurrency in concurrencies:
+                    measure(batch, concurrency)
+    return points
+
+
+def _report(points: Sequence[Point], args: argparse.Namespace, unit: str, name: str) -> None:
+    table = markdown_table(points, unit)
+    print(table)
+    lines = []
+    if args.latency_bound is not None:
+        for batch in sorted({p.batch_size for p in points}):
+            best = largest_within_bound([p for p in points if p.batch_size == batch],
+                                        args.latency_bound, args.percentile)
+            lines.append(bound_summary(best, args.latency_bound, args.percentile, unit))
+    saturated = [p for p in points if (p.generator_cpu_percent or 0) >= CPU_SATURATED]
+    if saturated:
+        lines.append("WARNING: the load generator's CPU was saturated at "
+                     + ", ".join(f"batch {p.batch_size} concurrency {p.concurrency}"
+                                 for p in saturated)
+                     + ": it could not keep up, those throughputs are lower bounds.")
+    failed = [p for p in points if p.failures]
+    if failed:
+        lines.append("WARNING: failed requests at " + ", ".join(
+            f"batch {p.batch_size} concurrency {p.concurrency} ({p.failures})" for p in failed))
+    for line in lines:
+        print(line)
+    if args.csv:
+        write_csv(points, args.csv)
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(table + "\n" + "".join(f"\n{line}\n" for line in lines))
+    if args.plot:
+        plot(points, args.plot, title=f"{name}: latency vs throughput", unit=unit,
+             bound_ms=args.latency_bound, percentile=args.percentile)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "model": name, "unit": unit, "points": [p.as_dict() for p in points],
+            "latency_bound_ms": args.latency_bound, "percentile": args.percentile,
+            "within_bound": {str(b): (best.as_dict() if best else None) for b, best in (
+                (b, largest_within_bound([p for p in points if p.batch_size == b],
+                                         args.latency_bound, args.percentile))
+                for b in sorted({p.batch_size for p in points}))}
+            if args.latency_bound is not None else None,
+        }, indent=2))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        parse_range(args.batch_size)
+        parse_range(args.concurrency_range)
+    except ValueError as exc:
+        _parser().error(str(exc))
+    # SIGTERM must unwind through run()'s finally: the server and the generator go with us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("[triton-perf] interrupted", file=sys.stderr)
+        return 130
+    except (TritonTestError, ValueError, OSError) as exc:
+        print(f"[triton-perf] error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Locust users that send Triton inference requests over HTTP or gRPC.
+
+A user is one closed loop (no wait between requests): N users keep N requests in flight, which
+is perf_analyzer's concurrency mode. Each request is fired as a Locust request event named
+after the model, with `response_length` = its batch size, so Locust's totals count samples
+and the verdict reports samples/s (requests x batch size) as the seeds do.
+
+Importing this module imports locust (gevent monkey patching) and switches gRPC to gevent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from locust import User, constant, task
+from locust.exception import StopUser
+
+from ..client import Protocol
+from ..dtypes import tensor_type
+from ..errors import ConfigError
+from . import grpc_gevent, hooks
+from .embedded import EmbeddedModel, check_host, zoo_model
+from .hooks import default_targets
+from .settings import RunSettings, user_batch_size, user_endpoint, user_model, user_protocol
+
+grpc_gevent.init()
+# This process only makes input tensors with torch; one thread keeps it fork-safe for
+# --processes and leaves the cores to the server.
+torch.set_num_threads(1)
+
+log = logging.getLogger("pytest_triton.load")
+InputsFactory = Callable[[int, int], Mapping[str, Any]]
+_seeds = itertools.count()
+_refused: set[str] = set()
+
+__all__ = ["GrpcTritonUser", "HttpTritonUser", "TritonUser", "default_targets", "hooks",
+           "zoo_model"]
+
+
+def _numpy(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    return np.ascontiguousarray(value)
+
+
+class TritonUser(User):
+    """Sends one inference request after another to one model.
+
+    Class attributes configure it: `model` (Triton model name; default: the name `served` gets
+    on the embedded server), `version`, `batch_size`, `protocol` ("http", "grpc" or None for
+    the host's scheme), `inputs` (a factory (batch_size, seed) -> {name: array}; default:
+    `served`'s), `outputs` (names to request; None: all), `served` (the EmbeddedModel started
+    when no --host is given). --triton-model and --triton-batch-size override them.
+    """
+
+    abstract = True
+    wait_time = constant(0)
+    model: str | None = None
+    version: str = ""
+    batch_size: int = 1
+    protocol: Protocol | None = None
+    inputs: ClassVar[InputsFactory | None] = None
+    outputs: Sequence[str] | None = None
+    served: EmbeddedModel | None = None
+    distinct_inputs: int = 4  # different batches a user cycles through
+    timeout_s: float = 60.0
+
+    def on_start(self) -> None:
+        cls = type(self)
+        settings = RunSettings.from_options(self.environment.parsed_options)
+        host = self.host or self.environment.host
+        try:
+            if not host:
+                raise ConfigError("no host to send load to: pass --host URL, or give the user "
+                                  "class a `served` model so an embedded server starts")
+            check_host(host, settings.allow_remote)
+            self._model = user_model(cls, settings)
+            self._batch = user_batch_size(cls, settings)
+            self._protocol = user_protocol(cls, host, settings)
+            url = user_endpoint(self._protocol, host, settings)
+            factory = cls.inputs or (cls.served.inputs if cls.served else None)
+            if factory is None:
+                raise ConfigError(f"{cls.__name__} has no `inputs` factory and no `served` "
+                                  "model to make inputs from")
+            first = next(_seeds) * self.distinct_inputs
+            batches = [factory(self._batch, first + i) for i in range(self.distinct_inputs)]
+        except ConfigError as exc:
+            if str(exc) not in _refused:  # once per process, not once per user
+                _refused.add(str(exc))
+                log.error("pytest-triton: %s", exc)
+            raise StopUser() from None
+        self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
+        if self._protocol == "http":
+            self._client: Any = httpclient.InferenceServerClient(
+                url, concurrency=1, connection_timeout=self.timeout_s,
+                network_timeout=self.timeout_s)
+        else:
+            self._client = grpcclient.InferenceServerClient(url)
+        self._requests: Iterator[tuple[list[Any], list[Any] | None]] = itertools.cycle(
+            [self._build(b) for b in batches])
+
+    def _build(self, batch: Mapping[str, Any]) -> tuple[list[Any], list[Any] | None]:
+        """tritonclient request objects, built once: the loop then only sends."""
+        mod: Any = httpclient if self._protocol == "http" else grpcclient
+        inputs = []
+        for name, value in batch.items():
+            array = _numpy(value)
+            item = mod.InferInput(name, list(array.shape), tensor_type(array.dtype).wire)
+            if self._protocol == "http":
+                item.set_data_from_numpy(array, binary_data=True)
+            else:
+                item.set_data_from_numpy(array)
+            inputs.append(item)
+        outputs = None
+        if self.outputs is not None:
+            outputs = [httpclient.InferRequestedOutput(n, binary_data=True)
+                       if self._protocol == "http" else grpcclient.InferRequestedOutput(n)
+                       for n in self.outputs]
+        return inputs, outputs
+
+    def _send(self, inputs: list[Any], outputs: list[Any] | None) -> None:
+        if self._protocol == "http":
+            self._client.infer(self._model, inputs, model_version=self.version, outputs=outputs)
+        else:
+            self._client.infer(self._model, inputs, model_version=self.version, outputs=outputs,
+                               client_timeout=self.timeout_s)
+
+    @task
+    def infer(self) -> None:
+        inputs, outputs = next(self._requests)
+        error: Exception | None = None
+        start = time.perf_counter()
+        try:
+            self._send(inputs, outputs)
+        except Exception as exc:  # every client/server failure is a failed request, not a crash
+            error = exc
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        self.environment.events.request.fire(
+            request_type=self._request_type, name=self._model, response_time=elapsed_ms,
+            response_length=0 if error else self._batch, exception=error,
+            context={"batch_size": self._batch, "protocol": self._protocol})
+
+    def on_stop(self) -> None:
+        client = getattr(self, "_client", None)
+        if client is not None:
+            with contextlib.suppress(Exception):  # closing a connection to a stopped server
+                client.close()
+
+
+class HttpTritonUser(TritonUser):
+    """A TritonUser that always speaks HTTP/REST (KServe v2)."""
+
+    abstract = True
+    protocol: Protocol | None = "http"
+
+
+class GrpcTritonUser(TritonUser):
+    """A TritonUser that always speaks gRPC."""
+
+    abstract = True
+    protocol: Protocol | None = "grpc"

@@ -1,0 +1,104 @@
+"""Small models whose serving behaviour the load tests can predict.
+
+`probe_spec`: a tiny linear model that batches as soon as 8 requests wait (max batch 8) or
+after 20 ms: with 8 users in flight its executions are batches of ~8; a generator that sends
+one request at a time (a naive gRPC user under gevent) shows batches of 1.
+
+`write_sleepy`: a python-backend model that sleeps 20 ms per execution, one instance, no
+batching: with c requests in flight a request waits for ~c executions, so its latency is
+~20 ms x c. That makes the latency-bounded search's answer known in advance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pytest_triton import DynamicBatching, ModelSpec
+from pytest_triton.repository import pbtxt
+
+SLEEP_MS = 20
+
+
+class Probe(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.linspace(-1, 1, 32).reshape(4, 8))
+            self.linear.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+def _inputs(batch: int, seed: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(batch, 8, generator=generator)}
+
+
+def probe_spec(name: str = "probe") -> ModelSpec:
+    return ModelSpec(name=name, module=Probe, example_inputs=_inputs(4, 0), inputs=["x"],
+                     outputs=["y"], max_batch_size=8,
+                     dynamic_batching=DynamicBatching(max_queue_delay_microseconds=20_000),
+                     input_factory=_inputs)
+
+
+SLEEPY_MODEL = f'''
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            time.sleep({SLEEP_MS} / 1000)
+            x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", x[:, :4])]))
+        return responses
+'''
+
+
+LAUNCH_MS = 10
+LAUNCH_BOUND_MODEL = f'''
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep({LAUNCH_MS} / 1000)  # once per execution, whatever its batch size
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
+            for r in requests]
+'''
+
+
+def write_launch_bound(root: Path, name: str, *, batching: bool) -> Path:
+    """A model whose execution costs LAUNCH_MS whatever the batch, like a launch-bound GPU
+    kernel: the cost the tutorial's batching gain comes from, without CPU noise."""
+    directory = write_sleepy(root, name, source=LAUNCH_BOUND_MODEL, max_batch_size=16)
+    if batching:
+        config = pbtxt.read_config(directory / "config.pbtxt")
+        config.dynamic_batching.SetInParent()  # dynamic_batching { }, as the tutorial
+        pbtxt.write_config(directory, config)
+    return directory
+
+
+def write_sleepy(root: Path, name: str = "sleepy", *, source: str = SLEEPY_MODEL,
+                 max_batch_size: int = 8) -> Path:
+    """A python-backend model dir with the probe's signature (x: FP32 [8] -> y: FP32 [4])."""
+    directory = root / name
+    (directory / "1").mkdir(parents=True, exist_ok=True)
+    (directory / "1" / "model.py").write_text(source)
+    config = mc.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
+    config.input.append(mc.ModelInput(name="x", data_type=mc.TYPE_FP32, dims=[8]))
+    config.output.append(mc.ModelOutput(name="y", data_type=mc.TYPE_FP32, dims=[4]))
+    config.instance_group.append(
+        mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
+    pbtxt.write_config(directory, config)
+    return directory

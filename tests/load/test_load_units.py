@@ -1,0 +1,239 @@
+"""The load package's pure parts: targets and verdict, host rules, options, reports, the search.
+
+No server and no locust here (these modules must stay importable without gevent patching).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_triton.errors import ConfigError
+from pytest_triton.launchers.base import Endpoints
+from pytest_triton.load import perf
+from pytest_triton.load import targets as tg
+from pytest_triton.load.embedded import (
+    EmbeddedModel,
+    check_host,
+    decode_endpoints,
+    encode_endpoints,
+    is_loopback,
+)
+from pytest_triton.load.server_report import ModelReport, generator_warnings
+from pytest_triton.load.settings import (
+    RunSettings,
+    stats_protocol,
+    user_batch_size,
+    user_endpoint,
+    user_model,
+    user_protocol,
+)
+from pytest_triton.stats import Duration, ModelStats
+from tests.load.conftest import REPO, subprocess_env
+from tests.load.probe_models import probe_spec
+
+
+def test_nothing_here_imports_locust() -> None:
+    """The plugin and every module pytest may import must leave gevent out of the process."""
+    code = ("import sys, pytest_triton.plugin, pytest_triton.load.targets, "
+            "pytest_triton.load.perf, pytest_triton.load.embedded, pytest_triton.load.settings, "
+            "pytest_triton.load.server_report, pytest_triton.load.sweep; "
+            "from gevent import monkey; "
+            "assert 'locust' not in sys.modules and not monkey.is_anything_patched()")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+
+
+# -- targets ----------------------------------------------------------------------------------
+def measured(**overrides: float) -> tg.Measured:
+    values: dict[str, float] = dict(requests=1000, failures=0, samples=2000, duration_s=10.0,
+                                    avg_ms=4.0, p95_ms=8.0, p99_ms=12.0)
+    values.update(overrides)
+    return tg.Measured(**values)  # type: ignore[arg-type]
+
+
+def test_throughput_counts_samples_not_requests() -> None:
+    m = measured()
+    assert m.throughput == 200.0 and m.request_rate == 100.0 and m.fail_ratio == 0.0
+
+
+def test_verdict_passes_and_fails_per_target() -> None:
+    targets = tg.Targets(perf_latency_p99=10, perf_throughput=150, perf_fail_ratio=0.0)
+    checks = {c.name: c for c in tg.evaluate(targets, measured())}
+    assert checks["perf_latency_p99"].passed is False
+    assert checks["perf_throughput"].passed is True
+    assert checks["perf_fail_ratio"].passed is True
+    assert checks["perf_latency_p95"].passed is None  # no target, still reported
+    table = tg.verdict_table(list(checks.values()))
+    assert "RESULT: FAIL - perf_latency_p99 (ms) measured 12, target <= 10" in table
+    assert "perf_throughput (samples/s)  >= 150" in table
+
+
+def test_a_run_without_success_fails_every_target() -> None:
+    checks = tg.evaluate(tg.Targets(perf_throughput=1), measured(requests=5, failures=5,
+                                                                 samples=0))
+    failed = {c.name for c in tg.failures(checks)}
+    assert failed == {"successful requests", "perf_throughput"}
+    assert "perf_throughput (samples/s) not measured" in tg.verdict_table(checks)
+
+
+def test_targets_from_env_and_overrides() -> None:
+    env = {"TRITON_PERF_LATENCY_P99": "50", "TRITON_PERF_THROUGHPUT": " 1e3 "}
+    targets = tg.Targets.from_env(env)
+    assert targets.perf_latency_p99 == 50 and targets.perf_throughput == 1000
+    merged = tg.Targets(perf_fail_ratio=0.0).merged({"perf_latency_p99": 20,
+                                                     "perf_throughput": None})
+    assert merged == tg.Targets(perf_latency_p99=20, perf_fail_ratio=0.0)
+    with pytest.raises(ValueError, match="TRITON_PERF_LATENCY_P95='fast' is not a number"):
+        tg.Targets.from_env({"TRITON_PERF_LATENCY_P95": "fast"})
+    with pytest.raises(ValueError, match=r"ratio in 0\.\.1"):
+        tg.Targets(perf_fail_ratio=2)
+    assert [t.cli for t in tg.TARGET_DEFS][2:4] == ["--perf-latency-p99", "--perf-throughput"]
+
+
+# -- hosts and options ------------------------------------------------------------------------
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "grpc://localhost:8001",
+                                 "127.0.0.2:1", "http://[::1]:8000"])
+def test_loopback_hosts_are_allowed(url: str) -> None:
+    assert is_loopback(url)
+    check_host(url)
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.5:8000", "grpc://triton.internal:8001",
+                                 "http://0.0.0.0:8000"])
+def test_other_hosts_need_the_opt_in(url: str) -> None:
+    with pytest.raises(ConfigError, match="--triton-allow-remote"):
+        check_host(url)
+    check_host(url, allow_remote=True)
+
+
+def test_malformed_host_says_the_format() -> None:
+    with pytest.raises(ConfigError, match="http://HOST:PORT"):
+        check_host("http://nohostport")
+
+
+def test_endpoints_travel_as_one_option() -> None:
+    endpoints = Endpoints("127.0.0.1:1000", "127.0.0.1:2000")
+    assert decode_endpoints(encode_endpoints(endpoints)) == endpoints
+
+
+def test_web_ui_strings_and_cli_values_give_the_same_settings() -> None:
+    cli = SimpleNamespace(triton_batch_size=4, triton_max_requests=None, triton_protocol="grpc",
+                          triton_model=None, triton_format=None, triton_allow_remote=True,
+                          triton_endpoints=None)
+    web = SimpleNamespace(triton_batch_size="4", triton_max_requests="", triton_protocol="grpc",
+                          triton_model="", triton_format="", triton_allow_remote="true",
+                          triton_endpoints="")
+    assert RunSettings.from_options(cli) == RunSettings.from_options(web)
+    with pytest.raises(ConfigError, match="--triton-batch-size must be >= 1"):
+        RunSettings.from_options(SimpleNamespace(triton_batch_size="0"))
+
+
+def test_user_resolution() -> None:
+    served = EmbeddedModel(probe_spec)
+
+    class User:
+        model = None
+        batch_size = 2
+        protocol = None
+
+    User.served = served  # type: ignore[attr-defined]
+    plain = RunSettings()
+    assert user_model(User, plain) == "probe_onnx"
+    assert user_model(User, RunSettings(fmt="torchscript-trace")) == "probe_torchscript_trace"
+    assert user_model(User, RunSettings(model="other")) == "other"
+    assert user_batch_size(User, plain) == 2
+    assert user_batch_size(User, RunSettings(batch_size=16)) == 16
+    assert user_protocol(User, "grpc://127.0.0.1:9", plain) == "grpc"
+    assert user_protocol(User, "127.0.0.1:9", plain) == "http"
+    # The embedded server's own ports win over Triton's HTTP+1 = gRPC convention ...
+    known = RunSettings(endpoints=Endpoints("127.0.0.1:5000", "127.0.0.1:7000"))
+    assert user_endpoint("grpc", "http://127.0.0.1:5000", known) == "127.0.0.1:7000"
+    assert stats_protocol("grpc://127.0.0.1:7000", known) == "http"
+    # ... but only for the embedded server's host.
+    assert user_endpoint("grpc", "http://127.0.0.1:8000", known) == "127.0.0.1:8001"
+    assert stats_protocol("grpc://127.0.0.1:8001", known) == "grpc"
+
+
+# -- server report ----------------------------------------------------------------------------
+def test_server_report_reads_like_perf_analyzer() -> None:
+    delta = ModelStats(inference_count=400, execution_count=50,
+                       success=Duration(200, 200 * 6_000_000), queue=Duration(200, 200 * 3_000_000),
+                       compute_input=Duration(50, 50 * 100_000),
+                       compute_infer=Duration(50, 50 * 2_000_000),
+                       compute_output=Duration(50, 50 * 50_000), batches={8: 50})
+    report = ModelReport("m", delta, client_requests=200, client_avg_ms=7.5)
+    text = report.text()
+    assert "Inference count: 400" in text and "Execution count: 50" in text
+    assert "Successful request count: 200" in text and "Avg batch size: 8.00" in text
+    assert "Batch size histogram (batch size x executions): 8 x 50" in text
+    assert "Avg request latency: 6000 usec (overhead 850 usec + queue 3000 usec" in text
+    assert report.client_overhead_ms == pytest.approx(1.5)
+    assert generator_warnings(reports=[report]) == []
+    slow_client = ModelReport("m", delta, 200, client_avg_ms=20.0)
+    assert "spent outside the server" in generator_warnings(reports=[slow_client])[0]
+    assert "could not keep up" in generator_warnings(cpu_percent=97.0)[0]
+
+
+# -- perf sweep -------------------------------------------------------------------------------
+def point(concurrency: int, p99: float, batch: int = 1, failures: int = 0) -> perf.Point:
+    return perf.Point(batch_size=batch, concurrency=concurrency, duration_s=2.0, requests=100,
+                      failures=failures, avg_ms=p99 / 2, p50_ms=p99 / 2, p90_ms=p99 * 0.9,
+                      p95_ms=p99 * 0.95, p99_ms=p99)
+
+
+@pytest.mark.parametrize("text, values", [("2:16:2", [2, 4, 6, 8, 10, 12, 14, 16]),
+                                          ("1:4", [1, 2, 3, 4]), ("8", [8]),
+                                          ("1,2,4", [1, 2, 4])])
+def test_ranges_read_like_perf_analyzer(text: str, values: list[int]) -> None:
+    assert perf.parse_range(text) == values
+
+
+@pytest.mark.parametrize("text", ["8:2", "0:4", "a", "1:2:0", "1:2:3:4"])
+def test_bad_ranges_say_the_format(text: str) -> None:
+    with pytest.raises(ValueError, match="START"):
+        perf.parse_range(text)
+
+
+def test_bound_search_doubles_then_bisects() -> None:
+    asked: list[int] = []
+
+    def measure(c: int) -> perf.Point:
+        asked.append(c)
+        return point(c, 20.0 * c)  # p99 grows 20 ms per concurrent request
+
+    points = list(perf.bound_search(measure, 90, 1, 64))
+    assert asked == [1, 2, 4, 8, 6, 5]
+    best = perf.largest_within_bound(points, 90)
+    assert best is not None and best.concurrency == 4
+    assert list(perf.bound_search(measure, 10, 1, 64)) == [point(1, 20.0)]  # never within
+    assert [p.concurrency for p in perf.bound_search(measure, 1e9, 1, 6)] == [1, 2, 4, 6]
+
+
+def test_failed_points_never_count_as_within_the_bound() -> None:
+    best = perf.largest_within_bound([point(1, 5), point(2, 5, failures=3)], 10)
+    assert best is not None and best.concurrency == 1
+    summary = perf.bound_summary(best, 10, 99, "rec/s")
+    assert summary.startswith("p99 latency bound 10 ms: up to 1 concurrent requests of batch 1")
+    assert "not met" in perf.bound_summary(None, 10, 99, "rec/s")
+
+
+def test_reports_are_written(tmp_path: Path) -> None:
+    points = [point(1, 10.0, batch=8), point(1, 30.0, batch=64)]
+    table = perf.markdown_table(points, "rec/s")
+    assert table.splitlines()[0] == ("| **Batch Size** | **Throughput** | **Avg Latency** | "
+                                     "**95% Latency** | **99% Latency** |")
+    assert "| 64 | 3200.0 rec/s | 15.00 ms | 28.50 ms | 30.00 ms |" in table
+    perf.write_csv(points, tmp_path / "p.csv")
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert rows[0].startswith("Concurrency,Inferences/Second,Server Queue")
+    assert rows[2].split(",")[1] == "3200.0"
+    perf.plot(points, tmp_path / "p.png", title="t", unit="rec/s", bound_ms=20)
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    assert math.isnan(points[0].client_overhead_ms)  # no server figures, no overhead

@@ -1,0 +1,163 @@
+"""Locust runs end to end, each in a subprocess under a hard timeout: HTTP and gRPC users under
+gevent, SIGTERM, distributed modes, the web UI, bounds, host refusal, and a failing target."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_triton.launchers.base import Endpoints
+from tests.load.conftest import (
+    LOCUSTFILES,
+    PROBE_LOCUSTFILE,
+    Locust,
+    locust_args,
+    run_locust,
+    subprocess_env,
+    tritonservers,
+)
+
+pytestmark = [pytest.mark.load, pytest.mark.triton]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_users_keep_requests_in_flight_together(protocol: str, probe_server: Endpoints,
+                                                tmp_path: Path) -> None:
+    """8 users must have 8 requests in flight: the probe model batches what waits together, so
+    batches of ~8 prove it; a generator that serializes (a naive gRPC user under gevent, which
+    blocks the hub for each call) would only ever show batches of 1."""
+    host = f"{protocol}://{probe_server.url(protocol)}"
+    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "4s",
+                     "--host", host, "--csv", str(tmp_path / "run"), tmp_path=tmp_path)
+    assert run.code == 0, run.tail()
+    assert run.report is not None
+    measured = run.report["measured"]
+    assert measured["requests"] > 50 and measured["failures"] == 0, run.tail()
+    (server,) = run.report["server"]
+    assert server["model"] == "probe_onnx"
+    assert server["avg_batch_size"] >= 4, server
+    assert "RESULT: PASS" in run.stdout
+    assert "Avg request latency:" in run.stdout and "Batch size histogram" in run.stdout
+    stats_csv = (tmp_path / "run_stats.csv").read_text()
+    assert "probe_onnx" in stats_csv.splitlines()[1], stats_csv
+
+
+def test_sigterm_stops_grpc_load_and_the_embedded_server(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    run = Locust(locust_args(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "300s",
+                             "--triton-protocol", "grpc", report=report), report)
+    run.wait_for("All users spawned", timeout=120)
+    time.sleep(2)
+    children = run.descendants()
+    (server,) = tritonservers(children)
+    repository = next(a.split("=", 1)[1] for a in server.cmdline()
+                      if a.startswith("--model-repository="))
+    run.proc.send_signal(signal.SIGTERM)
+    finished = run.finish(timeout=40)  # the server's own graceful stop takes up to ~10 s
+    assert finished.code == 0, finished.tail()
+    assert "RESULT: PASS" in finished.stdout
+    assert finished.report is not None and finished.report["measured"]["requests"] > 0
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"left running after SIGTERM: {alive}"
+    assert not Path(repository).exists(), "the embedded repository was left behind"
+
+
+def test_processes_mode_with_embedded_server(tmp_path: Path) -> None:
+    """--processes forks workers after the locustfile import: gRPC's gevent mode, set at import,
+    must hold in every child, and only the master may start the server."""
+    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "4s",
+                     "--processes", "2", "--triton-protocol", "grpc", tmp_path=tmp_path,
+                     timeout=120)
+    assert run.code == 0, run.tail()
+    assert run.report is not None and run.report["measured"]["requests"] > 50
+    assert run.report["host"].startswith("grpc://127.0.0.1:")
+    assert run.output.count("starting an embedded tritonserver") == 1
+    assert run.report["server"][0]["avg_batch_size"] > 1
+
+
+def test_master_and_worker_processes(tmp_path: Path) -> None:
+    """The worker gets the embedded server's URL from the master (with its options)."""
+    port = free_port()
+    report = tmp_path / "report.json"
+    master = Locust(locust_args(PROBE_LOCUSTFILE, "--headless", "-u", "4", "-r", "4", "-t", "4s",
+                                "--master", "--master-bind-host", "127.0.0.1",
+                                "--master-bind-port", str(port), "--expect-workers", "1",
+                                report=report), report)
+    worker = Locust(locust_args(PROBE_LOCUSTFILE, "--worker", "--master-host", "127.0.0.1",
+                                "--master-port", str(port)))
+    done = master.finish(timeout=120)
+    worker_done = worker.finish(timeout=30)
+    assert done.code == 0, done.tail()
+    assert worker_done.code == 0, worker_done.tail()
+    assert done.report is not None and done.report["measured"]["requests"] > 20
+    assert "starting an embedded tritonserver" not in worker_done.output
+
+
+def test_web_ui_serves_and_runs(tmp_path: Path) -> None:
+    port = free_port()
+    report = tmp_path / "report.json"
+    run = Locust(locust_args(PROBE_LOCUSTFILE, "--web-host", "127.0.0.1", "--web-port", str(port),
+                             "--autostart", "--autoquit", "1", "-u", "4", "-r", "4", "-t", "5s",
+                             report=report), report)
+    run.wait_for("Starting web interface", timeout=120)
+    page = ""
+    deadline = time.monotonic() + 20
+    while not page and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
+                page = response.read().decode()
+        except OSError:
+            time.sleep(0.2)
+    finished = run.finish(timeout=60)
+    assert "locust" in page.lower()
+    assert finished.code == 0, finished.tail()
+    assert finished.report is not None and finished.report["measured"]["requests"] > 20
+
+
+def test_refuses_a_non_loopback_host(tmp_path: Path) -> None:
+    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "1", "-t", "2s",
+                     "--host", "http://192.0.2.10:8000", tmp_path=tmp_path, timeout=60)
+    assert run.code == 2, run.tail()
+    assert "refusing to send load to http://192.0.2.10:8000" in run.output
+    assert "--triton-allow-remote" in run.output
+
+
+def test_max_requests_bounds_a_run_without_run_time(probe_server: Endpoints,
+                                                    tmp_path: Path) -> None:
+    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "4", "-r", "4",
+                     "--triton-max-requests", "200", "--host", f"http://{probe_server.http}",
+                     tmp_path=tmp_path, timeout=60)
+    assert run.code == 0, run.tail()
+    assert "no --run-time given" in run.output
+    assert "--triton-max-requests 200 reached" in run.output
+    assert run.report is not None
+    assert 200 <= run.report["measured"]["requests"] < 5000
+    assert run.report["measured"]["duration_s"] < 25
+
+
+def test_an_unmeetable_target_fails_the_run_and_names_it(tmp_path: Path) -> None:
+    """A zoo locustfile on its embedded server: one target from the command line, one from the
+    environment; both impossible."""
+    env = subprocess_env(TRITON_PERF_THROUGHPUT="1e12")
+    run = run_locust(LOCUSTFILES / "mnist.py", "--headless", "-u", "2", "-r", "2", "-t", "3s",
+                     "--perf-latency-p99", "0.001", tmp_path=tmp_path, env=env, timeout=120)
+    assert run.code == 1, run.tail()
+    verdict = run.stdout[run.stdout.index("Verdict"):]
+    assert "RESULT: FAIL" in verdict
+    assert "perf_throughput (samples/s) measured" in verdict
+    assert "perf_latency_p99 (ms) measured" in verdict
+    assert run.report is not None and not run.report["passed"]
+    failed = {c["name"] for c in run.report["checks"] if c["passed"] is False}
+    assert failed == {"perf_throughput", "perf_latency_p99"}
