@@ -9,6 +9,10 @@ children inherit it.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import gc
+
 _initialized = False
 
 
@@ -26,4 +30,25 @@ def init() -> None:
     import grpc.experimental.gevent
 
     grpc.experimental.gevent.init_gevent()
+    atexit.register(close_clients)
     _initialized = True
+
+
+def close_clients() -> None:
+    """Close every tritonclient gRPC client now, while gevent still runs, and make their later
+    close a no-op. tritonclient closes its channel in __del__; when that runs in a garbage
+    collection during interpreter teardown, grpc's gevent poller is gone and the close blocks
+    on a mutex forever (seen under CPU contention: the locust process printed its verdict and
+    never exited)."""
+    import tritonclient.grpc as grpcclient
+
+    gc.collect()
+    for obj in gc.get_objects():
+        if isinstance(obj, grpcclient.InferenceServerClient):
+            with contextlib.suppress(Exception):
+                obj.close()
+            obj.close = _closed
+
+
+def _closed() -> None:
+    """Stands in for an already closed client's close()."""
