@@ -82,6 +82,11 @@ class Deployment:
             self.client("http").unload_model(variant.model_name)
             self._loaded.discard(variant.model_name)
 
+    def owns(self, value: object) -> bool:
+        """Whether a fixture value belongs to this deployment (for failure reports)."""
+        return (value is self or getattr(value, "deployment", None) is self
+                or any(value is c for c in self._clients.values()))
+
     def model(self, key: str | Variant) -> ServedModel:
         variant = key if isinstance(key, Variant) else self.repository.variant(key)
         self.load(variant)
