@@ -179,7 +179,9 @@ def _progress_writer(pytestconfig: pytest.Config) -> Callable[[str], None]:
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
 
     def write(message: str) -> None:
-        if reporter is not None and pytestconfig.getoption("verbose") >= 0:
+        # One line per finished export ("exported x in 3.1s"); -v also shows each start.
+        verbose = pytestconfig.getoption("verbose") > 0
+        if reporter is not None and (verbose or not message.startswith("exporting ")):
             reporter.write_line(f"[pytest-triton] {message}")
 
     return write

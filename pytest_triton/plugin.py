@@ -172,16 +172,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     if not report.failed:
         return
     for deployment in item.config.stash.get(factories.DEPLOYMENTS, []):
-        if any(_uses(item, deployment, value) for value in getattr(item, "funcargs", {}).values()):
+        if any(deployment.owns(value) for value in getattr(item, "funcargs", {}).values()):
             server = deployment.server
             report.sections.append(
                 (f"tritonserver log ({server.launcher}, {server.endpoints.http})",
                  server.log_tail(80)))
 
-
-def _uses(item: pytest.Item, deployment: Any, value: Any) -> bool:
-    return value is deployment or getattr(value, "deployment", None) is deployment or any(
-        value is c for c in deployment._clients.values())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
