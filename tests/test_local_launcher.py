@@ -107,12 +107,16 @@ def test_model_failing_at_startup_names_model_and_reason(tmp_path: Path) -> None
     assert "model 'broken' failed to load" in str(info.value)
 
 
-def test_crash_is_reported_with_exit_code(server: LocalServer) -> None:
-    server.check_alive()
+def test_crash_is_reported_with_exit_code(repo: Path) -> None:
+    server = LocalLauncher().start(ServerArgs(repo, load_models=("add_one",)))
+    regions = list(Path("/dev/shm").glob(f"{server.shm_prefix}*"))
+    assert regions, "the python backend should have made its shared-memory region"
     os.kill(server.process.pid, signal.SIGKILL)
     server.process.wait(10)
     with pytest.raises(ServerError, match="exited with code -9"):
         server.check_alive()
+    server.stop()
+    assert not any(r.exists() for r in regions), "a killed server's shared memory must go"
 
 
 def test_startup_timeout_is_an_error_not_a_hang(tmp_path: Path) -> None:

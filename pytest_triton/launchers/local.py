@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib.util
+import itertools
 import os
 import shutil
 import signal
@@ -35,6 +36,7 @@ from .base import (
 )
 
 PORT_ATTEMPTS = 3
+_SERVER_NUMBERS = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,11 @@ class LocalServer(RunningServer):
         cmd = args.command(str(install.executable), repository=str(args.model_repository),
                            http_port=http, grpc_port=grpc, metrics_port=metrics,
                            backend_directory=str(backend_dir) if backend_dir else None)
+        # The python backend's shared-memory regions outlive a killed server; a prefix of
+        # our own lets stop() remove them whatever way the server ended.
+        self.shm_prefix = f"pytest_triton_{os.getpid()}_{next(_SERVER_NUMBERS)}_"
+        if "python" in self.backends:
+            cmd.append(f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}")
         self.command = cmd
         self._log_path = workdir / "tritonserver.log"
         with open(self._log_path, "wb") as log:
@@ -190,6 +197,9 @@ class LocalServer(RunningServer):
                 os.killpg(self.process.pid, signal.SIGKILL)  # stubs left in the group
             self._final_log = self.log_text()
             shutil.rmtree(self.workdir, ignore_errors=True)
+            for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+                with contextlib.suppress(OSError):
+                    region.unlink()
 
 
 class LocalLauncher:
