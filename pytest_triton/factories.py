@@ -14,6 +14,7 @@ protocols and model fixtures over the variants the server will serve (ids like
 from __future__ import annotations
 
 import inspect
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +29,7 @@ from .config import TritonConfig
 from .deployment import Deployment, ServedModel
 from .errors import ConfigError
 from .launchers.base import ServerArgs
+from .launchers.local import REPOSITORY_PREFIX
 from .launchers.select import make_launcher
 from .repository.builder import Repository
 from .repository.spec import ModelSpec
@@ -91,7 +93,8 @@ def repository(specs: SpecSource, *, formats: Sequence[str] | None = None,
                 triton_config: TritonConfig) -> Iterator[Repository]:
         config = triton_config
         keep = config.repository_dir is not None
-        root = Path(config.repository_dir or tempfile.mkdtemp(prefix="pytest-triton-repo-"))
+        root = Path(config.repository_dir or tempfile.mkdtemp(
+            prefix=f"{REPOSITORY_PREFIX}{os.getpid()}-"))
         try:
             yield Repository(root, role.resolve_specs(config),
                              formats=role.formats or config.formats,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import socket
 import threading
@@ -144,6 +145,16 @@ class Launcher(Protocol):
         """What the server it starts will offer (decides native vs hosted, CPU vs GPU); known
         before the server starts, so test ids can be listed at collection."""
         ...
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:

@@ -21,7 +21,15 @@ from typing import Any
 from ..config import TritonConfig
 from ..errors import ConfigError, ModelLoadError, ServerError
 from ..repository.variants import ServerTarget
-from .base import LIVE_SERVERS, Endpoints, RunningServer, ServerArgs, load_failures, log_excerpt
+from .base import (
+    LIVE_SERVERS,
+    Endpoints,
+    RunningServer,
+    ServerArgs,
+    load_failures,
+    log_excerpt,
+    process_alive,
+)
 
 NGC_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
 """Triton 2.51.0, the release the local launcher's bundled server is built from."""
@@ -302,18 +310,9 @@ def reap_orphans(client: Any) -> list[str]:
     removed = []
     for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
         pid = int(container.labels.get(OWNER_LABEL, "0"))
-        if pid and not _alive(pid):
+        if pid and not process_alive(pid):
             container.remove(force=True)
             removed.append(container.short_id)
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 

@@ -32,10 +32,14 @@ from .base import (
     ServerArgs,
     free_ports,
     port_conflict,
+    process_alive,
     wait_until_ready,
 )
 
 PORT_ATTEMPTS = 3
+WORKDIR_PREFIX = "pytest-triton-server-"
+REPOSITORY_PREFIX = "pytest-triton-repo-"  # the repository fixture's temporary directories
+SHM_PREFIX = "pytest_triton_"
 _SERVER_NUMBERS = itertools.count()
 
 
@@ -126,7 +130,7 @@ class LocalServer(RunningServer):
                            backend_directory=str(backend_dir) if backend_dir else None)
         # The python backend's shared-memory regions outlive a killed server; a prefix of
         # our own lets stop() remove them whatever way the server ended.
-        self.shm_prefix = f"pytest_triton_{os.getpid()}_{next(_SERVER_NUMBERS)}_"
+        self.shm_prefix = f"{SHM_PREFIX}{os.getpid()}_{next(_SERVER_NUMBERS)}_"
         if "python" in self.backends:
             cmd.append(f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}")
         self.command = cmd
@@ -202,6 +206,27 @@ class LocalServer(RunningServer):
                     region.unlink()
 
 
+def reap_orphans() -> list[Path]:
+    """Remove work directories and shared-memory regions of servers whose pytest was killed
+    outright (SIGKILL skips every cleanup; the server itself died with it by PDEATHSIG)."""
+    removed = []
+    candidates = [(path, path.name[len(prefix):].split(sep, 1)[0])
+                  for root, prefix, sep in ((tempfile.gettempdir(), WORKDIR_PREFIX, "-"),
+                                            (tempfile.gettempdir(), REPOSITORY_PREFIX, "-"),
+                                            ("/dev/shm", SHM_PREFIX, "_"))
+                  for path in Path(root).glob(f"{prefix}*")]
+    for path, owner in candidates:
+        if not owner.isdigit() or process_alive(int(owner)):
+            continue
+        with contextlib.suppress(OSError):
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
+    return removed
+
+
 class LocalLauncher:
     """Starts tritonserver as a child process of this one."""
 
@@ -215,7 +240,8 @@ class LocalLauncher:
 
     def start(self, args: ServerArgs) -> LocalServer:
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            workdir = Path(tempfile.mkdtemp(prefix="pytest-triton-server-"))
+            reap_orphans()
+            workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
             server = LocalServer(self.install, args, workdir)
             try:
                 wait_until_ready(server, args.startup_timeout_s)
