@@ -92,12 +92,6 @@ class TritonClient:
     def unload_model(self, model: str) -> None:
         self._call(model, lambda: self._client.unload_model(model))
 
-    def repository_index(self) -> list[dict[str, Any]]:
-        if self.protocol == "http":
-            return list(self._call("-", self._client.get_model_repository_index))
-        index = self._call("-", lambda: self._client.get_model_repository_index(as_json=True))
-        return list(index.get("models", []))
-
     def model_config(self, model: str) -> dict[str, Any]:
         if self.protocol == "http":
             return dict(self._call(model, lambda: self._client.get_model_config(model)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,13 +130,20 @@ class ServedModel:
 
     def infer(self, client: TritonClient,
               inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.deployment.server.check_alive()
-        try:
+        with self._crash_explains_errors():
             served = client.infer(self.name, inputs, self.variant.spec.output_names)
-        except InferenceError:
-            self.deployment.server.check_alive()  # a crash explains the error better
-            raise
         return self._unreshape(served)
+
+    @contextlib.contextmanager
+    def _crash_explains_errors(self) -> Iterator[None]:
+        """Any failure of a request to a server that has died becomes the ServerError with its
+        exit code and log; asked only after a failure, so requests pay nothing for it (for a
+        container, asking is a Docker API call)."""
+        try:
+            yield
+        except Exception:
+            self.deployment.server.check_alive()
+            raise
 
     def _unreshape(self, served: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Per-row scalars travel as [batch, 1] (Triton's dims [1] + empty reshape); give them
@@ -180,8 +187,8 @@ class ServedModel:
             raise ValueError(f"{self.id} has max_batch_size 0: nothing to batch")
         rows = self.inputs(requests, seed)
         singles = [{n: a[i:i + 1] for n, a in rows.items()} for i in range(requests)]
-        with StatsWindow(client, self.name, expect_requests=requests) as window:
-            self.deployment.server.check_alive()
+        with self._crash_explains_errors(), \
+                StatsWindow(client, self.name, expect_requests=requests) as window:
             served = [self._unreshape(answer) for answer in
                       client.infer_many(self.name, singles, self.variant.spec.output_names)]
         for index, (single, answer) in enumerate(zip(singles, served, strict=False)):

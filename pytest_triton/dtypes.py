@@ -23,10 +23,6 @@ class TensorType:
         """The model_config_pb2.DataType name written into config.pbtxt."""
         return f"TYPE_{self.wire}"
 
-    @property
-    def is_floating(self) -> bool:
-        return self.torch.is_floating_point
-
 
 def _t(dtype: torch.dtype, wire: str) -> TensorType:
     return TensorType(dtype, np.dtype(torch.empty(0, dtype=dtype).numpy().dtype), wire)

@@ -300,7 +300,9 @@ def docker_client() -> Any:
         client.ping()
     except Exception as exc:
         raise ConfigError(f"no Docker engine answers ({type(exc).__name__}: {exc}); start it "
-                          "(in a checkout: .ci/docker-engine) or use --triton-launcher local"
+                          "(e.g. `sudo systemctl start docker`, or .ci/docker-engine in a "
+                          "pytest-triton checkout) and check that `docker info` works, or run "
+                          "without containers (--triton-launcher local, no --triton-gpu)"
                           ) from None
     return client
 

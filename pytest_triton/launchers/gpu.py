@@ -8,27 +8,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from typing import Any
 
 from ..config import TritonConfig
 from ..errors import ConfigError
-
-
-def _docker_client() -> Any:
-    try:
-        import docker
-    except ImportError:
-        raise ConfigError("the Docker SDK is not installed: pip install 'pytest-triton[container]'"
-                          ) from None
-    try:
-        client = docker.from_env()  # type: ignore[attr-defined]
-        client.ping()
-    except Exception as exc:  # docker raises many types for "no engine"
-        raise ConfigError(
-            f"no Docker engine answers ({type(exc).__name__}: {exc}); start it (e.g. "
-            "`sudo systemctl start docker`) and check `docker info` works for this user"
-        ) from None
-    return client
+from .container import docker_client
 
 
 def gpu_count() -> int:
@@ -45,7 +28,7 @@ def gpu_count() -> int:
 
 def preflight(config: TritonConfig) -> None:
     """Raise ConfigError saying which of Docker, the nvidia runtime or a GPU is missing."""
-    client = _docker_client()
+    client = docker_client()
     info = client.info()
     runtimes = set((info.get("Runtimes") or {}).keys())
     count = gpu_count()

@@ -239,8 +239,8 @@ class LocalLauncher:
         return ServerTarget(backends=self.install.backends, instance_kind="KIND_CPU")
 
     def start(self, args: ServerArgs) -> LocalServer:
+        reap_orphans()
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            reap_orphans()
             workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
             server = LocalServer(self.install, args, workdir)
             try:
