@@ -142,6 +142,24 @@ def _current_host(environment: Environment) -> str | None:
 # -- init: bounds, hosts, embedded server ------------------------------------------------------
 @events.init.add_listener
 def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -> None:
+    try:
+        _prepare(environment, runner)
+    finally:
+        _sync_loop_clock()
+
+
+def _sync_loop_clock() -> None:
+    """Bring the gevent loop's cached clock up to date before Locust arms its --run-time timer.
+
+    libev measures a timer from the time of the loop's last iteration, and the loop does not
+    iterate while a process imports torch or exports models: without this, `-t 4s` after a
+    3-second start stops the run 1 s after it began (and Locust's CSV, written once a second,
+    can miss every request).
+    """
+    gevent.get_hub().loop.update_now()
+
+
+def _prepare(environment: Environment, runner: Runner | None) -> None:
     options = environment.parsed_options
     if options is None or isinstance(runner, WorkerRunner):
         return  # library use, or a worker: the master decides and sends its options

@@ -37,7 +37,9 @@ def test_users_keep_requests_in_flight_together(protocol: str, probe_server: End
                                                 tmp_path: Path) -> None:
     """8 users must have 8 requests in flight: the probe model batches what waits together, so
     batches of ~8 prove it; a generator that serializes (a naive gRPC user under gevent, which
-    blocks the hub for each call) would only ever show batches of 1."""
+    blocks the hub for each call) would only ever show batches of 1. The run lasts its whole
+    -t (Locust's timer once fired early by the time the process took to start) and Locust's
+    own CSV counts the requests too."""
     host = f"{protocol}://{probe_server.url(protocol)}"
     run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "4s",
                      "--host", host, "--csv", str(tmp_path / "run"), tmp_path=tmp_path)
@@ -45,6 +47,7 @@ def test_users_keep_requests_in_flight_together(protocol: str, probe_server: End
     assert run.report is not None
     measured = run.report["measured"]
     assert measured["requests"] > 50 and measured["failures"] == 0, run.tail()
+    assert measured["duration_s"] > 3.5, measured
     (server,) = run.report["server"]
     assert server["model"] == "probe_onnx"
     assert server["avg_batch_size"] >= 4, server
@@ -159,5 +162,7 @@ def test_an_unmeetable_target_fails_the_run_and_names_it(tmp_path: Path) -> None
     assert "perf_throughput (samples/s) measured" in verdict
     assert "perf_latency_p99 (ms) measured" in verdict
     assert run.report is not None and not run.report["passed"]
+    # -t counts from the start of the load, not from before the embedded server's export
+    assert run.report["measured"]["duration_s"] > 2.5, run.report["measured"]
     failed = {c["name"] for c in run.report["checks"] if c["passed"] is False}
     assert failed == {"perf_throughput", "perf_latency_p99"}
