@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check pytest_triton tests examples locustfiles benchmarks
+	$(BIN)/ruff check pytest_triton tests examples locustfiles benchmarks conftest.py
 	$(BIN)/mypy
 
 # pytest-benchmark round trips per format x protocol x batch size; compare with

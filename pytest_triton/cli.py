@@ -23,13 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from .config import TritonConfig, add_arguments, from_arguments, resolve
 from .errors import TritonTestError
 from .models import bert, dlrm, mnist, resnext, text_recognition
 from .models.specs import zoo_spec
 from .repository import pbtxt
 from .repository.builder import Repository
 from .repository.spec import DynamicBatching, ModelSpec
-from .repository.variants import ARTIFACT, NATIVE_BACKEND, ServerTarget, Variant
+from .repository.variants import ARTIFACT, NATIVE_BACKEND, Variant
+from .target import ServerTarget
 
 FORMAT_FLAGS = {"ts_script": "torchscript-script", "ts_trace": "torchscript-trace",
                 "onnx": "onnx", "trt": "tensorrt"}
@@ -82,6 +84,7 @@ def deployer_parser() -> argparse.ArgumentParser:
                         help="write perf_analyzer --input-data JSON into DIR")
     triton.add_argument("--check", action="store_true",
                         help="load the result in a local tritonserver and compare with PyTorch")
+    add_arguments(parser.add_argument_group("server for --check"), "deploy")
     return parser
 
 
@@ -306,16 +309,15 @@ def deploy(argv: Sequence[str], out: Any = sys.stdout) -> int:
         print(f"wrote {path}: perf_analyzer -m {variant.model_name} --input-data {path} "
               f"-b {chosen.batch_size}", file=out)
     if args.check:
-        return check(repo, variant, out)
+        return check(resolve(from_arguments(args, "deploy")), repo, variant, out)
     return 0
 
 
-def check(repo: Repository, variant: Variant, out: Any) -> int:
+def check(config: TritonConfig, repo: Repository, variant: Variant, out: Any) -> int:
     """Serve the written repository from a local tritonserver and compare with PyTorch."""
-    from .config import resolve
-    from .factories import start_deployment
+    from .session import start_deployment
 
-    deployment = start_deployment(resolve(None, model_control="explicit"), repo)
+    deployment = start_deployment(config, repo)
     try:
         model = deployment.model(variant)
         for protocol in ("http", "grpc"):

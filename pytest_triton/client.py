@@ -11,6 +11,7 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -36,6 +37,18 @@ def _intify(value: Any) -> Any:
     if isinstance(value, str) and value.isdigit():
         return int(value)
     return value
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """An inference request built once (tensors serialized, outputs named), to be sent as
+    often as wanted: parity checks send it once, load generators in a loop."""
+
+    model: str
+    version: str
+    inputs: list[Any]  # tritonclient InferInput, data already attached
+    outputs: list[Any] | None  # tritonclient InferRequestedOutput; None: all the model has
+    output_names: list[str] | None
 
 
 class TritonClient:
@@ -121,7 +134,11 @@ class TritonClient:
             self._outputs[key] = [o["name"] for o in meta.get("outputs", [])]
         return self._outputs[key]
 
-    def _request(self, inputs: Tensors, outputs: Sequence[str]) -> tuple[list[Any], list[Any]]:
+    def prepare(self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None,
+                version: str = "") -> PreparedRequest:
+        """Build a request once; outputs None asks for all the model has (without a metadata
+        round trip)."""
+        names = list(outputs) if outputs is not None else None
         infer_inputs = []
         for name, array in inputs.items():
             array = np.ascontiguousarray(array)
@@ -131,26 +148,35 @@ class TritonClient:
             else:
                 item.set_data_from_numpy(array)
             infer_inputs.append(item)
-        if self.protocol == "http":
-            requested = [httpclient.InferRequestedOutput(n, binary_data=True) for n in outputs]
-        else:
-            requested = [grpcclient.InferRequestedOutput(n) for n in outputs]
-        return infer_inputs, requested
+        requested: list[Any] | None = None
+        if names is not None and self.protocol == "http":
+            requested = [httpclient.InferRequestedOutput(n, binary_data=True) for n in names]
+        elif names is not None:
+            requested = [grpcclient.InferRequestedOutput(n) for n in names]
+        return PreparedRequest(model, version, infer_inputs, requested, names)
 
-    @staticmethod
-    def _result(result: Any, outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    def send(self, request: PreparedRequest) -> dict[str, np.ndarray]:
+        """Send a prepared request; its outputs by name."""
+        kwargs: dict[str, Any] = {"model_version": request.version, "outputs": request.outputs}
+        if self.protocol == "grpc":
+            kwargs["client_timeout"] = self.timeout_s
+        result = self._call(request.model, lambda: self._client.infer(
+            request.model, request.inputs, **kwargs))
+        return self._result(result, request.output_names)
+
+    def _result(self, result: Any, outputs: Sequence[str] | None) -> dict[str, np.ndarray]:
+        if outputs is None:
+            response = result.get_response()
+            outputs = ([o["name"] for o in response.get("outputs", [])]
+                       if self.protocol == "http" else [o.name for o in response.outputs])
         return {n: result.as_numpy(n) for n in outputs}
 
     def infer(self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None,
               version: str = "") -> dict[str, np.ndarray]:
-        """One request; returns every requested output (all the model's outputs by default)."""
+        """One request; returns every requested output (all the model's outputs by default,
+        in the order its metadata lists them)."""
         names = list(outputs) if outputs is not None else self.output_names(model, version)
-        infer_inputs, requested = self._request(inputs, names)
-        kwargs: dict[str, Any] = {"model_version": version, "outputs": requested}
-        if self.protocol == "grpc":
-            kwargs["client_timeout"] = self.timeout_s
-        result = self._call(model, lambda: self._client.infer(model, infer_inputs, **kwargs))
-        return self._result(result, names)
+        return self.send(self.prepare(model, inputs, names, version))
 
     def infer_many(self, model: str, requests: Sequence[Tensors],
                    outputs: Sequence[str] | None = None,
@@ -160,15 +186,16 @@ class TritonClient:
         names = list(outputs) if outputs is not None else self.output_names(model, version)
         if self.protocol == "http":
             return self._infer_many_http(model, requests, names, version)
-        built = [self._request(r, names) for r in requests]
+        built = [self.prepare(model, r, names, version) for r in requests]
         done: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
+
         def callback_for(index: int) -> Callable[[Any, Any], None]:
             return lambda result, error: done.put((index, result, error))
 
-        for index, (infer_inputs, requested) in enumerate(built):
+        for index, request in enumerate(built):
             self._call(model, functools.partial(
-                self._client.async_infer, model, infer_inputs, callback_for(index),
-                model_version=version, outputs=requested, client_timeout=self.timeout_s))
+                self._client.async_infer, model, request.inputs, callback_for(index),
+                model_version=version, outputs=request.outputs, client_timeout=self.timeout_s))
         results: list[dict[str, np.ndarray] | None] = [None] * len(built)
         for _ in built:
             index, result, error = done.get(timeout=self.timeout_s)

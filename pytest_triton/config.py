@@ -1,70 +1,450 @@
-"""One resolved, typed configuration: factory argument > CLI > ini > default.
+"""The one table of settings, and one resolved, typed configuration per server or run.
 
-An explicit 0, False or "" at any level is a value and wins over the levels below it;
-only an option nobody set falls through.
+Each field of `TritonConfig` is a setting, declared once with its parser, help and the front
+ends it applies to: the pytest plugin (`--triton-x` and the `triton_x` ini key), Locust
+(`--triton-x`, env `TRITON_X`), `triton-perf` and `triton-deploy`. Every front end reads the
+same rows, so a setting parses, defaults and fails with the same text everywhere.
+
+Precedence is the order of the sources handed to `resolve` (pytest: factory argument > CLI >
+ini > default). An explicit 0, False or "" is a value and wins over the levels below it;
+only a setting nobody set falls through.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
-
-import pytest
+import math
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from .errors import ConfigError
-from .options import BY_NAME, OPTIONS
-from .repository.spec import FORMATS, GPU_FORMATS
+from .formats import FORMATS, GPU_FORMATS
+
+Front = Literal["pytest", "locust", "perf", "deploy"]
+PYTEST: frozenset[Front] = frozenset({"pytest"})
+LOAD: frozenset[Front] = frozenset({"locust", "perf"})
+SERVER: frozenset[Front] = frozenset({"pytest", "locust", "perf", "deploy"})
+"""Settings of how a server starts, for every front end that may start one."""
 
 
-class _Unset:
-    def __repr__(self) -> str:
-        return "<unset>"
+# -- parsers: one per type, each raising ValueError with what it expected ----------------------
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
 
 
-UNSET: Any = _Unset()
+def parse_list(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.replace("\n", ",").split(",") if p.strip())
+
+
+def parse_protocols(text: str) -> tuple[str, ...]:
+    items = parse_list(text)
+    if items == ("both",):
+        return ("http", "grpc")
+    bad = [p for p in items if p not in ("http", "grpc")]
+    if bad or not items:
+        raise ValueError(f"expected http, grpc or both, got {text!r}")
+    return tuple(dict.fromkeys(items))
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    items = parse_list(text)
+    known = FORMATS + GPU_FORMATS
+    bad = [f for f in items if f not in known]
+    if bad or not items:
+        raise ValueError(f"unknown format(s) {bad or text!r}; choose from {', '.join(known)}")
+    return items
+
+
+def parse_format(text: str) -> str | None:
+    """One format a CPU server can serve (the embedded server of a load test)."""
+    value = text.strip()
+    if value and value not in FORMATS:
+        raise ValueError(f"export format {value!r} cannot be served on CPU; choose from "
+                         f"{', '.join(FORMATS)}")
+    return value or None
+
+
+def parse_positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds > 0, got {text!r}") from None
+    if not value > 0 or not math.isfinite(value):
+        raise ValueError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def parse_positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {text!r}") from None
+
+
+def parse_limit(text: str) -> float:
+    """A target's limit: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def parse_ratio(text: str) -> float:
+    value = parse_limit(text)
+    if value > 1:
+        raise ValueError(f"expected a ratio in 0..1, got {text!r}")
+    return value
+
+
+def parse_optional(text: str) -> str | None:
+    return text.strip() or None
+
+
+def parse_shell_words(text: str) -> tuple[str, ...]:
+    return tuple(shlex.split(text))
+
+
+# -- the declaration of one setting ------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table: a field of TritonConfig and how each front end spells it."""
+
+    name: str
+    default: Any
+    help: str
+    fronts: frozenset[Front]
+    parse: Callable[[str], Any] = str
+    choices: tuple[str, ...] | None = None
+    flag: bool = False  # a switch (--triton-gpu) rather than --triton-x VALUE
+    metavar: str | None = None
+    option: str | None = None  # the flag, when not --triton-<name>
+    aliases: tuple[str, ...] = ()  # further flags of the standalone CLIs (triton-perf)
+    shown_default: str | None = None  # what --help says the default is, when derived
+    unit: str = ""  # targets: the limit's unit
+    bound: Literal["max", "min"] | None = None  # targets: which way the limit must hold
+    internal: bool = False  # set by the tool itself (master -> workers), not by people
+
+    @property
+    def cli(self) -> str:
+        return self.option or "--triton-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "triton_" + self.name
+
+    @property
+    def env(self) -> str:
+        """The environment variable Locust reads it from (TRITON_PERF_LATENCY_P99, ...)."""
+        bare = self.cli.removeprefix("--").replace("-", "_").upper()
+        return bare if bare.startswith("TRITON_") else "TRITON_" + bare
+
+    @property
+    def dest(self) -> str:
+        return self.cli.removeprefix("--").replace("-", "_")
+
+    @property
+    def default_text(self) -> str:
+        if self.shown_default is not None:
+            return self.shown_default
+        if self.default is None or self.default == ():
+            return "none"
+        if isinstance(self.default, tuple):
+            return ",".join(self.default)
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        return str(self.default)
+
+    def describe(self) -> str:
+        unit = f" ({self.unit})" if self.unit else ""
+        return f"{self.help}{unit} (default: {self.default_text})"
+
+    def convert(self, raw: Any, origin: str) -> Any:
+        """Parse a string from a command line, ini file, env var or web form; other values
+        (factory arguments, defaults) are taken as they are."""
+        if not isinstance(raw, str):
+            return raw
+        try:
+            value = self.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{origin}: {raw!r} is not one of {', '.join(self.choices)}")
+        return value
+
+
+def _setting(default: Any, help: str, fronts: frozenset[Front], **info: Any) -> Any:
+    return field(default=default, metadata={"setting": (help, fronts, info)})
 
 
 @dataclass(frozen=True)
 class TritonConfig:
-    launcher: str
-    url: str | None
-    grpc_url: str | None
-    executable: str | None
-    protocol: tuple[str, ...]
-    startup_timeout: float
-    request_timeout: float
-    server_args: tuple[str, ...]
-    model_control: str
-    formats: tuple[str, ...]
-    log_verbose: int
-    repository_dir: str | None
-    specs: str | None
-    backends: tuple[str, ...] | None
-    gpu: bool
-    gpus: str
-    image: str | None
-    origins: dict[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    """Every setting, resolved; `origins` says where each value came from."""
+
+    # -- where and how the server runs -------------------------------------------------------
+    launcher: str = _setting(
+        "auto", "where tritonserver runs: local child process, container (testcontainers), or "
+        "external (--triton-url); auto = external with a URL, container with --triton-gpu, "
+        "else local", PYTEST, choices=("auto", "local", "container", "external"))
+    url: str | None = _setting(
+        None, "URL of a running server (http://HOST:PORT or grpc://HOST:PORT); implies the "
+        "external launcher", PYTEST | {"perf"}, parse=parse_optional, metavar="URL",
+        aliases=("-u", "--url"))
+    grpc_url: str | None = _setting(
+        None, "gRPC URL of the external server (default: HTTP port + 1)", PYTEST,
+        parse=parse_optional, metavar="URL")
+    executable: str | None = _setting(
+        None, "tritonserver binary for a local server (default: PATH, then the one bundled in "
+        "nvidia-pytriton)", SERVER, parse=parse_optional, metavar="PATH")
+    protocol: tuple[str, ...] | None = _setting(
+        None, "protocols: http, grpc or both (pytest parametrizes the client fixture over "
+        "them; Locust users take them in turn; triton-perf takes one)",
+        PYTEST | LOAD, parse=parse_protocols, metavar="http|grpc|both",
+        shown_default="both for pytest, the host's scheme or http for load",
+        aliases=("-i", "--protocol"))
+    startup_timeout: float = _setting(
+        120.0, "seconds to wait for the server to become ready", SERVER,
+        parse=parse_positive_float, metavar="SECONDS")
+    request_timeout: float = _setting(
+        120.0, "client network timeout in seconds", PYTEST | LOAD, parse=parse_positive_float,
+        metavar="SECONDS")
+    server_args: tuple[str, ...] = _setting(
+        (), "extra tritonserver arguments, shell-quoted (e.g. \"--log-info=true "
+        "--pinned-memory-pool-byte-size=0\")", PYTEST | LOAD, parse=parse_shell_words,
+        metavar="ARGS")
+    model_control: str = _setting(
+        "explicit", "tritonserver --model-control-mode; explicit loads each model when a test "
+        "first needs it, so one broken model fails only its tests", PYTEST,
+        choices=("explicit", "none", "poll"))
+    log_verbose: int = _setting(
+        0, "tritonserver --log-verbose level", PYTEST | LOAD, parse=parse_int, metavar="N")
+    gpu: bool = _setting(
+        False, "run on a GPU Triton container (NGC image, native backends, TensorRT); stops at "
+        "once if Docker, the nvidia runtime or a GPU is missing", PYTEST, parse=parse_bool,
+        flag=True)
+    gpus: str = _setting(
+        "all", "GPUs for --triton-gpu: all or a comma list of ordinals (0,1)", PYTEST,
+        metavar="all|0,1")
+    image: str | None = _setting(
+        None, "container image (default: the NGC image with --triton-gpu, else the offline "
+        "CPU image built by images/build-cpu-image)", PYTEST, parse=parse_optional,
+        metavar="IMAGE")
+    backends: tuple[str, ...] | None = _setting(
+        None, "backends the external server has (comma-separated; default python), deciding "
+        "native or python-hosted variants", PYTEST, parse=parse_list, metavar="LIST")
+    # -- what is served ------------------------------------------------------------------
+    formats: tuple[str, ...] = _setting(
+        FORMATS, "export formats to serve, comma-separated", PYTEST, parse=parse_formats,
+        metavar="LIST")
+    repository_dir: str | None = _setting(
+        None, "build the model repository here and keep it (default: a temporary directory "
+        "removed at the end)", PYTEST, parse=parse_optional, metavar="DIR")
+    specs: str | None = _setting(
+        None, "MODULE:CALLABLE returning the ModelSpecs of the default triton_repository "
+        "fixture", PYTEST, parse=parse_optional, metavar="MODULE:CALLABLE")
+    format: str | None = _setting(
+        None, "export format the embedded server of a load test serves", LOAD,
+        parse=parse_format, shown_default="the user class's, onnx", metavar="FORMAT",
+        aliases=("--format",))
+    # -- load ------------------------------------------------------------------------------
+    model: str | None = _setting(
+        None, "Triton model name to send load to (default: the locustfile's model)",
+        frozenset({"locust"}), parse=parse_optional, metavar="NAME")
+    batch_size: int | None = _setting(
+        None, "samples per request (default: the user class's batch_size)",
+        frozenset({"locust"}), parse=parse_positive_int, metavar="N")
+    max_requests: int | None = _setting(
+        None, "stop after about N requests (distributed: within one stats report interval)",
+        frozenset({"locust"}), parse=parse_positive_int, metavar="N")
+    allow_remote: bool = _setting(
+        False, "allow load on a non-loopback host (refused by default)", LOAD,
+        parse=parse_bool, flag=True, aliases=("--allow-remote",))
+    report_json: str | None = _setting(
+        None, "also write the verdict and server report to this JSON file",
+        frozenset({"locust"}), parse=parse_optional, metavar="PATH")
+    endpoints: str | None = _setting(
+        None, "the embedded server's endpoints, from the master to its workers",
+        frozenset({"locust"}), parse=parse_optional, internal=True)
+    # -- targets (model_analyzer's names) -------------------------------------------------
+    perf_latency_avg: float | None = _setting(
+        None, "average client latency must stay at or below this", LOAD, parse=parse_limit,
+        option="--perf-latency-avg", unit="ms", bound="max", metavar="MS")
+    perf_latency_p95: float | None = _setting(
+        None, "95th percentile client latency must stay at or below this", LOAD,
+        parse=parse_limit, option="--perf-latency-p95", unit="ms", bound="max", metavar="MS")
+    perf_latency_p99: float | None = _setting(
+        None, "99th percentile client latency must stay at or below this", LOAD,
+        parse=parse_limit, option="--perf-latency-p99", unit="ms", bound="max", metavar="MS")
+    perf_throughput: float | None = _setting(
+        None, "successful samples per second (requests x batch size) must reach this", LOAD,
+        parse=parse_limit, option="--perf-throughput", unit="samples/s", bound="min",
+        metavar="X")
+    perf_fail_ratio: float | None = _setting(
+        0.0, "failed / all requests must stay at or below this (0 = no failure allowed)", LOAD,
+        parse=parse_ratio, option="--perf-fail-ratio", bound="max", metavar="R")
+
+    origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def protocols(self) -> tuple[str, ...]:
-        return self.protocol
+        """The protocols asked for; both when none was named."""
+        return self.protocol or ("http", "grpc")
 
-    def with_overrides(self, overrides: dict[str, Any]) -> TritonConfig:
+    def with_overrides(self, overrides: Mapping[str, Any]) -> TritonConfig:
         """Factory arguments on top of this config; re-derives the launcher."""
-        unknown = sorted(set(overrides) - set(BY_NAME))
-        if unknown:
-            raise ConfigError(f"unknown pytest-triton setting(s) {unknown}; known: "
-                              f"{', '.join(BY_NAME)}")
+        check_names(overrides)
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         origins = dict(self.origins)
         for name, raw in overrides.items():
-            values[name] = BY_NAME[name].convert(raw, f"factory argument {name}=")
-            origins[name] = "factory argument"
+            origin = f"factory argument {name}="
+            values[name] = BY_NAME[name].convert(raw, origin)
+            origins[name] = origin
         if "launcher" not in overrides and origins.get("launcher") == "derived":
             values["launcher"] = "auto"
         values["origins"] = origins
         return _finish(values)
+
+
+def _rows() -> tuple[Setting, ...]:
+    rows = []
+    for f in dataclasses.fields(TritonConfig):
+        if "setting" not in f.metadata:
+            continue
+        help_text, fronts, info = f.metadata["setting"]
+        rows.append(Setting(f.name, f.default, help_text, fronts, **info))
+    return tuple(rows)
+
+
+SETTINGS: tuple[Setting, ...] = _rows()
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+TARGETS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.bound is not None)
+
+
+def settings_for(front: Front) -> list[Setting]:
+    return [s for s in SETTINGS if front in s.fronts]
+
+
+def check_names(names: Iterable[str]) -> None:
+    unknown = sorted(set(names) - set(BY_NAME))
+    if unknown:
+        raise ConfigError(f"unknown pytest-triton setting(s) {unknown}; known: "
+                          f"{', '.join(BY_NAME)}")
+
+
+# -- resolution --------------------------------------------------------------------------------
+Source = Callable[[Setting], "tuple[Any, str] | None"]
+"""Where values come from: a setting's raw value and a label of its origin, or None."""
+
+
+def from_mapping(values: Mapping[str, Any], origin: str) -> Source:
+    """Values by setting name (factory arguments, a locustfile's defaults); None is unset."""
+    check_names(values)
+
+    def lookup(setting: Setting) -> tuple[Any, str] | None:
+        value = values.get(setting.name)
+        return None if value is None else (value, f"{origin} {setting.name}=")
+
+    return lookup
+
+
+def from_namespace(namespace: Any, origin: Callable[[Setting], str]) -> Source:
+    """Values of parsed options (argparse, Locust's parser) by their dest; None and "" are
+    unset (Locust's web UI sends every custom option back, empty ones as "")."""
+
+    def lookup(setting: Setting) -> tuple[Any, str] | None:
+        value = getattr(namespace, setting.dest, None)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return value, origin(setting)
+
+    return lookup
+
+
+def add_arguments(parser: Any, front: Front, *, env_vars: bool = False) -> None:
+    """Add the front end's settings to an argparse parser (Locust's is a ConfigArgParse one,
+    which also reads each from its environment variable and shows it in the web UI)."""
+    standalone = front in ("perf", "deploy")
+    for setting in settings_for(front):
+        flags = [setting.cli, *(setting.aliases if standalone else ())]
+        kwargs: dict[str, Any] = {"dest": setting.dest, "default": None}
+        if env_vars:
+            kwargs["env_var"] = setting.env
+            kwargs["include_in_web_ui"] = not setting.internal
+        kwargs["help"] = (argparse.SUPPRESS if setting.internal else setting.describe()
+                          + (f" [env {setting.env}]" if env_vars else ""))
+        if setting.flag:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["metavar"] = setting.metavar or "X"
+        parser.add_argument(*flags, **kwargs)
+
+
+def from_arguments(namespace: Any, front: Front) -> Source:
+    """What add_arguments parsed; errors name the flag (and its variable, for Locust)."""
+    if front == "locust":
+        return from_namespace(namespace, lambda s: f"{s.cli} (or {s.env})")
+    return from_namespace(namespace, lambda s: f"command line {s.cli}")
+
+
+def from_environ(environ: Mapping[str, str], front: Front) -> Source:
+    """TRITON_X variables of the front end's settings (Locust's parser reads its own)."""
+    def lookup(setting: Setting) -> tuple[Any, str] | None:
+        value = environ.get(setting.env, "")
+        if front not in setting.fronts or not value.strip():
+            return None
+        return value, setting.env
+
+    return lookup
+
+
+def as_values(config: TritonConfig) -> dict[str, Any]:
+    """Every setting's value, JSON-friendly (to hand a config to another process)."""
+    return {s.name: list(v) if isinstance(v := getattr(config, s.name), tuple) else v
+            for s in SETTINGS}
+
+
+def from_values(values: Mapping[str, Any], origin: str) -> Source:
+    """The inverse of as_values: lists become the tuples the settings hold."""
+    return from_mapping({k: tuple(v) if isinstance(v, list) else v for k, v in values.items()},
+                        origin)
+
+
+def resolve(*sources: Source, **overrides: Any) -> TritonConfig:
+    """Resolve every setting once; keyword arguments are factory arguments (highest)."""
+    chain = ([from_mapping(overrides, "factory argument")] if overrides else []) + list(sources)
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for setting in SETTINGS:
+        raw, origin = setting.default, "default"
+        for source in chain:
+            found = source(setting)
+            if found is not None:
+                raw, origin = found
+                break
+        values[setting.name] = setting.convert(raw, origin)
+        origins[setting.name] = origin
+    values["origins"] = origins
+    return _finish(values)
 
 
 def _finish(values: dict[str, Any]) -> TritonConfig:
@@ -86,25 +466,34 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
     return TritonConfig(**values)
 
 
-def resolve(pytestconfig: pytest.Config | None = None, **overrides: Any) -> TritonConfig:
-    """Resolve every option once; ConfigError names the option and where its value came from."""
-    values: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    for option in OPTIONS:
-        value, origin = UNSET, "default"
-        if option.name in overrides:
-            value, origin = overrides[option.name], "factory argument"
-        if value is UNSET and pytestconfig is not None:
-            cli = pytestconfig.getoption(option.dest, default=None)
-            if cli is not None:
-                value, origin = cli, f"command line {option.cli}"
-        if value is UNSET and pytestconfig is not None:
-            ini = pytestconfig.getini(option.ini)
-            if ini is not UNSET:
-                value, origin = ini, f"ini {option.ini}"
-        if value is UNSET:
-            value = option.default
-        values[option.name] = option.convert(value, origin)
-        origins[option.name] = origin
-    values["origins"] = origins
-    return _finish(values)
+# -- documentation -----------------------------------------------------------------------------
+def markdown_table(front: Front) -> str:
+    """The README's table of a front end's settings (`python -m pytest_triton.config`)."""
+    def escape(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = [s for s in settings_for(front) if not s.internal]
+    if front == "pytest":
+        header = "| command line | ini | default | meaning |\n|---|---|---|---|"
+        lines = [f"| `{escape(s.cli + _value_hint(s))}` | `{s.ini}` | {escape(s.default_text)} "
+                 f"| {escape(s.help)} |" for s in rows]
+    else:
+        where = "triton-perf flag" if front == "perf" else "flag"
+        header = (f"| {where} | env | default | meaning |\n|---|---|---|---|")
+        lines = [f"| `{escape(' / '.join([s.cli, *(s.aliases if front == 'perf' else ())]))}"
+                 f"{escape(_value_hint(s))}` | `{s.env}` | {escape(s.default_text)} | "
+                 f"{escape(s.help)}{f' ({s.unit})' if s.unit else ''} |" for s in rows]
+    return "\n".join([header, *lines])
+
+
+def _value_hint(setting: Setting) -> str:
+    if setting.flag:
+        return ""
+    if setting.choices:
+        return " " + "|".join(setting.choices)
+    return f" {setting.metavar or 'X'}"
+
+
+if __name__ == "__main__":
+    for name in ("pytest", "locust", "perf"):
+        print(f"<!-- settings: {name} -->\n{markdown_table(name)}\n")  # type: ignore[arg-type]

@@ -5,37 +5,31 @@
     my_client = factories.client(server="my_server")
     my_model = factories.model(server="my_server")
 
-Each fixture names its dependencies in its signature, so pytest sees the whole chain at
-collection time; the plugin's pytest_generate_tests then parametrizes client fixtures over
-protocols and model fixtures over the variants the server will serve (ids like
-`mnist-onnx-hosted-grpc`).
+Each fixture names the fixture it builds on and asks pytest for it when it runs
+(`request.getfixturevalue`). The role each factory gives its fixture lets the plugin's
+pytest_generate_tests parametrize client fixtures over protocols and model fixtures over the
+variants the server will serve (ids like `mnist-onnx-hosted-grpc`).
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .client import Protocol, TritonClient
-from .config import TritonConfig
+from .config import TritonConfig, check_names
 from .deployment import Deployment, ServedModel
 from .errors import ConfigError
-from .launchers.base import ServerArgs
-from .launchers.local import REPOSITORY_PREFIX
-from .launchers.select import make_launcher
 from .repository.builder import Repository
 from .repository.spec import ModelSpec
+from .session import start_deployment
 
 ROLE = "_pytest_triton_role"
 SpecSource = Sequence[ModelSpec] | Callable[[TritonConfig], Sequence[ModelSpec]]
+DEPLOYMENTS = pytest.StashKey[list[Deployment]]()
 
 
 @dataclass(frozen=True)
@@ -67,17 +61,14 @@ class ModelRole:
 Role = RepositoryRole | ServerRole | ClientRole | ModelRole
 
 
-def _make_fixture(func: Callable[..., Any], argnames: Sequence[str], role: Role,
-                  scope: str) -> Any:
-    """Give `func` a signature naming its dependencies, tag it with its role, make a fixture."""
-    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in argnames]
-    func.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    setattr(func, ROLE, role)
-    return pytest.fixture(scope=scope)(func)  # type: ignore[call-overload]
+def _fixture(func: Callable[..., Any], role: Role, scope: str) -> Any:
+    fixture = pytest.fixture(scope=scope)(func)  # type: ignore[call-overload]
+    setattr(fixture, ROLE, role)
+    return fixture
 
 
-def role_of(fixture_func: Any) -> Role | None:
-    return getattr(fixture_func, ROLE, None)
+def role_of(value: Any) -> Role | None:
+    return getattr(value, ROLE, None)
 
 
 def repository(specs: SpecSource, *, formats: Sequence[str] | None = None,
@@ -91,19 +82,15 @@ def repository(specs: SpecSource, *, formats: Sequence[str] | None = None,
 
     def fixture(request: pytest.FixtureRequest,
                 triton_config: TritonConfig) -> Iterator[Repository]:
-        config = triton_config
-        keep = config.repository_dir is not None
-        root = Path(config.repository_dir or tempfile.mkdtemp(
-            prefix=f"{REPOSITORY_PREFIX}{os.getpid()}-"))
+        repo = Repository.create(role.resolve_specs(triton_config), triton_config.repository_dir,
+                                 formats=role.formats or triton_config.formats,
+                                 progress=_progress_writer(request.config))
         try:
-            yield Repository(root, role.resolve_specs(config),
-                             formats=role.formats or config.formats,
-                             progress=_progress_writer(request.config))
+            yield repo
         finally:
-            if not keep:
-                shutil.rmtree(root, ignore_errors=True)
+            repo.remove()
 
-    return _make_fixture(fixture, ["request", "triton_config"], role, scope)
+    return _fixture(fixture, role, scope)
 
 
 def server(*, repository: str = "triton_repository", scope: str = "session",
@@ -113,20 +100,20 @@ def server(*, repository: str = "triton_repository", scope: str = "session",
     Keyword arguments override any --triton-* setting for this server (e.g. launcher="local",
     executable=..., server_args=("--log-info=true",)).
     """
+    check_names(overrides)
     role = ServerRole(repository, dict(overrides))
 
-    def fixture(request: pytest.FixtureRequest, triton_config: TritonConfig,
-                **deps: Any) -> Iterator[Deployment]:
-        repo: Repository = deps[repository]
-        config = triton_config.with_overrides(role.overrides)
-        deployment = start_deployment(config, repo)
+    def fixture(request: pytest.FixtureRequest,
+                triton_config: TritonConfig) -> Iterator[Deployment]:
+        repo: Repository = request.getfixturevalue(role.repository)
+        deployment = start_deployment(triton_config.with_overrides(role.overrides), repo)
         request.config.stash.setdefault(DEPLOYMENTS, []).append(deployment)
         try:
             yield deployment
         finally:
             deployment.close()
 
-    return _make_fixture(fixture, ["request", "triton_config", repository], role, scope)
+    return _fixture(fixture, role, scope)
 
 
 def client(*, server: str = "triton_server", protocols: Sequence[str] | None = None,
@@ -135,46 +122,27 @@ def client(*, server: str = "triton_server", protocols: Sequence[str] | None = N
     `protocols`)."""
     role = ClientRole(server, tuple(protocols) if protocols else None)
 
-    def fixture(request: pytest.FixtureRequest, **deps: Any) -> TritonClient:
-        deployment: Deployment = deps[server]
+    def fixture(request: pytest.FixtureRequest) -> TritonClient:
+        deployment: Deployment = request.getfixturevalue(role.server)
         protocol: Protocol = getattr(request, "param", None) or "http"
         return deployment.client(protocol)
 
-    return _make_fixture(fixture, ["request", server], role, scope)
+    return _fixture(fixture, role, scope)
 
 
 def model(*, server: str = "triton_server", scope: str = "function") -> Any:
     """A ServedModel, parametrized over every variant the named server serves."""
     role = ModelRole(server)
 
-    def fixture(request: pytest.FixtureRequest, **deps: Any) -> ServedModel:
-        deployment: Deployment = deps[server]
+    def fixture(request: pytest.FixtureRequest) -> ServedModel:
         key = getattr(request, "param", None)
         if key is None:
             raise ConfigError(f"fixture {request.fixturename!r} was not parametrized: request "
                               "it from a test function so pytest-triton can list the variants")
+        deployment: Deployment = request.getfixturevalue(role.server)
         return deployment.model(key)
 
-    return _make_fixture(fixture, ["request", server], role, scope)
-
-
-def start_deployment(config: TritonConfig, repo: Repository) -> Deployment:
-    """Plan the repository for the launcher's backends and start a server on it."""
-    launcher = make_launcher(config)
-    repo.plan(launcher.target())
-    if config.model_control != "explicit":
-        repo.ensure_all()  # none/poll modes load everything present at start
-    args = ServerArgs(
-        model_repository=repo.root,
-        model_control_mode=config.model_control,  # type: ignore[arg-type]
-        log_verbose=config.log_verbose,
-        startup_timeout_s=config.startup_timeout,
-        extra_args=config.server_args,
-    )
-    return Deployment(launcher.start(args), repo, timeout_s=config.request_timeout)
-
-
-DEPLOYMENTS = pytest.StashKey[list[Deployment]]()
+    return _fixture(fixture, role, scope)
 
 
 def _progress_writer(pytestconfig: pytest.Config) -> Callable[[str], None]:

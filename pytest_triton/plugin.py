@@ -6,49 +6,75 @@ Never imports locust (it monkey-patches the whole process with gevent).
 from __future__ import annotations
 
 import functools
-import importlib
+import types
 from collections.abc import Generator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from . import factories
-from .config import UNSET, TritonConfig, resolve
+from .config import Setting, Source, TritonConfig, resolve, settings_for
 from .errors import ConfigError, TritonTestError
+from .importing import load_object
 from .launchers.base import LIVE_SERVERS
-from .launchers.select import make_launcher
-from .options import OPTIONS
 from .repository.spec import ModelSpec
-from .repository.variants import ServerTarget, plan_variants
+from .repository.variants import plan_variants
+from .session import server_target
 
 CONFIG = pytest.StashKey[TritonConfig]()
 MARKERS = {
     "triton": "uses a Triton server started by pytest-triton",
     "gpu": "needs --triton-gpu (an NVIDIA GPU and Docker with the nvidia runtime)",
-    "container": "needs a Docker engine and the offline CPU image (docker/build-cpu-image)",
+    "container": "needs a Docker engine and the offline CPU image (images/build-cpu-image)",
     "load": "a load test: runs Locust in a subprocess for tens of seconds",
     "slow": "full-size models; minutes on a CPU",
 }
 
 
+class _Unset:
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+UNSET: Any = _Unset()  # an ini key nobody set (pytest's own default would be "")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("triton", "pytest-triton: serve PyTorch models on Triton")
-    for option in OPTIONS:
-        text = f"{option.help} (default: {option.default_text})"
-        if option.flag:
-            group.addoption(option.cli, dest=option.dest, action="store_const", const="true",
+    for setting in settings_for("pytest"):
+        text = setting.describe()
+        if setting.flag:
+            group.addoption(setting.cli, dest=setting.dest, action="store_const", const="true",
                             default=None, help=text)
         else:
-            group.addoption(option.cli, dest=option.dest, default=None, help=text,
-                            metavar=option.metavar, choices=option.choices)
-        parser.addini(option.ini, text, type="string", default=UNSET)
+            group.addoption(setting.cli, dest=setting.dest, default=None, help=text,
+                            metavar=setting.metavar, choices=setting.choices)
+        parser.addini(setting.ini, text, type="string", default=UNSET)
+
+
+def sources(pytestconfig: pytest.Config) -> list[Source]:
+    """The command line, then the ini file."""
+    def cli(setting: Setting) -> tuple[Any, str] | None:
+        if "pytest" not in setting.fronts:
+            return None
+        value = pytestconfig.getoption(setting.dest, default=None)
+        return None if value is None else (value, f"command line {setting.cli}")
+
+    def ini(setting: Setting) -> tuple[Any, str] | None:
+        if "pytest" not in setting.fronts:
+            return None
+        value = pytestconfig.getini(setting.ini)
+        return None if value is UNSET else (value, f"ini {setting.ini}")
+
+    return [cli, ini]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     try:
-        config.stash[CONFIG] = resolve(config)
+        config.stash[CONFIG] = resolve(*sources(config))
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-triton: {exc}") from None
 
@@ -83,25 +109,66 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # -- parametrization ---------------------------------------------------------------------
-def _role(metafunc: pytest.Metafunc, name: str) -> Any:
-    # pytest has no public API to read a fixture's definition at collection time.
-    defs = metafunc._arg2fixturedefs.get(name)
-    return factories.role_of(defs[-1].func) if defs else None
+def _namespaces(metafunc: pytest.Metafunc) -> list[Any]:
+    """Where fixtures visible to this test are defined, farthest first: plugins, conftest
+    modules from the root down to the test's directory, the test module, its class."""
+    path = Path(metafunc.definition.path)
+    plugins, conftests = [], []
+    for plugin in metafunc.config.pluginmanager.get_plugins():
+        file = getattr(plugin, "__file__", None)
+        if not isinstance(plugin, types.ModuleType) or file is None:
+            continue
+        if Path(file).name != "conftest.py":
+            plugins.append(plugin)
+        elif Path(file).parent in path.parents:
+            conftests.append(plugin)
+    conftests.sort(key=lambda module: len(Path(str(module.__file__)).parts))
+    return [*plugins, *conftests, metafunc.module, *([metafunc.cls] if metafunc.cls else [])]
 
 
-def _server_config(metafunc: pytest.Metafunc, server: str) -> tuple[TritonConfig, Any]:
-    role = _role(metafunc, server)
+_NAMESPACE_ROLES: dict[int, tuple[Any, dict[str, factories.Role | None]]] = {}
+
+
+def _namespace_roles(namespace: Any) -> dict[str, factories.Role | None]:
+    """Role (or None for any other callable) of every name a namespace defines; modules are
+    read once."""
+    cached = _NAMESPACE_ROLES.get(id(namespace))
+    if cached is not None and cached[0] is namespace:
+        return cached[1]
+    found = {name: factories.role_of(value) for name, value in vars(namespace).items()
+             if callable(value)}
+    if isinstance(namespace, types.ModuleType):
+        _NAMESPACE_ROLES[id(namespace)] = (namespace, found)
+    return found
+
+
+def _roles(metafunc: pytest.Metafunc) -> dict[str, factories.Role]:
+    """pytest-triton fixtures by name as this test sees them: a nearer definition of a name
+    overrides a farther one, as pytest's own fixture lookup does."""
+    roles: dict[str, factories.Role] = {}
+    for namespace in _namespaces(metafunc):
+        for name, role in _namespace_roles(namespace).items():
+            if role is not None:
+                roles[name] = role
+            else:
+                roles.pop(name, None)
+    return roles
+
+
+def _server_config(roles: dict[str, factories.Role], base: TritonConfig,
+                   server: str) -> tuple[TritonConfig, factories.ServerRole]:
+    role = roles.get(server)
     if not isinstance(role, factories.ServerRole):
         raise ConfigError(f"fixture {server!r} is not a pytest-triton server fixture "
                           "(make it with factories.server())")
-    config = metafunc.config.stash[CONFIG].with_overrides(role.overrides)
-    return config, role
+    return base.with_overrides(role.overrides), role
 
 
-def variant_params(metafunc: pytest.Metafunc, server: str) -> list[Any]:
+def variant_params(roles: dict[str, factories.Role], base: TritonConfig,
+                   server: str) -> list[Any]:
     """One pytest.param per variant; those the server cannot serve are skipped with why."""
-    config, server_role = _server_config(metafunc, server)
-    repo_role = _role(metafunc, server_role.repository)
+    config, server_role = _server_config(roles, base, server)
+    repo_role = roles.get(server_role.repository)
     if not isinstance(repo_role, factories.RepositoryRole):
         raise ConfigError(f"fixture {server_role.repository!r} is not a pytest-triton "
                           "repository fixture (make it with factories.repository())")
@@ -111,28 +178,24 @@ def variant_params(metafunc: pytest.Metafunc, server: str) -> list[Any]:
             f"no models in repository fixture {server_role.repository!r}: define it in "
             "conftest.py with factories.repository([ModelSpec(...)]) or set --triton-specs "
             "MODULE:CALLABLE")
-    plan = plan_variants(specs, repo_role.formats or config.formats, _target(config))
+    plan = plan_variants(specs, repo_role.formats or config.formats, server_target(config))
     return [pytest.param(v.id, id=v.id) for v in plan.variants] + [
         pytest.param(u.id, id=u.id, marks=pytest.mark.skip(reason=u.reason))
         for u in plan.unavailable]
 
 
-@functools.lru_cache(maxsize=16)
-def _target(config: TritonConfig) -> ServerTarget:
-    """Asked once per distinct server config: for GPU containers it runs the image."""
-    return make_launcher(config).target()
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    roles = _roles(metafunc)
+    base = metafunc.config.stash[CONFIG]
     for name in metafunc.fixturenames:
-        role = _role(metafunc, name)
+        role = roles.get(name)
         try:
             if isinstance(role, factories.ClientRole):
-                protocols: Sequence[str] = (role.protocols or
-                                            _server_config(metafunc, role.server)[0].protocols)
+                protocols: Sequence[str] = (
+                    role.protocols or _server_config(roles, base, role.server)[0].protocols)
                 metafunc.parametrize(name, list(protocols), indirect=True, ids=list(protocols))
             elif isinstance(role, factories.ModelRole):
-                metafunc.parametrize(name, variant_params(metafunc, role.server),
+                metafunc.parametrize(name, variant_params(roles, base, role.server),
                                      indirect=True)
         except TritonTestError as exc:
             pytest.fail(f"pytest-triton: {exc}", pytrace=False)
@@ -145,15 +208,19 @@ def triton_config(pytestconfig: pytest.Config) -> TritonConfig:
     return pytestconfig.stash[CONFIG]
 
 
+@functools.cache
+def _specs_target(reference: str) -> Any:
+    return load_object(reference, default_attr="specs")
+
+
 def specs_from_config(config: TritonConfig) -> list[ModelSpec]:
     """Specs named by --triton-specs MODULE:CALLABLE (none by default)."""
     if not config.specs:
         return []
-    module_name, _, attr = config.specs.partition(":")
     try:
-        target = getattr(importlib.import_module(module_name), attr or "specs")
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"--triton-specs {config.specs!r}: {exc}") from None
+        target = _specs_target(config.specs)
+    except ConfigError as exc:
+        raise ConfigError(f"--triton-specs: {exc}") from None
     return list(target() if callable(target) else target)
 
 
@@ -177,7 +244,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
             report.sections.append(
                 (f"tritonserver log ({server.launcher}, {server.endpoints.http})",
                  server.log_tail(80)))
-
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

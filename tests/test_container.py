@@ -1,6 +1,6 @@
 """The container launcher: settings a GPU host gets (checked exactly, no GPU needed) and real
 containers from the offline CPU image (needs Docker: `.ci/docker-engine`,
-`docker/build-cpu-image`)."""
+`images/build-cpu-image`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from pytest_triton.launchers.container import (
 )
 from pytest_triton.launchers.tensorrt import plan_problem
 from pytest_triton.repository import pbtxt
-from pytest_triton.repository.variants import ServerTarget
+from pytest_triton.target import ServerTarget
 from tests.raw_models import write_python_model
 from tests.tiny_models import scorer_spec
 
@@ -43,7 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # -- GPU settings, exactly as a GPU host would get them ------------------------------------
 def test_gpu_settings_follow_the_seeds_docker_run_flags() -> None:
-    settings = ContainerSettings.from_config(resolve(None, gpu=True, gpus="0,1"))
+    settings = ContainerSettings.from_config(resolve(gpu=True, gpus="0,1"))
     assert settings.image == NGC_IMAGE and settings.backends == NGC_BACKENDS
     kwargs = settings.run_kwargs()
     assert kwargs["shm_size"] == "1g"
@@ -52,15 +52,15 @@ def test_gpu_settings_follow_the_seeds_docker_run_flags() -> None:
     assert kwargs["device_requests"] == [DeviceRequest(device_ids=["0", "1"],
                                                        capabilities=[["gpu"]])]
     assert kwargs["labels"] == {OWNER_LABEL: str(os.getpid())}
-    everything = ContainerSettings.from_config(resolve(None, gpu=True)).run_kwargs()
+    everything = ContainerSettings.from_config(resolve(gpu=True)).run_kwargs()
     assert everything["device_requests"] == [DeviceRequest(count=-1, capabilities=[["gpu"]])]
 
 
 def test_cpu_image_settings_have_no_gpu_flags() -> None:
-    settings = ContainerSettings.from_config(resolve(None, launcher="container"))
+    settings = ContainerSettings.from_config(resolve(launcher="container"))
     assert settings.image == CPU_IMAGE and settings.backends == frozenset({"python"})
     assert set(settings.run_kwargs()) == {"shm_size", "labels"}
-    image = ContainerSettings.from_config(resolve(None, launcher="container",
+    image = ContainerSettings.from_config(resolve(launcher="container",
                                                   image="nvcr.io/nvidia/tritonserver:25.01-py3"))
     assert image.backends == NGC_BACKENDS and image.gpus is None
 
@@ -78,9 +78,9 @@ def test_server_command_inside_the_container() -> None:
 
 
 def test_gpu_mode_adds_tensorrt_formats_unless_formats_are_given() -> None:
-    assert resolve(None, gpu=True).formats == ("torchscript-script", "torchscript-trace", "onnx",
+    assert resolve(gpu=True).formats == ("torchscript-script", "torchscript-trace", "onnx",
                                                "tensorrt", "onnx-trt")
-    assert resolve(None, gpu=True, formats="onnx").formats == ("onnx",)
+    assert resolve(gpu=True, formats="onnx").formats == ("onnx",)
 
 
 def _gpu_config(tmp_path: Path, fmt: str, **spec: Any) -> str:
@@ -154,7 +154,7 @@ def _docker() -> Any:
         client.images.get(CPU_IMAGE)
     except Exception as exc:
         pytest.skip(f"needs a Docker engine and the {CPU_IMAGE} image (run .ci/docker-engine and "
-                    f"docker/build-cpu-image; CI does): {exc}")
+                    f"images/build-cpu-image; CI does): {exc}")
     return client
 
 
@@ -213,7 +213,7 @@ def test_container_model_load_failure_names_the_model(docker: Any, tmp_path: Pat
 
 @pytest.mark.container
 def test_missing_image_says_how_to_get_it(docker: Any, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="build it with docker/build-cpu-image"):
+    with pytest.raises(ConfigError, match="build it with images/build-cpu-image"):
         ContainerLauncher(ContainerSettings("pytest-triton-cpu:no-such-tag")).start(
             ServerArgs(tmp_path))
     with pytest.raises(ConfigError, match=r"could not be pulled .* `docker pull` it first"):

@@ -41,21 +41,22 @@ def run(pytester: pytest.Pytester, *args: str, timeout: float = 300) -> pytest.R
 
 
 def test_help_lists_every_option_and_ini_key(pytester: pytest.Pytester) -> None:
-    from pytest_triton.options import OPTIONS
+    from pytest_triton.config import settings_for
 
     result = run(pytester, "--help")
     assert result.ret == 0
     out = result.stdout.str()
     assert "pytest-triton: serve PyTorch models on Triton" in out
-    for option in OPTIONS:
+    for option in settings_for("pytest"):
         assert option.cli in out and f"{option.ini} (string)" in out, option.name
 
 
 def test_readme_documents_every_option() -> None:
-    from pytest_triton.options import OPTIONS
+    from pytest_triton.config import settings_for
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    missing = [o.cli for o in OPTIONS if f"`{o.cli}" not in readme or f"`{o.ini}`" not in readme]
+    missing = [o.cli for o in settings_for("pytest")
+               if f"`{o.cli}" not in readme or f"`{o.ini}`" not in readme]
     assert not missing, f"README.md's options table lacks {missing}"
 
 
@@ -219,8 +220,9 @@ def test_wait(triton_model, triton_client):
             assert not Path(repo_root).exists(), "temporary repository left behind"
         else:  # SIGKILL skips all cleanup: the next launch reaps what the dead pytest left
             from pytest_triton.launchers.local import reap_orphans
+            from pytest_triton.repository.builder import reap_orphaned_repositories
 
-            reaped = {p.name for p in reap_orphans()}
+            reaped = {p.name for p in reap_orphans() + reap_orphaned_repositories()}
             assert Path(repo_root).name in reaped and not Path(repo_root).exists()
             assert any(name.startswith(f"pytest-triton-server-{proc.pid}-") for name in reaped)
 

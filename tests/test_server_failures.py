@@ -12,7 +12,7 @@ import pytest
 from pytest_triton import ModelLoadError, Repository, ServerError, TritonClient
 from pytest_triton.config import resolve
 from pytest_triton.deployment import Deployment
-from pytest_triton.factories import start_deployment
+from pytest_triton.session import start_deployment
 from tests.test_local_launcher import group_members
 from tests.tiny_models import scorer_spec
 
@@ -25,7 +25,7 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
              # A config parameter the hosted model cannot parse: initialize() raises.
              scorer_spec("broken", formats=["torchscript-trace"],
                          parameters={"intra_op_threads": "many"})]
-    deployment = start_deployment(resolve(None, protocol="http"), Repository(tmp_path, specs))
+    deployment = start_deployment(resolve(protocol="http"), Repository(tmp_path, specs))
     yield deployment
     deployment.close()
 

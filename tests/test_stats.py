@@ -9,7 +9,7 @@ import pytest
 from pytest_triton import ModelStats, Repository, StatsWindow, assert_dynamic_batching
 from pytest_triton.config import resolve
 from pytest_triton.deployment import Deployment
-from pytest_triton.factories import start_deployment
+from pytest_triton.session import start_deployment
 from tests.tiny_models import scorer_spec
 
 pytestmark = pytest.mark.triton
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.triton
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     specs = [scorer_spec("batched", formats=["torchscript-trace"]),
              scorer_spec("unbatched", formats=["torchscript-trace"], dynamic_batching=None)]
-    deployment = start_deployment(resolve(None),
+    deployment = start_deployment(resolve(),
                                   Repository(tmp_path_factory.mktemp("repo"), specs))
     yield deployment
     deployment.close()

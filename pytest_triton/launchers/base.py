@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import os
 import re
 import socket
 import threading
@@ -17,7 +16,8 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from ..errors import ModelLoadError, ServerError
-from ..repository.variants import ServerTarget
+from ..target import ServerTarget
+from ..urls import Endpoints
 
 ModelControl = Literal["none", "explicit", "poll"]
 LOG_TAIL_LINES = 60
@@ -57,16 +57,6 @@ class ServerArgs:
         cmd += [f"--load-model={m}" for m in self.load_models]
         cmd += list(self.extra_args)
         return cmd
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    http: str  # host:port, as tritonclient takes it
-    grpc: str
-    metrics: str | None = None
-
-    def url(self, protocol: str) -> str:
-        return self.http if protocol == "http" else self.grpc
 
 
 class RunningServer(ABC):
@@ -145,16 +135,6 @@ class Launcher(Protocol):
         """What the server it starts will offer (decides native vs hosted, CPU vs GPU); known
         before the server starts, so test ids can be listed at collection."""
         ...
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:

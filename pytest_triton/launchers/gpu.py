@@ -11,7 +11,7 @@ import subprocess
 
 from ..config import TritonConfig
 from ..errors import ConfigError
-from .container import docker_client
+from .docker_engine import docker_client
 
 
 def gpu_count() -> int:

@@ -9,7 +9,6 @@ stubs included) is killed at the end, so no server outlives a session, even on C
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.util
 import itertools
 import os
@@ -24,21 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ServerError
-from ..repository.variants import ServerTarget
+from ..processes import die_with_parent, reap_orphaned
+from ..target import ServerTarget
+from ..urls import Endpoints
 from .base import (
     LIVE_SERVERS,
-    Endpoints,
     RunningServer,
     ServerArgs,
     free_ports,
     port_conflict,
-    process_alive,
     wait_until_ready,
 )
 
 PORT_ATTEMPTS = 3
 WORKDIR_PREFIX = "pytest-triton-server-"
-REPOSITORY_PREFIX = "pytest-triton-repo-"  # the repository fixture's temporary directories
 SHM_PREFIX = "pytest_triton_"
 _SERVER_NUMBERS = itertools.count()
 
@@ -104,12 +102,6 @@ def find_installation(executable: str | None = None) -> Installation:
     )
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it if the pytest process dies without cleanup."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class LocalServer(RunningServer):
     launcher = "local"
 
@@ -139,7 +131,7 @@ class LocalServer(RunningServer):
             self.process = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=self._env(install), cwd=workdir, start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         LIVE_SERVERS.add(self)
 
@@ -208,23 +200,9 @@ class LocalServer(RunningServer):
 
 def reap_orphans() -> list[Path]:
     """Remove work directories and shared-memory regions of servers whose pytest was killed
-    outright (SIGKILL skips every cleanup; the server itself died with it by PDEATHSIG)."""
-    removed = []
-    candidates = [(path, path.name[len(prefix):].split(sep, 1)[0])
-                  for root, prefix, sep in ((tempfile.gettempdir(), WORKDIR_PREFIX, "-"),
-                                            (tempfile.gettempdir(), REPOSITORY_PREFIX, "-"),
-                                            ("/dev/shm", SHM_PREFIX, "_"))
-                  for path in Path(root).glob(f"{prefix}*")]
-    for path, owner in candidates:
-        if not owner.isdigit() or process_alive(int(owner)):
-            continue
-        with contextlib.suppress(OSError):
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-            removed.append(path)
-    return removed
+    outright (the server itself died with it by PDEATHSIG)."""
+    return (reap_orphaned(tempfile.gettempdir(), WORKDIR_PREFIX, "-")
+            + reap_orphaned("/dev/shm", SHM_PREFIX, "_"))
 
 
 class LocalLauncher:

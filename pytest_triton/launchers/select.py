@@ -16,7 +16,10 @@ def make_launcher(config: TritonConfig) -> Launcher:
         assert config.url is not None  # checked when the config was resolved
         return ExternalLauncher(config.url, config.grpc_url, config.backends or ("python",))
     if config.launcher == "container":
-        from .container import ContainerLauncher  # imports docker/testcontainers only if used
-
+        try:  # docker and testcontainers are imported only when a container is asked for
+            from .container import ContainerLauncher
+        except ImportError as exc:
+            raise ConfigError(f"the container launcher needs the Docker SDK and testcontainers "
+                              f"({exc}): pip install 'pytest-triton[container]'") from None
         return ContainerLauncher.from_config(config)
     raise ConfigError(f"unknown launcher {config.launcher!r}")

@@ -24,7 +24,7 @@ def local_version() -> str | None:
 @functools.lru_cache(maxsize=8)
 def image_version(image: str) -> str | None:
     """TensorRT's version in a server image, read off its libnvinfer file name."""
-    from .container import docker_client
+    from .docker_engine import docker_client
 
     output = docker_client().containers.run(
         image, entrypoint="sh",

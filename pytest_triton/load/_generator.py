@@ -20,8 +20,10 @@ from locust.env import Environment
 from locust.event import Events
 
 from ..client import TritonClient
+from ..config import from_values, resolve
 from ..stats import ModelStats, read_stats
 from .embedded import model_source
+from .options import attach_config
 from .users import TritonUser
 
 
@@ -31,6 +33,7 @@ class Generator:
     def __init__(self, config: dict[str, Any]) -> None:
         self.host: str = config["host"]
         self.model_name: str = config["model"]
+        self.config = resolve(from_values(config["config"], "triton-perf"))
         self.served = model_source(config["source"], config["size"], config["format"])
         self.stats_client = TritonClient(config["stats_url"], config["stats_protocol"],
                                          timeout_s=30)
@@ -47,6 +50,7 @@ class Generator:
             "served": self.served, "model": self.model_name, "batch_size": batch_size,
             "host": self.host})
         env = Environment(user_classes=[user], events=Events(), host=self.host)
+        attach_config(env, self.config)
         env.events.request.add_listener(self._on_request)
         env.create_local_runner()
         self.env, self.batch_size = env, batch_size

@@ -1,41 +1,34 @@
-"""The server a locustfile starts for itself when it is given no --host, and the host rules.
+"""The server a locustfile (or triton-perf) starts for itself when it is given no host.
 
-Load is only ever sent to loopback addresses unless the caller opts in: a load test pointed at
-a shared server by a typo is an outage, not a test. No locust import here.
+No locust import here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
-import ipaddress
 import logging
-import shutil
-import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from ..config import resolve
+from ..config import TritonConfig, resolve
 from ..deployment import Deployment
 from ..errors import ConfigError
-from ..factories import start_deployment
-from ..launchers.base import Endpoints
-from ..launchers.external import parse_url
+from ..formats import FORMATS
+from ..importing import load_object
 from ..repository.builder import Repository
-from ..repository.spec import FORMATS, ModelSpec
+from ..repository.spec import ModelSpec
 from ..repository.variants import Variant
+from ..session import start_deployment
+from ..urls import Endpoints
 
 log = logging.getLogger("pytest_triton.load")
 DEFAULT_FORMAT = "onnx"
 EXPORTER_LOGGERS = ("onnx_ir", "onnxscript", "torch.onnx", "torch.export")
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost",
-                            "ip6-loopback"})
 SpecSource = ModelSpec | Callable[[], ModelSpec]
 Size = Literal["small", "full"]
 
@@ -81,21 +74,22 @@ def check_format(fmt: str) -> str:
 class EmbeddedServer:
     """A local tritonserver serving some specs from a temporary repository.
 
-    stop() is idempotent and removes the server, its python stubs and the repository; the
-    local launcher also stops the server at interpreter exit and when this process dies.
+    Server settings (executable, startup timeout, extra arguments) come from `config`. stop()
+    is idempotent and removes the server, its python stubs and the repository; the local
+    launcher also stops the server at interpreter exit and when this process dies.
     """
 
     def __init__(self, models: Sequence[EmbeddedModel], fmt: str | None = None, *,
-                 executable: str | None = None, startup_timeout_s: float = 120.0,
+                 config: TritonConfig | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
         if not models:
             raise ConfigError("nothing to serve: no user class names a model to serve itself")
         self.models = list(models)
         self.fmt = check_format(fmt) if fmt else None
-        self.executable = executable
-        self.startup_timeout_s = startup_timeout_s
+        self.config = (config or resolve()).with_overrides(
+            {"launcher": "local", "model_control": "explicit"})
         self.progress = progress or log.info
-        self.root: Path | None = None
+        self.repository: Repository | None = None
         self.deployment: Deployment | None = None
         self._lock = threading.Lock()
 
@@ -114,14 +108,10 @@ class EmbeddedServer:
         for m in self.models:
             fmt = self.fmt or m.fmt
             specs.setdefault(m.spec.name, dataclasses.replace(m.spec, formats=(fmt,)))
-        self.root = Path(tempfile.mkdtemp(prefix="pytest-triton-load-"))
         try:
-            repo = Repository(self.root, list(specs.values()), progress=self.progress)
-            overrides: dict[str, object] = {"launcher": "local", "model_control": "explicit",
-                                            "startup_timeout": self.startup_timeout_s}
-            if self.executable:
-                overrides["executable"] = self.executable
-            self.deployment = start_deployment(resolve(None, **overrides), repo)
+            self.repository = repo = Repository.create(list(specs.values()),
+                                                       progress=self.progress)
+            self.deployment = start_deployment(self.config, repo)
             with _quiet(EXPORTER_LOGGERS):
                 for name in self.model_names():
                     self.deployment.load(repo.variant(name))
@@ -133,13 +123,13 @@ class EmbeddedServer:
     def stop(self) -> None:
         with self._lock:
             deployment, self.deployment = self.deployment, None
-            root, self.root = self.root, None
+            repository, self.repository = self.repository, None
         try:
             if deployment is not None:
                 deployment.close()
         finally:
-            if root is not None:
-                shutil.rmtree(root, ignore_errors=True)
+            if repository is not None:
+                repository.remove()
 
 
 @contextlib.contextmanager
@@ -156,40 +146,6 @@ def _quiet(names: Sequence[str]) -> Iterator[None]:
             lg.setLevel(level)
 
 
-# -- hosts ---------------------------------------------------------------------------------
-def is_loopback(url: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and the usual loopback names (names are not resolved: what a
-    name resolves to can change between this check and the load)."""
-    _, hostport = parse_url(url)
-    host = hostport.rsplit(":", 1)[0].strip("[]")
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host.lower() in LOOPBACK_NAMES
-
-
-def check_host(url: str, allow_remote: bool = False) -> None:
-    """Refuse load on anything but loopback unless the caller opted in."""
-    parse_url(url)  # a malformed URL gets the format message first
-    if not allow_remote and not is_loopback(url):
-        raise ConfigError(
-            f"refusing to send load to {url}: only loopback hosts (127.0.0.1, localhost, ::1) "
-            "are allowed by default. Pass --triton-allow-remote (or TRITON_ALLOW_REMOTE=true) "
-            "if you really mean to load that server.")
-
-
-def encode_endpoints(endpoints: Endpoints) -> str:
-    """Endpoints as one option value (master -> workers, which get the master's options)."""
-    return f"http={endpoints.http},grpc={endpoints.grpc}"
-
-
-def decode_endpoints(text: str) -> Endpoints:
-    parts: Mapping[str, str] = dict(p.split("=", 1) for p in text.split(",") if "=" in p)
-    if "http" not in parts or "grpc" not in parts:
-        raise ConfigError(f"malformed endpoints {text!r}; expected http=H:P,grpc=H:P")
-    return Endpoints(parts["http"], parts["grpc"])
-
-
 def zoo_model(name: str, size: Size = "small", *, fmt: str = DEFAULT_FORMAT, seed: int = 0,
               **overrides: Any) -> EmbeddedModel:
     """A zoo model with its committed serving settings, built only when first needed."""
@@ -202,9 +158,5 @@ def model_source(source: str, size: Size = "small", fmt: str = DEFAULT_FORMAT) -
     """A zoo name (dlrm, mnist, ...), or MODULE:CALLABLE returning a ModelSpec."""
     if ":" not in source:
         return zoo_model(source, size, fmt=fmt)
-    module, _, name = source.partition(":")
-    try:
-        factory: Callable[[], ModelSpec] = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load {source!r}: {exc}") from None
+    factory: Callable[[], ModelSpec] = load_object(source)
     return EmbeddedModel(factory, fmt)

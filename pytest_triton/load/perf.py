@@ -14,9 +14,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .targets import Rates
+
 
 @dataclass(frozen=True)
-class Point:
+class Point(Rates):
     """One measured (batch size, concurrency) point; latencies in ms, server times in us."""
 
     batch_size: int
@@ -39,18 +41,8 @@ class Point:
     generator_cpu_percent: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    @property
-    def successes(self) -> int:
-        return self.requests - self.failures
-
-    @property
-    def throughput(self) -> float:
-        """Samples (inferences) per second."""
-        return self.successes * self.batch_size / self.duration_s if self.duration_s else 0.0
-
-    @property
-    def request_rate(self) -> float:
-        return self.successes / self.duration_s if self.duration_s else 0.0
+    def successful_samples(self) -> int:
+        return self.successes * self.batch_size
 
     @property
     def client_overhead_ms(self) -> float:

@@ -11,8 +11,6 @@ process so that gevent patches it before anything else is imported.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -23,27 +21,26 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..client import Protocol
-from ..errors import TritonTestError
-from ..launchers.external import endpoints_from, parse_url
-from ..repository.spec import FORMATS
-from .embedded import DEFAULT_FORMAT, EmbeddedServer, check_host, model_source
-from .perf import (
-    Point,
-    bound_search,
-    bound_summary,
-    largest_within_bound,
-    markdown_table,
-    parse_range,
-    plot,
-    write_csv,
+from ..config import (
+    TritonConfig,
+    add_arguments,
+    as_values,
+    from_arguments,
+    from_environ,
+    resolve,
 )
+from ..errors import ConfigError, TritonTestError
+from ..processes import die_with_parent
+from ..urls import check_host, endpoints_from, parse_url
+from .embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
+from .perf import Point, bound_search, parse_range
+from .sweep_report import judge, write_reports
 
 # What the seeds call a sample of each zoo model.
 UNITS = {"dlrm": "rec/s", "bert": "seq/s", "resnet50": "img/s", "resnext101-32x4d": "img/s",
          "se-resnext101-32x4d": "img/s", "mnist": "img/s", "text_recognition": "img/s"}
 GENERATOR = ("import locust, sys; from pytest_triton.load import _generator; "
              "sys.exit(_generator.main())")
-CPU_SATURATED = 90.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,14 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                         "or MODULE:CALLABLE returning a ModelSpec")
     p.add_argument("--size", choices=("small", "full"), default="small",
                    help="zoo model size (default small)")
-    p.add_argument("--format", choices=FORMATS, default=DEFAULT_FORMAT,
-                   help="export format the embedded server serves (default onnx)")
-    p.add_argument("-u", "--url", default=None,
-                   help="a running server (http://H:P or grpc://H:P) instead of the embedded one")
     p.add_argument("--model-name", default=None,
                    help="the model's name on --url (default: the embedded server's name)")
-    p.add_argument("-i", "--protocol", choices=("http", "grpc"), default=None,
-                   help="protocol (default: --url's scheme, else http)")
     p.add_argument("-b", "--batch-size", default="1",
                    help="batch sizes, comma list or START:END:STEP (default 1)")
     p.add_argument("--concurrency-range", default="1",
@@ -84,15 +75,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, default=None, help="PNG latency vs throughput plot")
     p.add_argument("--json", type=Path, default=None, help="all points as JSON")
     p.add_argument("--unit", default=None, help="throughput unit label (default per model)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow a non-loopback --url (refused by default)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_arguments(p.add_argument_group(
+        "pytest-triton settings (also read from TRITON_* environment variables)"), "perf")
     return p
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def perf_config(args: argparse.Namespace) -> TritonConfig:
+    """Command line over TRITON_* variables over the table's defaults."""
+    config = resolve(from_arguments(args, "perf"), from_environ(os.environ, "perf"))
+    if config.protocol is not None and len(config.protocol) > 1:
+        raise ConfigError("triton-perf measures one protocol per run: pass --triton-protocol "
+                          "http or grpc")
+    return config
 
 
 class GeneratorProcess:
@@ -101,7 +96,7 @@ class GeneratorProcess:
     def __init__(self, config: dict[str, Any]) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", GENERATOR], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, preexec_fn=_die_with_parent)
+            text=True, preexec_fn=die_with_parent)
         self.ask({"op": "config", **config})
 
     def ask(self, command: dict[str, Any]) -> dict[str, Any]:
@@ -137,38 +132,43 @@ def run(args: argparse.Namespace) -> int:
     batches = parse_range(args.batch_size)
     concurrencies = parse_range(args.concurrency_range)
     unit = args.unit or UNITS.get(args.model, "infer/s")
+    config = perf_config(args)
+    fmt = config.format or DEFAULT_FORMAT
+    chosen: Protocol | None = None
+    if config.protocol:
+        chosen = "grpc" if config.protocol[0] == "grpc" else "http"
     server: EmbeddedServer | None = None
     generator: GeneratorProcess | None = None
     points: list[Point] = []
     try:
-        served = model_source(args.model, args.size, args.format)
-        if args.url:
-            check_host(args.url, args.allow_remote)
-            scheme, _ = parse_url(args.url)
-            protocol: Protocol = args.protocol or ("grpc" if scheme == "grpc" else "http")
-            endpoints = endpoints_from(args.url)
+        served = model_source(args.model, args.size, fmt)
+        if config.url:
+            check_host(config.url, config.allow_remote)
+            scheme, _ = parse_url(config.url)
+            protocol: Protocol = chosen or ("grpc" if scheme == "grpc" else "http")
+            endpoints = endpoints_from(config.url)
             stats_protocol: Protocol = "http" if scheme == "http" else "grpc"
         else:
-            server = EmbeddedServer([served], args.format,
+            server = EmbeddedServer([served], fmt, config=config,
                                     progress=lambda m: print(f"[triton-perf] {m}",
                                                              file=sys.stderr))
             endpoints = server.start()
-            protocol = args.protocol or "http"
+            protocol = chosen or "http"
             stats_protocol = "http"
-        name = args.model_name or served.model_name(args.format)
+        name = args.model_name or served.model_name(fmt)
         host = f"{protocol}://{endpoints.url(protocol)}"
         generator = GeneratorProcess({
             "host": host, "model": name, "source": args.model, "size": args.size,
-            "format": args.format, "stats_url": endpoints.url(stats_protocol),
-            "stats_protocol": stats_protocol})
+            "format": fmt, "stats_url": endpoints.url(stats_protocol),
+            "stats_protocol": stats_protocol, "config": as_values(config)})
         points = _sweep(generator, args, batches, concurrencies, unit)
     finally:
         if generator is not None:
             generator.close()
         if server is not None:
             server.stop()
-    _report(points, args, unit, name)
-    return 0
+    write_reports(points, args, unit, name)
+    return judge(points, config)
 
 
 def _sweep(generator: GeneratorProcess, args: argparse.Namespace, batches: Sequence[int],
@@ -203,48 +203,6 @@ def _sweep(generator: GeneratorProcess, args: argparse.Namespace, batches: Seque
                 for concurrency in concurrencies:
                     measure(batch, concurrency)
     return points
-
-
-def _report(points: Sequence[Point], args: argparse.Namespace, unit: str, name: str) -> None:
-    table = markdown_table(points, unit)
-    print(table)
-    lines = []
-    if args.latency_bound is not None:
-        for batch in sorted({p.batch_size for p in points}):
-            best = largest_within_bound([p for p in points if p.batch_size == batch],
-                                        args.latency_bound, args.percentile)
-            lines.append(bound_summary(best, args.latency_bound, args.percentile, unit))
-    saturated = [p for p in points if (p.generator_cpu_percent or 0) >= CPU_SATURATED]
-    if saturated:
-        lines.append("WARNING: the load generator's CPU was saturated at "
-                     + ", ".join(f"batch {p.batch_size} concurrency {p.concurrency}"
-                                 for p in saturated)
-                     + ": it could not keep up, those throughputs are lower bounds.")
-    failed = [p for p in points if p.failures]
-    if failed:
-        lines.append("WARNING: failed requests at " + ", ".join(
-            f"batch {p.batch_size} concurrency {p.concurrency} ({p.failures})" for p in failed))
-    for line in lines:
-        print(line)
-    if args.csv:
-        write_csv(points, args.csv)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(table + "\n" + "".join(f"\n{line}\n" for line in lines))
-    if args.plot:
-        plot(points, args.plot, title=f"{name}: latency vs throughput", unit=unit,
-             bound_ms=args.latency_bound, percentile=args.percentile)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "model": name, "unit": unit, "points": [p.as_dict() for p in points],
-            "latency_bound_ms": args.latency_bound, "percentile": args.percentile,
-            "within_bound": {str(b): (best.as_dict() if best else None) for b, best in (
-                (b, largest_within_bound([p for p in points if p.batch_size == b],
-                                         args.latency_bound, args.percentile))
-                for b in sorted({p.batch_size for p in points}))}
-            if args.latency_bound is not None else None,
-        }, indent=2))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,11 +1,13 @@
 """Locust users that send Triton inference requests over HTTP or gRPC.
 
 A user is one closed loop (no wait between requests): N users keep N requests in flight, which
-is perf_analyzer's concurrency mode. Each request is fired as a Locust request event named
-after the model, with `response_length` = its batch size, so Locust's totals count samples
-and the verdict reports samples/s (requests x batch size) as the seeds do.
+is perf_analyzer's concurrency mode. Requests go through TritonClient, built once per user and
+only sent in the loop. Each is fired as a Locust request event named after the model, with
+`response_length` = its batch size, so Locust's totals count samples and the verdict reports
+samples/s (requests x batch size) as the seeds do.
 
-Importing this module imports locust (gevent monkey patching) and switches gRPC to gevent.
+Importing this module imports locust (gevent monkey patching), switches gRPC to gevent and
+installs pytest-triton's listeners on Locust's events.
 """
 
 from __future__ import annotations
@@ -17,33 +19,32 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+import locust
 import numpy as np
 import torch
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from ..client import Protocol
-from ..dtypes import tensor_type
+from ..client import PreparedRequest, Protocol, TritonClient
 from ..errors import ConfigError
+from ..urls import check_host
 from . import grpc_gevent, hooks
-from .embedded import EmbeddedModel, check_host, zoo_model
-from .hooks import default_targets
-from .settings import RunSettings, user_batch_size, user_endpoint, user_model, user_protocol
+from .embedded import EmbeddedModel, zoo_model
+from .options import default_targets, run_config
+from .user_settings import user_batch_size, user_endpoint, user_model, user_protocol
 
 grpc_gevent.init()
+hooks.install(locust.events)
 # This process only makes input tensors with torch; one thread keeps it fork-safe for
 # --processes and leaves the cores to the server.
 torch.set_num_threads(1)
 
 log = logging.getLogger("pytest_triton.load")
 InputsFactory = Callable[[int, int], Mapping[str, Any]]
-_seeds = itertools.count()
+_user_numbers = itertools.count()
 _refused: set[str] = set()
 
-__all__ = ["GrpcTritonUser", "HttpTritonUser", "TritonUser", "default_targets", "hooks",
-           "zoo_model"]
+__all__ = ["GrpcTritonUser", "HttpTritonUser", "TritonUser", "default_targets", "zoo_model"]
 
 
 def _numpy(value: Any) -> np.ndarray:
@@ -57,9 +58,10 @@ class TritonUser(User):
 
     Class attributes configure it: `model` (Triton model name; default: the name `served` gets
     on the embedded server), `version`, `batch_size`, `protocol` ("http", "grpc" or None for
-    the host's scheme), `inputs` (a factory (batch_size, seed) -> {name: array}; default:
-    `served`'s), `outputs` (names to request; None: all), `served` (the EmbeddedModel started
-    when no --host is given). --triton-model and --triton-batch-size override them.
+    --triton-protocol, else the host's scheme), `inputs` (a factory (batch_size, seed) ->
+    {name: array}; default: `served`'s), `outputs` (names to request; None: all), `served`
+    (the EmbeddedModel started when no --host is given). --triton-model and
+    --triton-batch-size override them.
     """
 
     abstract = True
@@ -76,71 +78,44 @@ class TritonUser(User):
 
     def on_start(self) -> None:
         cls = type(self)
-        settings = RunSettings.from_options(self.environment.parsed_options)
+        number = next(_user_numbers)
         host = self.host or self.environment.host
         try:
+            config = run_config(self.environment)
             if not host:
                 raise ConfigError("no host to send load to: pass --host URL, or give the user "
                                   "class a `served` model so an embedded server starts")
-            check_host(host, settings.allow_remote)
-            self._model = user_model(cls, settings)
-            self._batch = user_batch_size(cls, settings)
-            self._protocol = user_protocol(cls, host, settings)
-            url = user_endpoint(self._protocol, host, settings)
+            check_host(host, config.allow_remote)
+            self._model = user_model(cls, config)
+            self._batch = user_batch_size(cls, config)
+            self._protocol = user_protocol(cls, host, config, number)
+            url = user_endpoint(self._protocol, host, config)
             factory = cls.inputs or (cls.served.inputs if cls.served else None)
             if factory is None:
                 raise ConfigError(f"{cls.__name__} has no `inputs` factory and no `served` "
                                   "model to make inputs from")
-            first = next(_seeds) * self.distinct_inputs
-            batches = [factory(self._batch, first + i) for i in range(self.distinct_inputs)]
+            first = number * self.distinct_inputs
+            batches = [{n: _numpy(v) for n, v in factory(self._batch, first + i).items()}
+                       for i in range(self.distinct_inputs)]
+            self._client = TritonClient(url, self._protocol, timeout_s=self.timeout_s,
+                                        concurrency=1)
+            self._requests: Iterator[PreparedRequest] = itertools.cycle(
+                [self._client.prepare(self._model, b, self.outputs, self.version)
+                 for b in batches])
         except ConfigError as exc:
             if str(exc) not in _refused:  # once per process, not once per user
                 _refused.add(str(exc))
                 log.error("pytest-triton: %s", exc)
             raise StopUser() from None
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
-        if self._protocol == "http":
-            self._client: Any = httpclient.InferenceServerClient(
-                url, concurrency=1, connection_timeout=self.timeout_s,
-                network_timeout=self.timeout_s)
-        else:
-            self._client = grpcclient.InferenceServerClient(url)
-        self._requests: Iterator[tuple[list[Any], list[Any] | None]] = itertools.cycle(
-            [self._build(b) for b in batches])
-
-    def _build(self, batch: Mapping[str, Any]) -> tuple[list[Any], list[Any] | None]:
-        """tritonclient request objects, built once: the loop then only sends."""
-        mod: Any = httpclient if self._protocol == "http" else grpcclient
-        inputs = []
-        for name, value in batch.items():
-            array = _numpy(value)
-            item = mod.InferInput(name, list(array.shape), tensor_type(array.dtype).wire)
-            if self._protocol == "http":
-                item.set_data_from_numpy(array, binary_data=True)
-            else:
-                item.set_data_from_numpy(array)
-            inputs.append(item)
-        outputs = None
-        if self.outputs is not None:
-            outputs = [httpclient.InferRequestedOutput(n, binary_data=True)
-                       if self._protocol == "http" else grpcclient.InferRequestedOutput(n)
-                       for n in self.outputs]
-        return inputs, outputs
-
-    def _send(self, inputs: list[Any], outputs: list[Any] | None) -> None:
-        if self._protocol == "http":
-            self._client.infer(self._model, inputs, model_version=self.version, outputs=outputs)
-        else:
-            self._client.infer(self._model, inputs, model_version=self.version, outputs=outputs,
-                               client_timeout=self.timeout_s)
 
     @task
     def infer(self) -> None:
-        inputs, outputs = next(self._requests)
+        request = next(self._requests)
         error: Exception | None = None
         start = time.perf_counter()
         try:
-            self._send(inputs, outputs)
+            self._client.send(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
         elapsed_ms = (time.perf_counter() - start) * 1e3

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..repository.spec import DynamicBatching, InstanceGroup, InstanceKind, ModelSpec
-from . import ZOO, Size
+from .zoo import ZOO, Size
 
 
 def zoo_spec(name: str, size: Size = "small", *, seed: int = 0, config: Any = None,

@@ -7,22 +7,33 @@ every model of the zoo to be exported.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..errors import SpecError
+from ..formats import FORMATS
+from ..processes import reap_orphaned
 from ..reference import NativeModel
+from ..target import ServerTarget
 from . import exporters, pbtxt
 from .signature import Signature, resolve_signature
-from .spec import FORMATS, ModelSpec
-from .variants import Plan, ServerTarget, Variant, plan_variants
+from .spec import ModelSpec
+from .variants import Plan, Variant, plan_variants
 
 log = logging.getLogger("pytest_triton")
 HOSTED_MODEL = Path(__file__).with_name("hosted_model.py")
+TEMPORARY_PREFIX = "pytest-triton-repo-"  # then the owner's pid, so orphans can be reaped
 Progress = Callable[[str], None]
+
+
+def reap_orphaned_repositories() -> list[Path]:
+    """Remove temporary repositories of processes that were killed outright."""
+    return reap_orphaned(tempfile.gettempdir(), TEMPORARY_PREFIX, "-")
 
 
 class Repository:
@@ -43,7 +54,31 @@ class Repository:
         self._built: set[str] = set()
         self._lock = threading.RLock()
         self.device = "cpu"  # where PyTorch exports and computes references: cuda on GPU servers
+        self.temporary = False
         self.root.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def create(cls, specs: Sequence[ModelSpec], directory: str | Path | None = None, *,
+               formats: Sequence[str] = FORMATS, progress: Progress | None = None
+               ) -> Repository:
+        """A repository in `directory` (kept), or in a temporary directory that `remove()`
+        deletes; temporary directories of processes killed outright are reaped here."""
+        if directory is not None:
+            return cls(Path(directory), specs, formats=formats, progress=progress)
+        reap_orphaned_repositories()
+        root = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-"))
+        try:
+            repository = cls(root, specs, formats=formats, progress=progress)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        repository.temporary = True
+        return repository
+
+    def remove(self) -> None:
+        """Delete the directory if this repository made it for itself."""
+        if self.temporary:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def plan(self, target: ServerTarget | Iterable[str]) -> list[Variant]:
         """Decide native or hosted per format (and the device) for this server; accepts a

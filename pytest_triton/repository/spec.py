@@ -16,11 +16,7 @@ import torch
 
 from ..dtypes import TensorType, tensor_type
 from ..errors import SpecError
-
-FORMATS: tuple[str, ...] = ("torchscript-script", "torchscript-trace", "onnx")
-"""Export formats a CPU server can serve; GPU formats are added by the container launcher."""
-
-GPU_FORMATS: tuple[str, ...] = ("tensorrt", "onnx-trt")
+from ..formats import FORMATS, GPU_FORMATS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 InstanceKind = Literal["KIND_CPU", "KIND_GPU", "KIND_AUTO"]

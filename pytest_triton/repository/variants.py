@@ -10,7 +10,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import SpecError
-from .spec import FORMATS, GPU_FORMATS, ModelSpec
+from ..formats import FORMATS, GPU_FORMATS
+from ..target import ServerTarget
+from .spec import ModelSpec
 
 # format -> (Triton backend that serves it natively, platform string for config.pbtxt)
 NATIVE_BACKEND: dict[str, tuple[str, str]] = {
@@ -29,20 +31,6 @@ ARTIFACT: dict[str, str] = {
 }
 FP16_FORMATS = frozenset({"torchscript-trace", "torchscript-script", "onnx", "onnx-trt",
                           "tensorrt"})
-
-
-@dataclass(frozen=True)
-class ServerTarget:
-    """What a server offers that decides the variants: backends, device, TensorRT support."""
-
-    backends: frozenset[str] = frozenset({"python"})
-    instance_kind: str = "KIND_CPU"  # KIND_GPU for GPU containers, KIND_AUTO when unknown
-    tensorrt_problem: str | None = (
-        "TensorRT plans need a GPU server with the tensorrt backend: run with --triton-gpu")
-
-    @property
-    def gpu(self) -> bool:
-        return self.instance_kind == "KIND_GPU"
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,10 @@ def batching_pair() -> Iterator[Endpoints]:
     ], progress=lambda _: None)
     try:
         endpoints = server.start()
-        assert server.root is not None and server.deployment is not None
+        assert server.repository is not None and server.deployment is not None
         client = server.deployment.client("http")
         for model, batching in (("launch_on", True), ("launch_off", False)):
-            write_launch_bound(server.root, model, batching=batching)
+            write_launch_bound(server.repository.root, model, batching=batching)
             client.load_model(model)
         yield endpoints
     finally:

@@ -13,20 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_triton.config import from_arguments, from_environ, resolve
 from pytest_triton.errors import ConfigError
-from pytest_triton.launchers.base import Endpoints
 from pytest_triton.load import perf
 from pytest_triton.load import targets as tg
-from pytest_triton.load.embedded import (
-    EmbeddedModel,
-    check_host,
-    decode_endpoints,
-    encode_endpoints,
-    is_loopback,
-)
+from pytest_triton.load.embedded import EmbeddedModel
 from pytest_triton.load.server_report import ModelReport, generator_warnings
-from pytest_triton.load.settings import (
-    RunSettings,
+from pytest_triton.load.user_settings import (
     stats_protocol,
     user_batch_size,
     user_endpoint,
@@ -34,6 +27,7 @@ from pytest_triton.load.settings import (
     user_protocol,
 )
 from pytest_triton.stats import Duration, ModelStats
+from pytest_triton.urls import Endpoints, check_host, is_loopback
 from tests.load.conftest import REPO, subprocess_env
 from tests.load.probe_models import probe_spec
 
@@ -41,7 +35,9 @@ from tests.load.probe_models import probe_spec
 def test_nothing_here_imports_locust() -> None:
     """The plugin and every module pytest may import must leave gevent out of the process."""
     code = ("import sys, pytest_triton.plugin, pytest_triton.load.targets, "
-            "pytest_triton.load.perf, pytest_triton.load.embedded, pytest_triton.load.settings, "
+            "pytest_triton.load.perf, pytest_triton.load.embedded, "
+            "pytest_triton.load.user_settings, pytest_triton.load.options, "
+            "pytest_triton.load.sweep_report, "
             "pytest_triton.load.server_report, pytest_triton.load.sweep; "
             "from gevent import monkey; "
             "assert 'locust' not in sys.modules and not monkey.is_anything_patched()")
@@ -85,13 +81,14 @@ def test_a_run_without_success_fails_every_target() -> None:
 
 def test_targets_from_env_and_overrides() -> None:
     env = {"TRITON_PERF_LATENCY_P99": "50", "TRITON_PERF_THROUGHPUT": " 1e3 "}
-    targets = tg.Targets.from_env(env)
+    targets = tg.Targets.from_config(resolve(from_environ(env, "perf")))
     assert targets.perf_latency_p99 == 50 and targets.perf_throughput == 1000
     merged = tg.Targets(perf_fail_ratio=0.0).merged({"perf_latency_p99": 20,
                                                      "perf_throughput": None})
     assert merged == tg.Targets(perf_latency_p99=20, perf_fail_ratio=0.0)
-    with pytest.raises(ValueError, match="TRITON_PERF_LATENCY_P95='fast' is not a number"):
-        tg.Targets.from_env({"TRITON_PERF_LATENCY_P95": "fast"})
+    with pytest.raises(ValueError, match="TRITON_PERF_LATENCY_P95: expected a number >= 0, "
+                                         "got 'fast'"):
+        resolve(from_environ({"TRITON_PERF_LATENCY_P95": "fast"}, "perf"))
     with pytest.raises(ValueError, match=r"ratio in 0\.\.1"):
         tg.Targets(perf_fail_ratio=2)
     assert [t.cli for t in tg.TARGET_DEFS][2:4] == ["--perf-latency-p99", "--perf-throughput"]
@@ -120,19 +117,24 @@ def test_malformed_host_says_the_format() -> None:
 
 def test_endpoints_travel_as_one_option() -> None:
     endpoints = Endpoints("127.0.0.1:1000", "127.0.0.1:2000")
-    assert decode_endpoints(encode_endpoints(endpoints)) == endpoints
+    assert Endpoints.decode(endpoints.encode()) == endpoints
+
+
+def locust_options(**values: object) -> object:
+    return resolve(from_arguments(SimpleNamespace(**values), "locust"))
 
 
 def test_web_ui_strings_and_cli_values_give_the_same_settings() -> None:
-    cli = SimpleNamespace(triton_batch_size=4, triton_max_requests=None, triton_protocol="grpc",
-                          triton_model=None, triton_format=None, triton_allow_remote=True,
-                          triton_endpoints=None)
-    web = SimpleNamespace(triton_batch_size="4", triton_max_requests="", triton_protocol="grpc",
-                          triton_model="", triton_format="", triton_allow_remote="true",
-                          triton_endpoints="")
-    assert RunSettings.from_options(cli) == RunSettings.from_options(web)
-    with pytest.raises(ConfigError, match="--triton-batch-size must be >= 1"):
-        RunSettings.from_options(SimpleNamespace(triton_batch_size="0"))
+    cli = dict(triton_batch_size=4, triton_max_requests=None, triton_protocol="grpc",
+               triton_model=None, triton_format=None, triton_allow_remote=True,
+               triton_endpoints=None)
+    web = dict(triton_batch_size="4", triton_max_requests="", triton_protocol="grpc",
+               triton_model="", triton_format="", triton_allow_remote="true",
+               triton_endpoints="")
+    assert locust_options(**cli) == locust_options(**web)
+    with pytest.raises(ConfigError, match=r"--triton-batch-size \(or TRITON_BATCH_SIZE\): "
+                                          "expected an integer >= 1, got '0'"):
+        locust_options(triton_batch_size="0")
 
 
 def test_user_resolution() -> None:
@@ -144,16 +146,20 @@ def test_user_resolution() -> None:
         protocol = None
 
     User.served = served  # type: ignore[attr-defined]
-    plain = RunSettings()
+    plain = resolve()
     assert user_model(User, plain) == "probe_onnx"
-    assert user_model(User, RunSettings(fmt="torchscript-trace")) == "probe_torchscript_trace"
-    assert user_model(User, RunSettings(model="other")) == "other"
+    assert user_model(User, resolve(format="torchscript-trace")) == "probe_torchscript_trace"
+    assert user_model(User, resolve(model="other")) == "other"
     assert user_batch_size(User, plain) == 2
-    assert user_batch_size(User, RunSettings(batch_size=16)) == 16
+    assert user_batch_size(User, resolve(batch_size=16)) == 16
     assert user_protocol(User, "grpc://127.0.0.1:9", plain) == "grpc"
     assert user_protocol(User, "127.0.0.1:9", plain) == "http"
+    # --triton-protocol with two protocols: users take them in turn
+    both = resolve(protocol="http,grpc")
+    assert [user_protocol(User, "http://127.0.0.1:9", both, i) for i in range(3)] == [
+        "http", "grpc", "http"]
     # The embedded server's own ports win over Triton's HTTP+1 = gRPC convention ...
-    known = RunSettings(endpoints=Endpoints("127.0.0.1:5000", "127.0.0.1:7000"))
+    known = resolve(endpoints=Endpoints("127.0.0.1:5000", "127.0.0.1:7000").encode())
     assert user_endpoint("grpc", "http://127.0.0.1:5000", known) == "127.0.0.1:7000"
     assert stats_protocol("grpc://127.0.0.1:7000", known) == "http"
     # ... but only for the embedded server's host.

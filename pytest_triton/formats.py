@@ -1,0 +1,9 @@
+"""Export formats, by where they can be served."""
+
+from __future__ import annotations
+
+FORMATS: tuple[str, ...] = ("torchscript-script", "torchscript-trace", "onnx")
+"""Export formats a CPU server can serve."""
+
+GPU_FORMATS: tuple[str, ...] = ("tensorrt", "onnx-trt")
+"""Formats that need a GPU server (added to the default set in GPU mode)."""
