@@ -495,5 +495,6 @@ def _value_hint(setting: Setting) -> str:
 
 
 if __name__ == "__main__":
-    for name in ("pytest", "locust", "perf"):
-        print(f"<!-- settings: {name} -->\n{markdown_table(name)}\n")  # type: ignore[arg-type]
+    fronts: tuple[Front, ...] = ("pytest", "locust", "perf")
+    for name in fronts:
+        print(f"<!-- settings: {name} -->\n{markdown_table(name)}\n")
