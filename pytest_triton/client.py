@@ -1,7 +1,9 @@
 """tritonclient's HTTP and gRPC clients behind one small interface.
 
 Tests parametrized over protocols call the same methods; every server-side rejection
-becomes an InferenceError naming the model, the protocol and Triton's own message.
+becomes an InferenceError naming the model, the protocol and Triton's own message, every
+transport failure (refused, reset, timed out) an InferenceError naming the server, and any
+failure of a request to a server that died the ServerError saying how it died.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
+from typing import Protocol as Interface
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -20,7 +23,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from .dtypes import tensor_type
-from .errors import InferenceError
+from .errors import InferenceError, TritonTestError
 
 Protocol = Literal["http", "grpc"]
 PROTOCOLS: tuple[Protocol, ...] = ("http", "grpc")
@@ -28,15 +31,29 @@ Tensors = Mapping[str, np.ndarray]
 T = TypeVar("T")
 
 
-def _intify(value: Any) -> Any:
-    """gRPC's JSON form writes uint64 counters as strings; HTTP writes numbers."""
+NOT_NUMBERS = frozenset({"name", "version", "versions", "platform", "backend", "datatype",
+                         "data_type", "reason", "key", "string_value"})
+SERVER_DOWN_WAIT_S = 2.0  # after a transport failure: how long the server may take to be reaped
+
+
+def _intify(value: Any, key: str = "") -> Any:
+    """gRPC's JSON form writes 64-bit integers (counters, shapes) as strings; HTTP writes
+    numbers. Names and versions stay strings on both."""
     if isinstance(value, dict):
-        return {k: _intify(v) for k, v in value.items()}
+        return {k: _intify(v, k) for k, v in value.items()}
     if isinstance(value, list):
-        return [_intify(v) for v in value]
-    if isinstance(value, str) and value.isdigit():
+        return [_intify(v, key) for v in value]
+    if isinstance(value, str) and key not in NOT_NUMBERS and value.lstrip("-").isdigit():
         return int(value)
     return value
+
+
+class ServerHealth(Interface):
+    """What a client may ask about the server it talks to (a launcher's RunningServer)."""
+
+    def raise_if_dead(self) -> None: ...
+
+    def check_alive(self, wait_s: float = 0.0) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -55,12 +72,13 @@ class TritonClient:
     """One protocol's client for one server."""
 
     def __init__(self, url: str, protocol: Protocol = "http", *, timeout_s: float = 120.0,
-                 concurrency: int = 16) -> None:
+                 concurrency: int = 16, server: ServerHealth | None = None) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
         self.url = url
         self.protocol: Protocol = protocol
         self.timeout_s = timeout_s
+        self.server = server
         self._outputs: dict[tuple[str, str], list[str]] = {}
         self._mod: Any = httpclient if protocol == "http" else grpcclient
         if protocol == "http":
@@ -83,19 +101,55 @@ class TritonClient:
         self.close()
 
     # -- errors --------------------------------------------------------------------------
-    def _call(self, model: str, fn: Callable[[], T]) -> T:
+    def _call(self, model: str, fn: Callable[[], T], version: str = "") -> T:
+        if self.server is not None:
+            self.server.raise_if_dead()
         try:
             return fn()
         except InferenceServerException as exc:
-            raise InferenceError(model, self.protocol, exc.message() or str(exc),
-                                 exc.status()) from None
+            raise self._rejected(model, exc, version) from None
+        except TritonTestError:
+            raise
+        except Exception as exc:  # geventhttpclient and gRPC raise their own transport errors
+            raise self._unreachable(model, exc) from None
+
+    def _rejected(self, model: str, exc: InferenceServerException,
+                  version: str = "") -> Exception:
+        status = exc.status()
+        message = exc.message() or str(exc)
+        if status == "StatusCode.UNAVAILABLE" or status == "StatusCode.DEADLINE_EXCEEDED":
+            return self._unreachable(model, exc)
+        if self.server is not None:
+            self.server.check_alive()
+        if version and message.strip().lower() == "not found":
+            message = (f"Triton answered 'Not Found': model {model!r} has no version "
+                       f"{version!r} (versions are the positive integers of its repository "
+                       "directories; '' means the latest)")
+        return InferenceError(model, self.protocol, message, status)
+
+    def _unreachable(self, model: str, exc: Exception) -> Exception:
+        """A transport failure: the server's death if it died, else where and how it failed."""
+        detail = str(exc.message() if isinstance(exc, InferenceServerException) else exc)
+        timed_out = (isinstance(exc, TimeoutError) or "timed out" in detail.lower()
+                     or "deadline exceeded" in detail.lower())
+        if self.server is not None:
+            try:  # a refused or reset connection may be a server on its way out: let it go
+                self.server.check_alive(wait_s=0.0 if timed_out else SERVER_DOWN_WAIT_S)
+            except TritonTestError as death:
+                return death
+        if timed_out:
+            return InferenceError(model, self.protocol, f"no answer from the server at "
+                                  f"{self.url} within {self.timeout_s:g}s ({detail})")
+        return InferenceError(model, self.protocol, f"server at {self.url} unreachable: "
+                              f"{type(exc).__name__}: {detail}")
 
     # -- health and model control ---------------------------------------------------------
     def is_server_ready(self) -> bool:
         return bool(self._call("-", self._client.is_server_ready))
 
     def is_model_ready(self, model: str, version: str = "") -> bool:
-        return bool(self._call(model, lambda: self._client.is_model_ready(model, version)))
+        return bool(self._call(model, lambda: self._client.is_model_ready(model, version),
+                               version))
 
     def load_model(self, model: str, config: str | None = None,
                    files: Mapping[str, bytes] | None = None) -> None:
@@ -111,11 +165,14 @@ class TritonClient:
         got = self._call(model, lambda: self._client.get_model_config(model, as_json=True))
         return dict(_intify(got["config"]))
 
-    def model_metadata(self, model: str) -> dict[str, Any]:
+    def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        """Name, versions, platform, inputs and outputs (shapes as ints on both protocols)."""
         if self.protocol == "http":
-            return dict(self._call(model, lambda: self._client.get_model_metadata(model)))
-        return dict(self._call(model, lambda: self._client.get_model_metadata(model,
-                                                                               as_json=True)))
+            return dict(self._call(
+                model, lambda: self._client.get_model_metadata(model, version), version))
+        got = self._call(model, lambda: self._client.get_model_metadata(
+            model, version, as_json=True), version)
+        return dict(_intify(got))
 
     def statistics(self, model: str, version: str = "") -> dict[str, Any]:
         """The statistics API's answer for one model, counters as ints on both protocols."""
@@ -130,7 +187,7 @@ class TritonClient:
     def output_names(self, model: str, version: str = "") -> list[str]:
         key = (model, version)
         if key not in self._outputs:
-            meta = self.model_metadata(model)
+            meta = self.model_metadata(model, version)
             self._outputs[key] = [o["name"] for o in meta.get("outputs", [])]
         return self._outputs[key]
 
@@ -161,7 +218,7 @@ class TritonClient:
         if self.protocol == "grpc":
             kwargs["client_timeout"] = self.timeout_s
         result = self._call(request.model, lambda: self._client.infer(
-            request.model, request.inputs, **kwargs))
+            request.model, request.inputs, **kwargs), request.version)
         return self._result(result, request.output_names)
 
     def _result(self, result: Any, outputs: Sequence[str] | None) -> dict[str, np.ndarray]:
@@ -198,10 +255,12 @@ class TritonClient:
                 model_version=version, outputs=request.outputs, client_timeout=self.timeout_s))
         results: list[dict[str, np.ndarray] | None] = [None] * len(built)
         for _ in built:
-            index, result, error = done.get(timeout=self.timeout_s)
+            try:
+                index, result, error = done.get(timeout=self.timeout_s)
+            except queue.Empty:
+                raise self._unreachable(model, TimeoutError("timed out")) from None
             if error is not None:
-                raise InferenceError(model, self.protocol, error.message() or str(error),
-                                     error.status())
+                raise self._rejected(model, error, version)
             results[index] = self._result(result, names)
         return [r for r in results if r is not None]
 
@@ -214,7 +273,7 @@ class TritonClient:
         def send(inputs: Tensors) -> dict[str, np.ndarray]:
             if not hasattr(local, "client"):
                 local.client = TritonClient(self.url, "http", timeout_s=self.timeout_s,
-                                            concurrency=1)
+                                            concurrency=1, server=self.server)
                 opened.append(local.client)
             return local.client.infer(model, inputs, names, version)
 

@@ -211,8 +211,8 @@ class TritonConfig:
         "external launcher", PYTEST | {"perf"}, parse=parse_optional, metavar="URL",
         aliases=("-u", "--url"))
     grpc_url: str | None = _setting(
-        None, "gRPC URL of the external server (default: HTTP port + 1)", PYTEST,
-        parse=parse_optional, metavar="URL")
+        None, "gRPC URL of the server when HTTP is given (default: HTTP port + 1)",
+        PYTEST | LOAD, parse=parse_optional, metavar="URL")
     executable: str | None = _setting(
         None, "tritonserver binary for a local server (default: PATH, then the one bundled in "
         "nvidia-pytriton)", SERVER, parse=parse_optional, metavar="PATH")
@@ -494,7 +494,30 @@ def _value_hint(setting: Setting) -> str:
     return f" {setting.metavar or 'X'}"
 
 
+DOCUMENTED: tuple[Front, ...] = ("pytest", "locust", "perf")
+
+
+def rewrite_tables(text: str) -> str:
+    """Each `<!-- settings: FRONT -->` marker's table replaced by the table's current one."""
+    for front in DOCUMENTED:
+        marker = f"<!-- settings: {front} -->\n"
+        if marker not in text:
+            continue
+        start = text.index(marker) + len(marker)
+        end = start
+        while text.startswith("|", end):
+            end = text.index("\n", end) + 1 if "\n" in text[end:] else len(text)
+        text = text[:start] + markdown_table(front) + "\n" + text[end:]
+    return text
+
+
 if __name__ == "__main__":
-    fronts: tuple[Front, ...] = ("pytest", "locust", "perf")
-    for name in fronts:
-        print(f"<!-- settings: {name} -->\n{markdown_table(name)}\n")
+    import sys
+    from pathlib import Path
+
+    if len(sys.argv) > 1:  # python -m pytest_triton.config README.md: rewrite in place
+        readme = Path(sys.argv[1])
+        readme.write_text(rewrite_tables(readme.read_text()))
+    else:
+        for name in DOCUMENTED:
+            print(f"<!-- settings: {name} -->\n{markdown_table(name)}\n")

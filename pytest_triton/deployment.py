@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +39,8 @@ class Deployment:
         with self._lock:
             if protocol not in self._clients:
                 self._clients[protocol] = TritonClient(
-                    self.server.endpoints.url(protocol), protocol, timeout_s=self.timeout_s)
+                    self.server.endpoints.url(protocol), protocol, timeout_s=self.timeout_s,
+                    server=self.server)
             return self._clients[protocol]
 
     @property
@@ -130,20 +131,8 @@ class ServedModel:
 
     def infer(self, client: TritonClient,
               inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with self._crash_explains_errors():
-            served = client.infer(self.name, inputs, self.variant.spec.output_names)
+        served = client.infer(self.name, inputs, self.variant.spec.output_names)
         return self._unreshape(served)
-
-    @contextlib.contextmanager
-    def _crash_explains_errors(self) -> Iterator[None]:
-        """Any failure of a request to a server that has died becomes the ServerError with its
-        exit code and log; asked only after a failure, so requests pay nothing for it (for a
-        container, asking is a Docker API call)."""
-        try:
-            yield
-        except Exception:
-            self.deployment.server.check_alive()
-            raise
 
     def _unreshape(self, served: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Per-row scalars travel as [batch, 1] (Triton's dims [1] + empty reshape); give them
@@ -187,8 +176,7 @@ class ServedModel:
             raise ValueError(f"{self.id} has max_batch_size 0: nothing to batch")
         rows = self.inputs(requests, seed)
         singles = [{n: a[i:i + 1] for n, a in rows.items()} for i in range(requests)]
-        with self._crash_explains_errors(), \
-                StatsWindow(client, self.name, expect_requests=requests) as window:
+        with StatsWindow(client, self.name, expect_requests=requests) as window:
             served = [self._unreshape(answer) for answer in
                       client.infer_many(self.name, singles, self.variant.spec.output_names)]
         for index, (single, answer) in enumerate(zip(singles, served, strict=False)):

@@ -14,14 +14,14 @@ from .errors import SpecError
 class TensorType:
     """A tensor element type as every layer names it."""
 
-    torch: torch.dtype
+    torch: torch.dtype | None  # None for BYTES: PyTorch has no string tensors
     numpy: np.dtype
     wire: str  # the KServe v2 datatype ("FP32"), used by tritonclient
 
     @property
     def config(self) -> str:
         """The model_config_pb2.DataType name written into config.pbtxt."""
-        return f"TYPE_{self.wire}"
+        return "TYPE_STRING" if self.wire == "BYTES" else f"TYPE_{self.wire}"
 
 
 def _t(dtype: torch.dtype, wire: str) -> TensorType:
@@ -38,12 +38,15 @@ TYPES: tuple[TensorType, ...] = (
     _t(torch.float16, "FP16"),
     _t(torch.float32, "FP32"),
     _t(torch.float64, "FP64"),
+    TensorType(None, np.dtype(object), "BYTES"),
 )
+BYTES = TYPES[-1]
 
 _BY_KEY: dict[object, TensorType] = {}
 for _tt in TYPES:
     for _key in (_tt.torch, _tt.numpy, _tt.wire, _tt.config, _tt.numpy.name, str(_tt.torch)):
-        _BY_KEY.setdefault(_key, _tt)
+        if _key is not None and _key != "None":
+            _BY_KEY.setdefault(_key, _tt)
 _BY_KEY.update({"float": TYPES[7], "float32": TYPES[7], "half": TYPES[6], "long": TYPES[5]})
 
 
@@ -52,6 +55,8 @@ def tensor_type(dtype: object) -> TensorType:
     key = dtype
     if isinstance(dtype, type) and issubclass(dtype, np.generic):
         key = np.dtype(dtype)
+    if isinstance(key, np.dtype) and key.kind in "OS":  # Python objects, or fixed-width bytes
+        return BYTES
     found = _BY_KEY.get(key) if not isinstance(key, str) else _BY_KEY.get(key.strip())
     if found is None:
         known = ", ".join(t.wire for t in TYPES)

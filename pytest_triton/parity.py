@@ -70,8 +70,8 @@ class OutputDiff:
     mismatched: int
     total: int
     worst_index: tuple[int, ...] | None
-    served_value: float | None
-    native_value: float | None
+    served_value: object
+    native_value: object
     problem: str = ""  # shape/dtype/missing problems, found before any value comparison
 
     @property
@@ -103,6 +103,8 @@ def compare_output(name: str, native: np.ndarray, served: np.ndarray | None,
         return problem("missing from the served response")
     if served.shape != native.shape:
         return problem(f"served shape {served.shape} != native shape {native.shape}")
+    if tensor_type(native.dtype).wire == "BYTES":
+        return _compare_bytes(name, native, served)
     if served.dtype != native.dtype:
         return problem(f"served dtype {served.dtype} != native dtype {native.dtype}")
     a = served.astype(np.float64)
@@ -127,6 +129,16 @@ def compare_output(name: str, native: np.ndarray, served: np.ndarray | None,
         float(np.nanmax(diff)) if diff.size else 0.0,
         float(np.nanmax(rel)) if rel.size else 0.0,
         int(bad.sum()), int(native.size), worst, served_value, native_value)
+
+
+def _compare_bytes(name: str, native: np.ndarray, served: np.ndarray) -> OutputDiff:
+    """BYTES tensors (numpy object or bytes arrays) must be identical, element by element."""
+    bad = np.array([a != b for a, b in zip(served.ravel(), native.ravel(), strict=True)],
+                   dtype=bool).reshape(native.shape)
+    worst = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
+    return OutputDiff(name, "BYTES", tuple(native.shape), EXACT, 0.0, 0.0, int(bad.sum()),
+                      int(native.size), worst, served[worst] if worst else None,
+                      native[worst] if worst else None)
 
 
 @dataclass(frozen=True)

@@ -34,3 +34,56 @@ def write_python_model(root: Path, name: str, *, initialize: str = "pass",
     config.output.append(mc.ModelOutput(name="Y", data_type=mc.TYPE_FP32, dims=[4]))
     pbtxt.write_config(directory, config)
     return directory
+
+
+ECHO_BYTES = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for r in requests:
+            text = pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy()
+            upper = np.array([t.upper() for t in text.ravel()], dtype=object)
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("UPPER", upper.reshape(text.shape))]))
+        return responses
+'''
+
+SLEEP_S = '''
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep({seconds})
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]) for r in requests]
+'''
+
+
+def write_bytes_model(root: Path, name: str = "echo_bytes") -> Path:
+    """BYTES in, BYTES out: each element upper-cased (TYPE_STRING in config.pbtxt)."""
+    directory = root / name
+    (directory / "1").mkdir(parents=True, exist_ok=True)
+    (directory / "1" / "model.py").write_text(ECHO_BYTES)
+    config = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
+    config.input.append(mc.ModelInput(name="TEXT", data_type=mc.TYPE_STRING, dims=[-1]))
+    config.output.append(mc.ModelOutput(name="UPPER", data_type=mc.TYPE_STRING, dims=[-1]))
+    pbtxt.write_config(directory, config)
+    return directory
+
+
+def write_slow_model(root: Path, name: str = "slow", seconds: float = 3.0) -> Path:
+    """Y = X after `seconds` of sleep: longer than a short client timeout."""
+    directory = root / name
+    (directory / "1").mkdir(parents=True, exist_ok=True)
+    (directory / "1" / "model.py").write_text(SLEEP_S.replace("{seconds}", str(seconds)))
+    config = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
+    config.input.append(mc.ModelInput(name="X", data_type=mc.TYPE_FP32, dims=[4]))
+    config.output.append(mc.ModelOutput(name="Y", data_type=mc.TYPE_FP32, dims=[4]))
+    pbtxt.write_config(directory, config)
+    return directory

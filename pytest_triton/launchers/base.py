@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import re
+import signal
 import socket
 import threading
 import time
@@ -59,8 +61,23 @@ class ServerArgs:
         return cmd
 
 
+def exit_description(launcher: str, code: int) -> str:
+    """'tritonserver (local) exited with code -9 (killed by SIGKILL)'."""
+    text = f"tritonserver ({launcher}) exited with code {code}"
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    if number:
+        with contextlib.suppress(ValueError):
+            text += f" (killed by {signal.Signals(number).name})"
+    return text
+
+
 class RunningServer(ABC):
-    """A tritonserver this session can reach; stop() is idempotent and always safe."""
+    """A tritonserver this session can reach; stop() is idempotent and always safe.
+
+    Servers this process started are watched: when one exits without being asked to, what is
+    left of it is killed and `death` is set, so that every later request fails at once with
+    that ServerError instead of waiting for a network timeout.
+    """
 
     launcher: str = "?"
     endpoints: Endpoints
@@ -68,6 +85,8 @@ class RunningServer(ABC):
     gpu: bool = False
     model_control_mode: ModelControl = "explicit"
     repository_path: Path | None = None  # where the server reads models; None for external
+    death: ServerError | None = None
+    stopping: bool = False
 
     @abstractmethod
     def log_text(self) -> str: ...
@@ -82,11 +101,47 @@ class RunningServer(ABC):
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return log_excerpt(self.log_text(), lines)
 
-    def check_alive(self) -> None:
-        code = self.exit_code()
-        if code is not None:
-            raise ServerError(f"tritonserver ({self.launcher}) exited with code {code}",
-                              self.log_tail())
+    def raise_if_dead(self) -> None:
+        """Free to call before every request: reads what the watcher found."""
+        if self.death is not None:
+            raise self.death
+
+    def check_alive(self, wait_s: float = 0.0) -> None:
+        """Ask the launcher whether the server exited, waiting up to `wait_s` for a dying one
+        (after a connection error the process may not have been reaped yet)."""
+        self.raise_if_dead()
+        deadline = time.monotonic() + wait_s
+        while True:
+            code = self.exit_code()
+            if code is not None:
+                raise self.record_death(code)
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
+
+    def record_death(self, code: int) -> ServerError:
+        if self.death is None:
+            self.death = ServerError(exit_description(self.launcher, code), self.log_tail())
+        return self.death
+
+    # -- the watcher -------------------------------------------------------------------------
+    def start_watcher(self) -> None:
+        threading.Thread(target=self._watch, name=f"tritonserver-{self.launcher}-watcher",
+                         daemon=True).start()
+
+    def _watch(self) -> None:
+        code = self.wait_for_exit()
+        if code is None or self.stopping:
+            return
+        self.died(code)
+
+    def wait_for_exit(self) -> int | None:
+        """Block until the server exits (its code), or None when that cannot be watched."""
+        return None
+
+    def died(self, code: int) -> None:
+        """The server exited on its own: take down what is left of it, remember why."""
+        self.record_death(code)
 
     def __enter__(self) -> RunningServer:
         return self
@@ -210,9 +265,8 @@ def wait_until_ready(server: RunningServer, timeout_s: float,
             if failures:
                 model, reason = failures[0]
                 raise ModelLoadError(model, reason, tail)
-            raise ServerError(
-                f"tritonserver ({server.launcher}) exited with code {code} before it was ready",
-                tail)
+            raise ServerError(f"{exit_description(server.launcher, code)} before it was ready",
+                              tail)
         if http_status(ready_url) == 200:
             return
         if time.monotonic() > deadline:

@@ -203,6 +203,23 @@ class ContainerServer(RunningServer):
         mapped = {name: self.container.get_exposed_port(port) for name, port in PORTS.items()}
         self.endpoints = Endpoints(f"127.0.0.1:{mapped['http']}", f"127.0.0.1:{mapped['grpc']}",
                                    f"127.0.0.1:{mapped['metrics']}")
+        self.start_watcher()
+
+    def wait_for_exit(self) -> int | None:
+        """Docker's wait, in rounds (its HTTP call has a timeout); None once we stop it or the
+        engine goes away."""
+        wrapped = self.container.get_wrapped_container()
+        while not self.stopping:
+            try:
+                return int(wrapped.wait(timeout=5).get("StatusCode", -1))
+            except Exception:  # a round timed out, or the container is gone
+                try:
+                    wrapped.reload()
+                except Exception:
+                    return None
+                if wrapped.status in ("exited", "dead"):
+                    return int(wrapped.attrs.get("State", {}).get("ExitCode", -1))
+        return None
 
     def _exited(self, code: int) -> ServerError:
         log = self.log_text()
@@ -233,6 +250,7 @@ class ContainerServer(RunningServer):
 
     def stop(self) -> None:
         """Remove the container (force), keeping its log readable; idempotent."""
+        self.stopping = True
         with self._stop_lock:
             if self._final_log is None:
                 log = self.log_text()

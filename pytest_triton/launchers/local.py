@@ -134,6 +134,7 @@ class LocalServer(RunningServer):
                 preexec_fn=die_with_parent,
             )
         LIVE_SERVERS.add(self)
+        self.start_watcher()
 
     def _stage_backends(self, install: Installation) -> Path | None:
         """Bundled builds need the stub for this Python next to libtriton_python.so."""
@@ -172,8 +173,23 @@ class LocalServer(RunningServer):
     def exit_code(self) -> int | None:
         return self.process.poll()
 
+    def wait_for_exit(self) -> int | None:
+        # waitid(WNOWAIT) leaves the zombie to Popen: Popen.wait() here would hold Popen's lock
+        # and make every poll() from other threads answer "still running".
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOWAIT)
+        return self.process.wait()
+
+    def died(self, code: int) -> None:
+        """Its python backend stubs outlive a killed server and keep its accepted sockets
+        open (an HTTP request would wait for its whole timeout): kill the group first."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        super().died(code)
+
     def stop(self) -> None:
         """SIGTERM the server, SIGKILL it after its exit timeout, then its stubs; idempotent."""
+        self.stopping = True
         with self._stop_lock:
             if self._final_log is None:
                 self._stop()

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
             check_host(config.url, config.allow_remote)
             scheme, _ = parse_url(config.url)
             protocol: Protocol = chosen or ("grpc" if scheme == "grpc" else "http")
-            endpoints = endpoints_from(config.url)
+            endpoints = endpoints_from(config.url, config.grpc_url)
             stats_protocol: Protocol = "http" if scheme == "http" else "grpc"
         else:
             server = EmbeddedServer([served], fmt, config=config,

@@ -62,7 +62,7 @@ def user_endpoint(protocol: Protocol, host: str, config: TritonConfig) -> str:
         return known.url(protocol)
     if scheme == protocol:
         return hostport
-    return endpoints_from(host).url(protocol)
+    return endpoints_from(host, config.grpc_url).url(protocol)
 
 
 def stats_protocol(host: str, config: TritonConfig) -> Protocol:

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pytest_triton.launchers import LocalLauncher, ServerArgs
 from pytest_triton.launchers.base import Endpoints
 from tests.load.conftest import (
     LOCUSTFILES,
@@ -22,6 +23,9 @@ from tests.load.conftest import (
     subprocess_env,
     tritonservers,
 )
+from tests.raw_models import write_bytes_model
+
+LOCUSTFILES_FOR_TESTS = PROBE_LOCUSTFILE.parent
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
 
@@ -55,6 +59,23 @@ def test_users_keep_requests_in_flight_together(protocol: str, probe_server: End
     assert "Avg request latency:" in run.stdout and "Batch size histogram" in run.stdout
     stats_csv = (tmp_path / "run_stats.csv").read_text()
     assert "probe_onnx" in stats_csv.splitlines()[1], stats_csv
+
+
+def test_bytes_tensors_under_load_on_both_protocols(tmp_path: Path) -> None:
+    """Object arrays of bytes go out through the same request path as numbers; with
+    --triton-protocol http,grpc the users take the protocols in turn."""
+    write_bytes_model(tmp_path / "repo")
+    with LocalLauncher().start(ServerArgs(tmp_path / "repo", model_control_mode="none")) as srv:
+        run = run_locust(LOCUSTFILES_FOR_TESTS / "bytes_echo.py", "--headless", "-u", "4", "-r",
+                         "4", "-t", "3s", "--host", f"http://{srv.endpoints.http}",
+                         "--triton-grpc-url", f"grpc://{srv.endpoints.grpc}",
+                         "--triton-protocol", "http,grpc", "--csv", str(tmp_path / "run"),
+                         tmp_path=tmp_path)
+    assert run.code == 0, run.tail()
+    assert run.report is not None
+    assert run.report["measured"]["requests"] > 20 and run.report["measured"]["failures"] == 0
+    stats = (tmp_path / "run_stats.csv").read_text()
+    assert "HTTP,echo_bytes" in stats and "gRPC,echo_bytes" in stats, stats
 
 
 def test_sigterm_stops_grpc_load_and_the_embedded_server(tmp_path: Path) -> None:
