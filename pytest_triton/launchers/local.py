@@ -19,6 +19,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from .base import (
 PORT_ATTEMPTS = 3
 WORKDIR_PREFIX = "pytest-triton-server-"
 SHM_PREFIX = "pytest_triton_"
+WATCH_INTERVAL_S = 0.1  # how soon a dead server is noticed
 _SERVER_NUMBERS = itertools.count()
 
 
@@ -174,11 +176,15 @@ class LocalServer(RunningServer):
         return self.process.poll()
 
     def wait_for_exit(self) -> int | None:
-        # waitid(WNOWAIT) leaves the zombie to Popen: Popen.wait() here would hold Popen's lock
-        # and make every poll() from other threads answer "still running".
-        with contextlib.suppress(ChildProcessError):
-            os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOWAIT)
-        return self.process.wait()
+        """Poll rather than block in waitid(): in a gevent-patched process (Locust) a "thread"
+        is a greenlet, and a blocking wait there would freeze every user and the server start.
+        poll() is non-blocking and never holds Popen's lock across a wait."""
+        while not self.stopping:
+            code = self.process.poll()
+            if code is not None:
+                return code
+            time.sleep(WATCH_INTERVAL_S)
+        return None
 
     def died(self, code: int) -> None:
         """Its python backend stubs outlive a killed server and keep its accepted sockets
