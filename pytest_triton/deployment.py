@@ -154,7 +154,13 @@ class ServedModel:
                tolerances: Mapping[str, Tolerance] | None) -> ParityReport:
         return assert_parity(native, served, model=self.variant.spec.name, backend=self.id,
                              protocol=client.protocol, fmt=self.variant.format, rtol=rtol,
-                             atol=atol, tolerances=tolerances)
+                             atol=atol, tolerances=tolerances, device=self.device,
+                             numerics=self.deployment.repository.target.numerics)
+
+    @property
+    def device(self) -> str:
+        """Where its instances run: "gpu" or "cpu" (the tolerance tables' device)."""
+        return "gpu" if self.variant.gpu else "cpu"
 
     def assert_parity(self, client: TritonClient, inputs: Mapping[str, np.ndarray] | None = None,
                       *, batch_size: int = 2, seed: int = 0, rtol: float | None = None,
