@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,6 +134,13 @@ class ServedModel:
         served = client.infer(self.name, inputs, self.variant.spec.output_names)
         return self._unreshape(served)
 
+    def infer_many(self, client: TritonClient,
+                   requests: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """All requests in flight together (the dynamic batcher may combine them); answers in
+        request order."""
+        answers = client.infer_many(self.name, requests, self.variant.spec.output_names)
+        return [self._unreshape(answer) for answer in answers]
+
     def _unreshape(self, served: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Per-row scalars travel as [batch, 1] (Triton's dims [1] + empty reshape); give them
         back the shape PyTorch returns."""
@@ -183,8 +190,7 @@ class ServedModel:
         rows = self.inputs(requests, seed)
         singles = [{n: a[i:i + 1] for n, a in rows.items()} for i in range(requests)]
         with StatsWindow(client, self.name, expect_requests=requests) as window:
-            served = [self._unreshape(answer) for answer in
-                      client.infer_many(self.name, singles, self.variant.spec.output_names)]
+            served = self.infer_many(client, singles)
         for index, (single, answer) in enumerate(zip(singles, served, strict=False)):
             try:
                 self._check(client, self.native(single), answer, rtol, atol, tolerances)

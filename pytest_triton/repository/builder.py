@@ -23,7 +23,7 @@ from ..target import ServerTarget
 from . import exporters, pbtxt, warmup
 from .signature import Signature, resolve_signature
 from .spec import ModelSpec
-from .variants import Plan, Variant, plan_variants
+from .variants import Plan, Unavailable, Variant, plan_variants
 
 log = logging.getLogger("pytest_triton")
 HOSTED_MODEL = Path(__file__).with_name("hosted_model.py")
@@ -117,6 +117,13 @@ class Repository:
             raise SpecError("the repository has not been planned for a server yet "
                             "(Repository.plan(target))")
         return self._plan.variants
+
+    @property
+    def unavailable(self) -> list[Unavailable]:
+        """Variants the planned server cannot serve, each with the reason."""
+        self.variants  # noqa: B018 - raises when not planned yet
+        assert self._plan is not None
+        return self._plan.unavailable
 
     def variant(self, key: str) -> Variant:
         """A variant by id (mnist-onnx-hosted) or Triton model name (mnist_onnx)."""
