@@ -35,6 +35,14 @@ from pytest_triton.repository.warmup import WARMUP_DIR, batch_sizes
 from pytest_triton.target import ServerTarget
 from tests.tiny_models import Scorer, scorer_spec
 
+# This machine's real conditions; on a GPU machine the tests that need them skip, saying so.
+NO_GPU = pytest.mark.skipif(gpu.visible_gpus().count > 0, reason="this machine has a GPU: the "
+                            "no-GPU path is tested on CPU machines")
+CPU_TORCH = pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees CUDA here: the "
+                               "CPU-only torch path is tested on CPU machines")
+CPU_ORT = pytest.mark.skipif(onnx_cuda_problem() is None, reason="onnxruntime has its CUDA "
+                             "provider here: the missing-provider path is tested elsewhere")
+
 SEEN = gpu.GpuVisibility(2, "test: 2 GPUs")
 NONE = gpu.GpuVisibility(0, "test: no driver")
 GPU_TARGET = ServerTarget(frozenset({"python"}), "KIND_GPU", onnx_gpu_problem=NO_CUDA_PROVIDER)
@@ -62,6 +70,7 @@ def test_auto_without_a_gpu_names_the_gpu_not_docker(docker: str | None) -> None
     assert "Docker" not in str(info.value)
 
 
+@NO_GPU
 def test_this_machine_sees_no_gpu() -> None:
     seen = gpu.visible_gpus()
     assert seen.count == 0, seen
@@ -96,21 +105,24 @@ def test_gpu_ordinals_that_do_not_exist_are_named() -> None:
 
 
 # -- preflight of each launcher, on this machine ----------------------------------------------
+@NO_GPU
 def test_auto_and_local_preflight_name_the_missing_gpu() -> None:
     for config in (resolve(gpu=True), resolve(gpu=True, launcher="local")):
         with pytest.raises(ConfigError, match="--triton-gpu needs an NVIDIA GPU"):
             launcher_name(config)
 
 
+@NO_GPU
 def test_container_preflight_names_what_docker_lacks() -> None:
     problem = gpu.docker_gpu_problem()
-    assert problem is not None and ("Docker has no nvidia runtime" in problem
-                                    or "no Docker engine answers" in problem), problem
+    assert problem is not None and any(text in problem for text in (
+        "Docker has no nvidia runtime", "no Docker engine answers", "the Docker SDK")), problem
     with pytest.raises(ConfigError) as info:
         launcher_name(resolve(gpu=True, launcher="container"))
     assert str(info.value) == problem
 
 
+@CPU_TORCH
 def test_external_preflight_checks_the_references_cuda() -> None:
     with pytest.raises(ConfigError, match=r"torch .*\(a CPU-only build\) sees no CUDA device: "
                                           "install a CUDA build of torch"):
@@ -153,10 +165,12 @@ def test_stub_numpy_check_names_interpreter_version_and_fix(numpy2_bin: Path) ->
 
 
 # -- ONNX on a GPU: the CUDA provider or not offered ----------------------------------------
+@CPU_ORT
 def test_this_onnxruntime_has_no_cuda_provider() -> None:
     assert onnx_cuda_problem() == NO_CUDA_PROVIDER
 
 
+@CPU_ORT
 def test_hosted_onnx_is_not_offered_on_a_gpu_without_the_cuda_provider() -> None:
     target = LocalLauncher(gpus="all").target()
     assert target.gpu and target.onnx_gpu_problem == NO_CUDA_PROVIDER
@@ -177,6 +191,8 @@ def test_cpu_ids_are_unchanged() -> None:
     assert [v.id for v in plan.variants] == ["scorer-onnx-hosted", "scorer-onnx-fp16-hosted"]
 
 
+@CPU_ORT
+@CPU_TORCH
 def test_hosted_model_refuses_a_gpu_it_cannot_use() -> None:
     """hosted_model.py's device check, with this machine's real onnxruntime and torch."""
     assert hosted_model.device_problem("onnx", False, 0) is None

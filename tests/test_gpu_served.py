@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pytest_triton import Repository, TritonClient
-from pytest_triton.config import resolve
+from pytest_triton.config import TritonConfig, resolve
 from pytest_triton.launchers import LocalLauncher, ServerArgs
 from pytest_triton.launchers.base import wait_until_ready
 from pytest_triton.launchers.hosted_env import stub_numpy_problem
@@ -107,3 +107,23 @@ def test_numpy2_stub_answers_empty_outputs_that_parity_names(numpy2_bin: Path) -
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.gpu
+def test_hosted_torchscript_runs_on_the_gpu_and_matches(triton_config: TritonConfig,
+                                                        tmp_path: Path) -> None:
+    """On a GPU (run with --triton-gpu, docs/gpu.md): the variant's id says -gpu, Triton puts
+    its instance on a GPU device, and parity holds in the session's numerics, warm."""
+    config = triton_config.with_overrides({"server_args": ("--log-info=true",)})
+    repo = Repository(tmp_path / "repo", [scorer_spec()], formats=["torchscript-trace"])
+    deployment = start_deployment(config, repo)
+    try:
+        (variant,) = repo.variants
+        assert variant.id == "scorer-torchscript-trace-hosted-gpu" and variant.warmup > 0
+        served = deployment.model(variant)
+        assert "(GPU device" in deployment.server.log_text(), deployment.server.log_tail()
+        for protocol in config.protocols:
+            served.assert_parity(deployment.client(protocol), batch_size=4)
+            served.assert_batched_parity(deployment.client(protocol))
+    finally:
+        deployment.close()
