@@ -53,12 +53,12 @@ _TORCHSCRIPT_FP16_GPU = Tolerance(
     "size; H100 worst 9.8e-4 abs after TorchScript's profiling executor re-optimized "
     "(text_recognition; 2.4e-4 resnets and BERT)")
 TOLERANCES: dict[tuple[str, str, Device, Numerics], Tolerance] = {
-    ("onnx", "FP16", "cpu", ANY): Tolerance(
-        5e-3, 1e-3, "ONNX Runtime fp16 kernels accumulate in fp16 where ATen may use fp32"),
-    ("onnx", "FP16", "gpu", ANY): Tolerance(
+    ("onnx", "FP16", ANY, ANY): Tolerance(
         5e-3, 2e-3, "ONNX Runtime fp16 kernels accumulate in fp16 where ATen may use fp32; "
-        "H100 worst 1.46e-3 abs (CPU provider against the CUDA fp16 reference; one "
-        "text_recognition element at 1.06e-3 failed atol 1e-3); CUDA provider not yet measured"),
+        "worst 1.46e-3 abs (text_recognition small, onnxruntime's CPU provider) both against a "
+        "CPU fp16 reference on this project's CPU machine (benchmarks/gpu_numerics.py "
+        "--models text_recognition --precisions fp16) and against the CUDA fp16 reference on "
+        "the H100, where atol 1e-3 failed; the CUDA provider is not yet measured"),
     ("torchscript-script", "FP16", ANY, ANY): _TORCHSCRIPT_FP16_GPU,
     ("torchscript-trace", "FP16", ANY, ANY): _TORCHSCRIPT_FP16_GPU,
     ("torchscript-script", "FP32", "gpu", "production"): _TF32,

@@ -39,8 +39,10 @@ def ieee_fp32() -> Iterator[None]:
     where it exists."""
     with _TF32_LOCK:
         cuda, cudnn = torch.backends.cuda, torch.backends.cudnn
-        if hasattr(cuda.matmul, "fp32_precision"):
-            knobs: list[Any] = [cuda.matmul, cudnn.conv, cudnn.rnn]  # type: ignore[attr-defined]
+        knobs: list[Any] = [k for k in (cuda.matmul, getattr(cudnn, "conv", None),
+                                         getattr(cudnn, "rnn", None))
+                            if hasattr(k, "fp32_precision")]
+        if knobs:
             saved = [k.fp32_precision for k in knobs]
             try:
                 for knob in knobs:

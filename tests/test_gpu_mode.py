@@ -186,6 +186,17 @@ def test_hosted_onnx_is_not_offered_on_a_gpu_without_the_cuda_provider() -> None
         "scorer-onnx-hosted"]
 
 
+def test_a_local_gpu_server_without_tensorrt_says_where_to_get_it() -> None:
+    plan = plan_variants([scorer_spec()], ("tensorrt", "onnx-trt"),
+                         LocalLauncher(gpus="0").target())
+    reasons = {u.id: u.reason for u in plan.unavailable}
+    assert reasons["scorer-tensorrt-gpu"].endswith(
+        "has no tensorrt backend: run inside an NGC image with --triton-executable "
+        "/opt/tritonserver/bin/tritonserver, or use --triton-launcher container")
+    assert reasons["scorer-onnx-trt-gpu"].endswith(
+        "onnxruntime backend, which this one lacks (an NGC image has it)")
+
+
 def test_cpu_ids_are_unchanged() -> None:
     plan = plan_variants([scorer_spec(fp16=True)], ("onnx",), ServerTarget())
     assert [v.id for v in plan.variants] == ["scorer-onnx-hosted", "scorer-onnx-fp16-hosted"]
@@ -215,8 +226,8 @@ def test_tolerances_by_format_dtype_device_and_numerics() -> None:
         assert (production.rtol, production.atol) == (1e-3, 1e-3)
         assert "TF32" in production.reason and "5.9e-4" in production.reason
         assert tolerance_for(fmt, np.float32, "cpu", "production") == fp32  # no TF32 on a CPU
-    assert tolerance_for("onnx", np.float16).atol == 1e-3
-    assert tolerance_for("onnx", np.float16, "gpu").atol == 2e-3
+    assert tolerance_for("onnx", np.float16).atol == 2e-3  # measured 1.46e-3 on a CPU
+    assert tolerance_for("onnx", np.float16, "gpu") == tolerance_for("onnx", np.float16)
     assert tolerance_for("torchscript-trace", np.float16, "gpu", "strict").rtol == 1e-2
     assert tolerance_for("tensorrt", np.float32, "gpu", "strict").rtol == 1e-3
     assert tolerance_for("onnx", np.int64, "gpu", "production").atol == 0.0

@@ -271,8 +271,12 @@ class LocalLauncher:
         return self._target
 
     def _tensorrt_problem(self) -> str | None:
-        if self.gpus is None or "tensorrt" not in self.install.backends:
+        if self.gpus is None:
             return NO_TENSORRT
+        if "tensorrt" not in self.install.backends:
+            return (f"the local tritonserver ({self.install.executable}) has no tensorrt "
+                    "backend: run inside an NGC image with --triton-executable "
+                    "/opt/tritonserver/bin/tritonserver, or use --triton-launcher container")
         return tensorrt.plan_problem(str(self.install.executable), tensorrt.local_version(),
                                      tensorrt.host_version())
 

@@ -100,7 +100,8 @@ def _problem(fmt: str, target: ServerTarget, kind: str) -> str | None:
             target.tensorrt_problem or "the server has no tensorrt backend")
     if fmt == "onnx-trt" and not (native and target.gpu):
         return ("ONNX Runtime's TensorRT execution accelerator needs a GPU server with the "
-                "onnxruntime backend: run with --triton-gpu")
+                + ("onnxruntime backend, which this one lacks (an NGC image has it)"
+                   if target.gpu else "onnxruntime backend: run with --triton-gpu"))
     if not native and "python" not in target.backends:
         return (f"the server has neither the {NATIVE_BACKEND[fmt][0]} backend nor the python "
                 "backend to host the artifact")
