@@ -184,8 +184,9 @@ class Setting:
         return str(self.default)
 
     def describe(self) -> str:
+        """The --help text (argparse formats help with %, so a literal one is doubled)."""
         unit = f" ({self.unit})" if self.unit else ""
-        return f"{self.help}{unit} (default: {self.default_text})"
+        return f"{self.help}{unit} (default: {self.default_text})".replace("%", "%%")
 
     def convert(self, raw: Any, origin: str) -> Any:
         """Parse a string from a command line, ini file, env var or web form; other values

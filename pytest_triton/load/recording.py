@@ -11,14 +11,25 @@ from typing import Any
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from .arrivals import Lag
 from .window_log import WindowLog
 
 ATTRIBUTE = "pytest_triton_window_log"
+LAG_ATTRIBUTE = "pytest_triton_schedule_lag"
 REPORT_KEY = "pytest_triton_windows"
 
 
 def window_log(environment: Environment) -> WindowLog | None:
     return getattr(environment, ATTRIBUTE, None)
+
+
+def schedule_lag(environment: Environment, user_rate: float | None = None) -> Lag | None:
+    """This process's open-loop lag (made by its first open-loop user, at its rate)."""
+    lag: Lag | None = getattr(environment, LAG_ATTRIBUTE, None)
+    if lag is None and user_rate is not None:
+        lag = Lag(user_rate)
+        setattr(environment, LAG_ATTRIBUTE, lag)
+    return lag
 
 
 def attach(environment: Environment) -> WindowLog:
