@@ -10,10 +10,23 @@ from typing import Any
 import gevent
 import gevent.pool
 
+from ..config import TritonConfig
+from . import recording
 from .arrivals import Distribution, Lag, schedule
 
 SendDue = Callable[[float], None]
 """Sends one request that was due at the given perf_counter() time, and reports it."""
+
+
+def open_loop(environment: Any, config: TritonConfig, user_number: int) -> OpenLoop | None:
+    """The open loop of one user (its share of --triton-request-rate), or None when closed."""
+    if not config.request_rate:
+        return None
+    rate = config.request_rate / users_in_run(environment)
+    lag = recording.schedule_lag(environment, rate)
+    assert lag is not None
+    return OpenLoop(rate, config.request_distribution,  # type: ignore[arg-type]
+                    config.max_in_flight, lag, seed=user_number)
 
 
 def users_in_run(environment: Any) -> int:

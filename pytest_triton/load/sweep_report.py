@@ -20,6 +20,11 @@ from ..config import TritonConfig
 from . import targets as tg
 from .perf import Point, bound_summary, largest_within_bound
 from .server_report import CPU_SATURATED_PERCENT
+from .windows import Window, windows_table
+
+
+def _window(data: dict[str, Any]) -> Window:
+    return Window(**{k: v for k, v in data.items() if k in Window.__dataclass_fields__})
 
 
 def write_reports(points: Sequence[Point], args: argparse.Namespace, unit: str, name: str) -> None:
@@ -47,6 +52,9 @@ def write_reports(points: Sequence[Point], args: argparse.Namespace, unit: str, 
             f"batch {p.batch_size} {p.load} ({p.failures})" for p in failed))
     for line in lines:
         print(line)
+    for p in points:
+        print(f"\nWindows of batch {p.batch_size} {p.load} ({p.stability or 'stable'}):")
+        print(windows_table([_window(w) for w in p.windows], unit))
     if args.csv:
         write_csv(points, args.csv)
     if args.markdown:

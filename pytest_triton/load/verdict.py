@@ -12,7 +12,8 @@ from locust import log as locust_log
 from locust.env import Environment
 
 from . import targets as tg
-from .recording import window_log
+from .arrivals import rate_warning
+from .recording import schedule_lag, window_log
 from .run import LoadRun, current_host
 from .server_report import generator_warnings
 from .windows import Criterion, Stability, assess, windows_table
@@ -77,8 +78,16 @@ def judge(run: LoadRun) -> None:
     failed = tg.failures(checks)
     warnings = generator_warnings(cpu_percent=run.cpu_percent, cpu_warning=run.cpu_warning,
                                   reports=run.reports)
+    loop = "closed loop"
+    if run.config.request_rate:
+        loop = (f"open loop at {run.config.request_rate:g} req/s "
+                f"({run.config.request_distribution} arrivals)")
+        sent = (basis.requests / basis.duration_s) if basis.duration_s else 0.0
+        warning = rate_warning(run.config.request_rate, sent,
+                               schedule_lag(environment))
+        warnings += [warning] if warning else []
     run.summary = "\n\n".join([
-        f"Client: {figures.requests} requests ({figures.failures} failed) in "
+        f"Client ({loop}): {figures.requests} requests ({figures.failures} failed) in "
         f"{figures.duration_s:.1f}s: {figures.request_rate:.1f} req/s, "
         f"{figures.throughput:.1f} samples/s",
         *([windows_text(stability)] if stability is not None else []),
