@@ -92,14 +92,22 @@ def parse_format(text: str) -> str | None:
     return value or None
 
 
-def parse_positive_float(text: str) -> float:
+def _positive(text: str, expected: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"expected a number of seconds > 0, got {text!r}") from None
+        raise ValueError(f"expected {expected} > 0, got {text!r}") from None
     if not value > 0 or not math.isfinite(value):
-        raise ValueError(f"expected a number of seconds > 0, got {text!r}")
+        raise ValueError(f"expected {expected} > 0, got {text!r}")
     return value
+
+
+def parse_positive_float(text: str) -> float:
+    return _positive(text, "a number of seconds")
+
+
+def parse_positive_number(text: str) -> float:
+    return _positive(text, "a number")
 
 
 def parse_positive_int(text: str) -> int:
@@ -206,8 +214,9 @@ class Setting:
         return str(self.default)
 
     def describe(self) -> str:
+        """The --help text (argparse formats help with %, so a literal one is doubled)."""
         unit = f" ({self.unit})" if self.unit else ""
-        return f"{self.help}{unit} (default: {self.default_text})"
+        return f"{self.help}{unit} (default: {self.default_text})".replace("%", "%%")
 
     def convert(self, raw: Any, origin: str) -> Any:
         """Parse a string from a command line, ini file, env var or web form; other values
@@ -330,6 +339,45 @@ class TritonConfig:
     endpoints: str | None = _setting(
         None, "the embedded server's endpoints, from the master to its workers",
         frozenset({"locust"}), parse=parse_optional, internal=True)
+    # -- how load is sent and measured (perf_analyzer's names) -------------------------------
+    request_rate: float | None = _setting(
+        None, "open loop: send this many requests per second in total, whatever the server "
+        "does, each latency counted from its scheduled send time (perf_analyzer's request-rate "
+        "mode); default: closed loop, each user sends when its last request returned", LOAD,
+        parse=parse_positive_number, metavar="R", aliases=("--request-rate",))
+    request_distribution: str = _setting(
+        "constant", "open loop: gaps between sends, constant or poisson (exponential gaps of "
+        "the same mean)", LOAD, choices=("constant", "poisson"),
+        aliases=("--request-distribution",))
+    max_in_flight: int = _setting(
+        64, "open loop: requests one user keeps outstanding at most; a send due beyond it "
+        "leaves late (and counts from its scheduled time)", LOAD, parse=parse_positive_int,
+        metavar="N")
+    load_warmup: float = _setting(
+        1000.0, "load sent before the first measurement window, not measured", LOAD,
+        parse=parse_limit, unit="ms", metavar="MS", aliases=("--warmup",))
+    measurement_mode: str = _setting(
+        "time_windows", "measurement windows by time (--triton-measurement-interval) or by "
+        "request count (--triton-measurement-request-count, for slow models)", LOAD,
+        choices=("time_windows", "count_windows"), aliases=("--measurement-mode",))
+    measurement_interval: float = _setting(
+        5000.0, "length of a time window", LOAD, parse=parse_positive_number, unit="ms",
+        metavar="MS", aliases=("-p", "--measurement-interval"))
+    measurement_request_count: int = _setting(
+        50, "requests of a count window", LOAD, parse=parse_positive_int, metavar="N",
+        aliases=("--measurement-request-count",))
+    stability_percentage: float = _setting(
+        10.0, "a measurement counts only when consecutive windows agree within this share on "
+        "throughput and p99 latency", LOAD, parse=parse_positive_number, unit="%",
+        metavar="PCT", aliases=("-s", "--stability-percentage"))
+    stability_windows: int = _setting(
+        3, "consecutive windows that must agree", LOAD, parse=parse_positive_int, metavar="N")
+    max_trials: int = _setting(
+        10, "windows measured per point at most before it is called unstable",
+        frozenset({"perf"}), parse=parse_positive_int, metavar="N", aliases=("--max-trials",))
+    allow_unstable: bool = _setting(
+        False, "report an unstable measurement but do not fail on it", LOAD, parse=parse_bool,
+        flag=True, aliases=("--allow-unstable",))
     # -- targets (model_analyzer's names) -------------------------------------------------
     perf_latency_avg: float | None = _setting(
         None, "average client latency must stay at or below this", LOAD, parse=parse_limit,

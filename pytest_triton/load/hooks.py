@@ -19,7 +19,7 @@ from locust.event import Events
 from locust.runners import Runner, WorkerRunner
 
 from ..errors import ConfigError, TritonTestError
-from . import verdict
+from . import recording, verdict
 from .options import add_options
 from .run import LoadRun, run_of
 
@@ -42,6 +42,7 @@ def install(events: Events) -> None:
 
 def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -> None:
     try:
+        recording.attach(environment)
         if environment.parsed_options is None or isinstance(runner, WorkerRunner):
             return  # library use, or a worker: the master decides and sends its options
         run: LoadRun | None = None

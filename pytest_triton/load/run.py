@@ -22,6 +22,7 @@ from ..urls import check_host
 from .embedded import EmbeddedModel, EmbeddedServer
 from .monitor import RunMonitor
 from .options import run_config
+from .recording import window_log
 from .server_report import ModelReport, StatsTracker
 from .user_settings import stats_protocol, user_endpoint, user_model
 
@@ -75,6 +76,8 @@ class LoadRun:
     summary: str = ""
     result: dict[str, Any] = field(default_factory=dict)
     printed: bool = False
+    started_at: float = 0.0  # wall clock, as the window log keys requests
+    stopped_at: float = 0.0
     _stop_lock: gevent.lock.Semaphore = field(default_factory=gevent.lock.Semaphore)
 
     @classmethod
@@ -136,6 +139,10 @@ class LoadRun:
         self.started, self.finished = True, False
         self.reports, self.cpu_percent, self.cpu_warning = [], None, False
         self.result, self.summary, self.printed = {}, "", False
+        self.started_at, self.stopped_at = time.time(), 0.0
+        requests = window_log(environment)
+        if requests is not None:
+            requests.clear()
         if not environment.host and self.embedded_host:
             environment.host = self.embedded_host  # the web UI's host field was cleared
         host = current_host(environment)
@@ -171,6 +178,7 @@ class LoadRun:
         if not self.started or self.finished:
             return
         self.finished = True
+        self.stopped_at = time.time()
         if self.monitor is not None:
             self.cpu_percent = self.monitor.stop()
             self.cpu_warning = self.cpu_warning or self.monitor.cpu_warning
