@@ -100,8 +100,8 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(models: Endpo
                   "tests.load.probe_models:probe_spec", "--url", f"http://{models.http}",
                   "--model-name", "sleepy", "--request-rate-range", "20,40,70",
                   "--triton-measurement-interval", "1000", "--triton-load-warmup", "500",
-                  "--triton-stability-percentage", "50", "--max-trials", "4", "--latency-bound", "100", "--json", str(out),
-                  "--no-progress"])
+                  "--triton-stability-percentage", "50", "--max-trials", "4",
+                  "--latency-bound", "100", "--json", str(out), "--no-progress"])
     done = run.finish(180)
     assert done.code == 0, done.tail()
     report = json.loads(out.read_text())
