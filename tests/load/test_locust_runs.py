@@ -100,15 +100,20 @@ def test_sigterm_stops_grpc_load_and_the_embedded_server(tmp_path: Path) -> None
 
 def test_processes_mode_with_embedded_server(tmp_path: Path) -> None:
     """--processes forks workers after the locustfile import: gRPC's gevent mode, set at import,
-    must hold in every child, and only the master may start the server."""
-    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "4s",
-                     "--processes", "2", "--triton-protocol", "grpc", tmp_path=tmp_path,
-                     timeout=120)
+    must hold in every child, and only the master may start the server. The workers' request
+    logs reach the master with their reports: its measurement windows hold their requests."""
+    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "5s",
+                     "--processes", "2", "--triton-protocol", "grpc",
+                     "--triton-measurement-interval", "1000", "--triton-load-warmup", "500",
+                     tmp_path=tmp_path, timeout=120)
     assert run.code == 0, run.tail()
     assert run.report is not None and run.report["measured"]["requests"] > 50
     assert run.report["host"].startswith("grpc://127.0.0.1:")
     assert run.output.count("starting an embedded tritonserver") == 1
     assert run.report["server"][0]["avg_batch_size"] > 1
+    windows = run.report["windows"]
+    assert len(windows) >= 3 and all(w["requests"] > 0 for w in windows), windows
+    assert sum(w["requests"] for w in windows) < run.report["measured"]["requests"]
 
 
 def test_master_and_worker_processes(tmp_path: Path) -> None:
