@@ -3,7 +3,9 @@
 A user is one closed loop (no wait between requests): N users keep N requests in flight, which
 is perf_analyzer's concurrency mode. Requests go through TritonClient, built once per user and
 only sent in the loop. Each is fired as a Locust request event named after the model, with
-`response_length` = its batch size, so Locust's totals count samples and the verdict reports
+`response_length` = the bytes of the output tensors it got back (so Locust's "Average size
+(bytes)" means bytes) and `context["batch_size"]` = its samples, which pytest-triton counts
+beside Locust's statistics: the verdict, the web UI's Triton tab and PREFIX_triton.csv report
 samples/s (requests x batch size) as the seeds do.
 
 Importing this module imports locust (gevent monkey patching), switches gRPC to gevent and
@@ -26,6 +28,7 @@ from locust import User, constant, task
 from locust.exception import StopUser
 
 from ..client import PreparedRequest, Protocol, TritonClient
+from ..dtypes import payload_bytes
 from ..errors import ConfigError
 from ..urls import check_host
 from . import grpc_gevent, hooks
@@ -113,15 +116,16 @@ class TritonUser(User):
     def infer(self) -> None:
         request = next(self._requests)
         error: Exception | None = None
+        outputs: Mapping[str, np.ndarray] = {}
         start = time.perf_counter()
         try:
-            self._client.send(request)
+            outputs = self._client.send(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
         elapsed_ms = (time.perf_counter() - start) * 1e3
         self.environment.events.request.fire(
             request_type=self._request_type, name=self._model, response_time=elapsed_ms,
-            response_length=0 if error else self._batch, exception=error,
+            response_length=payload_bytes(outputs), exception=error,
             context={"batch_size": self._batch, "protocol": self._protocol})
 
     def on_stop(self) -> None:
