@@ -59,7 +59,8 @@ def render(url: str, *, budget_ms: int = 6000, screenshot: Path | None = None,
             with contextlib.suppress(ProcessLookupError):  # its renderers share the group
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    if proc.returncode != 0 or (screenshot is None and not out.strip()):
+    rendered = screenshot.exists() if screenshot is not None else bool(out.strip())
+    if proc.returncode != 0 or not rendered:
         problems = [line for line in err.splitlines() if "dbus" not in line.lower()]
         pytest.fail(f"Chromium could not render {url} (exit {proc.returncode}):\n"
                     + "\n".join(problems[-15:]), pytrace=False)

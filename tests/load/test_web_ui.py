@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import re
+import signal
 import time
 import urllib.request
 from pathlib import Path
@@ -20,9 +21,9 @@ from tests.load import browser
 from tests.load.conftest import PROBE_LOCUSTFILE, Locust, free_port, locust_args
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
-RUN_TIME_S = 20
 # `make screenshots` sets this to refresh the README's images from this very test.
 SCREENSHOTS = os.environ.get("PYTEST_TRITON_SCREENSHOTS")
+RUN_TIME_S = 30 if SCREENSHOTS else 20  # screenshots: time for some history while it runs
 
 
 def get_json(url: str) -> dict[str, Any] | None:
@@ -63,29 +64,42 @@ def number(text: str) -> float:
 
 
 def save_screenshots(base: str) -> None:
-    """The README's images of the tab and the charts page, small palette PNGs."""
+    """The README's images of the tab and the charts page, small palette PNGs (after some
+    seconds of load, so the charts have a history to draw)."""
     from PIL import Image
 
-    out = Path(SCREENSHOTS or ".")
+    deadline = time.monotonic() + RUN_TIME_S
+    while time.monotonic() < deadline:
+        live = get_json(f"{base}/triton/live.json")
+        if live is None or live["elapsed_s"] >= 14 or live["state"] != "running":
+            break
+        time.sleep(0.5)
+    out = Path(SCREENSHOTS or ".").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for name, url, size in (("webui-triton-tab.png", f"{base}/?tab=triton", (1280, 900)),
-                            ("webui-triton-charts.png", f"{base}/triton", (1280, 1000))):
+    for name, url, size in (("webui-triton-charts.png", f"{base}/triton", (1280, 1000)),
+                            ("webui-triton-tab.png", f"{base}/?tab=triton", (1280, 1560))):
         browser.render(url, screenshot=out / name, window=size)
         with Image.open(out / name) as image:
-            image.convert("RGB").quantize(colors=64).save(out / name, optimize=True)
+            image.convert("RGB").quantize(colors=128).save(out / name, optimize=True)
 
 
 def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> None:
+    """The load runs for at most RUN_TIME_S; the web UI stays up afterwards (--autoquit) so
+    a slow browser on a busy machine still finds it, and the test ends Locust with SIGTERM as
+    soon as it has seen the pages."""
     browser.chromium()  # no browser: fail now, before starting anything
-    port = free_port()
+    port, master_port = free_port(), free_port()
     report = tmp_path / "report.json"
     base = f"http://127.0.0.1:{port}"
     run = Locust(locust_args(PROBE_LOCUSTFILE, "--web-port", str(port), "--autostart",
-                             "-u", "8", "-r", "8", "-t", f"{RUN_TIME_S}s", "--autoquit", "0",
-                             "--processes", "2", "--csv", str(tmp_path / "run"),
+                             "-u", "8", "-r", "8", "-t", f"{RUN_TIME_S}s", "--autoquit", "120",
+                             "--processes", "2", "--master-bind-host", "127.0.0.1",
+                             "--master-bind-port", str(master_port), "--master-port",
+                             str(master_port), "--csv", str(tmp_path / "run"),
                              report=report), report)
     try:
-        wait_for_load(run, base, timeout=120)
+        live = wait_for_load(run, base, timeout=180)
+        assert live["state"] == "running", live["state"]
         # pytest-triton's default for every locustfile that uses its users: loopback only
         assert listening(run.proc.pid, port) == {"127.0.0.1"}
 
@@ -99,7 +113,6 @@ def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> N
         sizes = [int(pair.split(" x ")[0]) for pair in histogram.split(", ")]
         assert max(sizes) > 1, f"8 users in flight should batch: {histogram}"
         assert rows["Aggregated", "perf_fail_ratio"][3:] == ["<= 0", "PASS"], rows
-        assert ("Aggregated", "verdict so far") in rows, rows
 
         charts = browser.render(f"{base}/triton")
         points = re.search(r'data-chart="samples" data-points="(\d+)"', charts)
@@ -111,7 +124,9 @@ def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> N
         if SCREENSHOTS:
             save_screenshots(base)
     finally:
-        done = run.finish(timeout=RUN_TIME_S + 90)
+        if run.proc.poll() is None:
+            run.proc.send_signal(signal.SIGTERM)
+        done = run.finish(timeout=90)
     assert done.code == 0, done.tail()
     assert done.report is not None
     measured = done.report["measured"]
