@@ -74,10 +74,13 @@ class LiveView:
     def _loop(self) -> None:
         while True:
             gevent.sleep(self.period_s)
-            try:
-                self.update(self.final)
-            except Exception:  # a live view must never end the run
-                log.exception("pytest-triton: the live view failed to update")
+            self._safe_update(self.final)
+
+    def _safe_update(self, final: bool) -> None:
+        try:
+            self.update(final)
+        except Exception:  # a live view must never end the run, nor change its verdict
+            log.exception("pytest-triton: the live view failed to update")
 
     def reset(self) -> None:
         """Locust's statistics were reset: so are the windows and the chart."""
@@ -85,12 +88,12 @@ class LiveView:
         self.history.clear()
         self._started = time.monotonic()
 
-    def finish(self) -> Snapshot:
+    def finish(self) -> None:
         """The run stopped: from now on the snapshot takes the settled server report and the
         run's generator figures. It keeps refreshing: a master still receives its workers'
         last statistics after the stop."""
         self.final = True
-        return self.update(final=True)
+        self._safe_update(final=True)
 
     def stop(self) -> None:
         if self._greenlet is not None and self._greenlet is not gevent.getcurrent():
@@ -101,7 +104,7 @@ class LiveView:
         """Locust quits (the run was judged): the last snapshot and CSV, every report in."""
         self.stop()
         self.final = True
-        self.update(final=True)
+        self._safe_update(final=True)
 
     def update(self, final: bool = False) -> Snapshot:
         snapshot = self._gather(final)
@@ -109,14 +112,8 @@ class LiveView:
         if not final:
             self.history.append(chart_point(snapshot))
         if self.csv_path is not None:
-            self.write_csv(snapshot)
+            write_csv(self.csv_path, snapshot)
         return snapshot
-
-    def write_csv(self, snapshot: Snapshot) -> None:
-        text = io.StringIO()
-        csv.writer(text).writerows(csv_rows(snapshot))
-        self.csv_path.parent.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-        self.csv_path.write_text(text.getvalue())  # type: ignore[union-attr]
 
     # -- gathering -------------------------------------------------------------------------
     def _server(self, final: bool) -> dict[str, ModelStats | None]:
@@ -181,6 +178,13 @@ class LiveView:
         window = {t: n - old_times.get(t, 0) for t, n in times.items()
                   if n > old_times.get(t, 0)}
         return float(calculate_response_time_percentile(window, count - old_count, 0.99))
+
+
+def write_csv(path: Path, snapshot: Snapshot) -> None:
+    text = io.StringIO()
+    csv.writer(text).writerows(csv_rows(snapshot))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.getvalue())
 
 
 def _generator_cpu(environment: Environment) -> float | None:

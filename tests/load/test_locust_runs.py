@@ -104,10 +104,14 @@ def test_sigterm_stops_grpc_load_and_the_embedded_server(tmp_path: Path) -> None
 
 def test_processes_mode_with_embedded_server(tmp_path: Path) -> None:
     """--processes forks workers after the locustfile import: gRPC's gevent mode, set at import,
-    must hold in every child, and only the master may start the server."""
+    must hold in every child, and only the master may start the server. The master listens
+    on loopback at a free port (Locust's default, every interface at 5557, collides with any
+    other run on the machine)."""
+    port = free_port()
     run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "4s",
-                     "--processes", "2", "--triton-protocol", "grpc", tmp_path=tmp_path,
-                     timeout=120)
+                     "--processes", "2", "--triton-protocol", "grpc", "--master-bind-host",
+                     "127.0.0.1", "--master-bind-port", str(port), "--master-port", str(port),
+                     tmp_path=tmp_path, timeout=120)
     assert run.code == 0, run.tail()
     assert run.report is not None and run.report["measured"]["requests"] > 50
     assert run.report["host"].startswith("grpc://127.0.0.1:")
