@@ -2,9 +2,10 @@
 
 `users` installs them on Locust's global events when a locustfile imports it; library use
 (an Environment of its own) installs them on that environment's events, or not at all.
-Listeners run in every Locust process: each counts the samples of its requests (workers hand
-them to the master); the master (or the single local process) makes the LoadRun at init, adds
-the Triton tab to the web UI and keeps the live view of a run; workers only send load.
+Listeners run in every Locust process: each counts the samples of its requests and measures
+its CPU (workers hand both to the master); the master (or the single local process) makes
+the LoadRun at init, adds the Triton tab to the web UI and keeps the live view of a run;
+workers only send load.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from locust.event import Events
 from locust.runners import Runner, WorkerRunner
 
 from ..errors import ConfigError, TritonTestError
-from . import live, samples, verdict, web_tab
+from . import generator_cpu, live, samples, verdict, web_tab
 from .options import add_options, web_ui_exposure
 from .run import LoadRun, run_of
 
@@ -46,6 +47,7 @@ def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -
         if environment.parsed_options is None:
             return  # library use
         samples.attach(environment)
+        generator_cpu.attach(environment)
         if isinstance(runner, WorkerRunner):
             return  # a worker: the master decides and sends its options
         _warn_if_exposed(environment)

@@ -24,6 +24,7 @@ from locust.stats import StatsEntry, calculate_response_time_percentile
 
 from ..stats import ModelStats
 from . import targets as tg
+from .generator_cpu import cpu_of
 from .live_report import ModelFigures, Snapshot, chart_point, csv_rows
 from .run import LoadRun, run_of
 from .samples import SampleCounter, counter_of
@@ -188,12 +189,12 @@ def write_csv(path: Path, snapshot: Snapshot) -> None:
 
 
 def _generator_cpu(environment: Environment) -> float | None:
-    """The load generator's CPU now: this process's, or a master's busiest worker's."""
-    runner = environment.runner
-    if isinstance(runner, MasterRunner):
-        usage = [w.cpu_usage for w in runner.clients.values()]
-        return max(usage) if usage else None
-    return getattr(runner, "current_cpu_usage", None)
+    """The load generator's CPU now: this process's since the last tick, or on a master its
+    busiest worker's latest report."""
+    cpu = cpu_of(environment)
+    if cpu is None:
+        return None
+    return cpu.busiest_worker() if isinstance(environment.runner, MasterRunner) else cpu.own()
 
 
 def start(environment: Environment) -> LiveView | None:

@@ -127,7 +127,8 @@ def tab_rows(snapshot: Snapshot | None) -> list[dict[str, str]]:
         rows.append(_row(AGGREGATED, c.label, number(c.measured), target, status))
     if snapshot.cpu_percent is not None:
         saturated = snapshot.cpu_percent >= CPU_SATURATED_PERCENT
-        rows.append(_row(AGGREGATED, "load generator CPU (% of a core, now)",
+        when = "run average" if snapshot.final else "now"
+        rows.append(_row(AGGREGATED, f"load generator CPU (% of a core, {when})",
                          number(snapshot.cpu_percent, 0), f"< {CPU_SATURATED_PERCENT:.0f}",
                          "SATURATED" if saturated else "OK"))
     rows += [_row(AGGREGATED, "warning", w.removeprefix("WARNING: "), "", "WARNING")

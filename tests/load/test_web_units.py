@@ -11,6 +11,8 @@ import pytest
 
 from pytest_triton.dtypes import payload_bytes
 from pytest_triton.load import targets as tg
+from pytest_triton.load.generator_cpu import REPORT_KEY as CPU_KEY
+from pytest_triton.load.generator_cpu import GeneratorCpu
 from pytest_triton.load.live_report import (
     AGGREGATED,
     CSV_HEADER,
@@ -73,6 +75,22 @@ def test_old_seconds_are_dropped() -> None:
     assert set(counter.per_second["m"]) == {100} and counter.total("m") == 2
 
 
+def test_workers_report_their_cpu_to_the_master() -> None:
+    """Every stats report carries the worker's CPU since its previous report; the master
+    keeps each worker's latest and warns on the busiest."""
+    worker, master = GeneratorCpu(), GeneratorCpu()
+    data: dict[str, object] = {}
+    worker.on_report_to_master(client_id="w1", data=data)
+    assert isinstance(data[CPU_KEY], float) and data[CPU_KEY] >= 0  # type: ignore[operator]
+    master.on_worker_report(client_id="w1", data={CPU_KEY: 35.0})
+    master.on_worker_report(client_id="w2", data={CPU_KEY: 95.5})
+    master.on_worker_report(client_id="w1", data={CPU_KEY: 40.0})
+    master.on_worker_report(client_id="w3", data={})  # a worker without pytest-triton
+    assert master.workers == {"w1": 40.0, "w2": 95.5} and master.busiest_worker() == 95.5
+    master.reset()
+    assert master.busiest_worker() is None
+
+
 # -- response sizes ------------------------------------------------------------------------------
 def test_response_size_is_tensor_bytes() -> None:
     outputs = {"y": np.zeros((8, 4), np.float32),
@@ -128,7 +146,8 @@ def test_tab_rows_before_a_run_and_at_its_end() -> None:
     assert row["figure"] == "no test has run yet"
     final = {(r["model"], r["figure"]): r for r in tab_rows(snapshot(final=True, cpu=95))}
     assert (AGGREGATED, "verdict") in final
-    assert final[AGGREGATED, "load generator CPU (% of a core, now)"]["status"] == "SATURATED"
+    assert final[AGGREGATED, "load generator CPU (% of a core, run average)"]["status"] == \
+        "SATURATED"
 
 
 def test_a_model_without_readable_statistics_says_so() -> None:
