@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: gate test lint install clean bench bench-loadgen
+.PHONY: gate test lint install clean bench bench-loadgen chromium screenshots
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,19 @@ install: $(STAMP)
 gate: $(STAMP)
 	$(BIN)/pytest examples -v
 
+# tests/load/test_web_ui.py drives Locust's web UI in headless Chromium: `make chromium`
+# installs Debian's package where it is missing (as root; CI's .ci/run does it).
 test: $(STAMP)
 	$(BIN)/pytest
+
+chromium:
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends chromium; }
+
+# The README's screenshots of the web UI's Triton tab, taken by its browser test
+screenshots: $(STAMP) chromium
+	PYTEST_TRITON_SCREENSHOTS=docs/images $(BIN)/pytest tests/load/test_web_ui.py -k chromium
 
 lint: $(STAMP)
 	$(BIN)/ruff check pytest_triton tests examples locustfiles benchmarks conftest.py

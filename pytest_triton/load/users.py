@@ -4,9 +4,11 @@ A user is one closed loop (no wait between requests): N users keep N requests in
 is perf_analyzer's concurrency mode. With --triton-request-rate R the users share an open loop
 of R requests per second instead (perf_analyzer's request-rate mode, see open_loop.py).
 Requests go through TritonClient, built once per user and only sent in the loop. Each is fired
-as a Locust request event named after the model, with `response_length` = its batch size, so
-Locust's totals count samples and the verdict reports samples/s (requests x batch size) as the
-seeds do.
+as a Locust request event named after the model, with `response_length` = the bytes of the
+output tensors it got back (so Locust's "Average size (bytes)" means bytes) and
+`context["batch_size"]` = its samples, which pytest-triton counts beside Locust's statistics:
+the verdict, the web UI's Triton tab and PREFIX_triton.csv report samples/s (requests x batch
+size) as the seeds do.
 
 Importing this module imports locust (gevent monkey patching), switches gRPC to gevent and
 installs pytest-triton's listeners on Locust's events.
@@ -28,6 +30,7 @@ from locust import User, constant, task
 from locust.exception import StopUser
 
 from ..client import PreparedRequest, Protocol, TritonClient
+from ..dtypes import payload_bytes
 from ..errors import ConfigError
 from ..urls import check_host
 from . import grpc_gevent, hooks
@@ -128,14 +131,15 @@ class TritonUser(User):
         time in an open one)."""
         request = next(self._requests)
         error: Exception | None = None
+        outputs: Mapping[str, np.ndarray] = {}
         try:
-            self._client.send(request)
+            outputs = self._client.send(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
         elapsed_ms = (time.perf_counter() - due) * 1e3
         self.environment.events.request.fire(
             request_type=self._request_type, name=self._model, response_time=elapsed_ms,
-            response_length=0 if error else self._batch, exception=error,
+            response_length=payload_bytes(outputs), exception=error,
             context={"batch_size": self._batch, "protocol": self._protocol})
 
     def on_stop(self) -> None:

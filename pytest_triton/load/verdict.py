@@ -15,13 +15,16 @@ from . import targets as tg
 from .arrivals import rate_warning
 from .recording import schedule_lag, window_log
 from .run import LoadRun, current_host
+from .samples import counter_of
 from .server_report import generator_warnings
 from .windows import Criterion, Stability, assess, windows_table
 
 
 def measured(environment: Environment) -> tg.Measured:
-    """The run's client-side figures from Locust's (aggregated) statistics."""
+    """The run's client-side figures from Locust's (aggregated) statistics; samples from the
+    sample counter (request events report bytes as their response length, not samples)."""
     total = environment.stats.total
+    counter = counter_of(environment)
     duration = 0.0
     if total.last_request_timestamp and total.start_time:
         duration = max(total.last_request_timestamp - total.start_time, 1e-9)
@@ -30,7 +33,7 @@ def measured(environment: Environment) -> tg.Measured:
     return tg.Measured(
         requests=total.num_requests,
         failures=total.num_failures,
-        samples=total.total_content_length,
+        samples=counter.total() if counter is not None else 0,
         duration_s=duration,
         avg_ms=total.avg_response_time if any_ else nan,
         p95_ms=total.get_response_time_percentile(0.95) if any_ else nan,

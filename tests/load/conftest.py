@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +26,12 @@ from tests.load.probe_models import probe_spec
 REPO = Path(__file__).resolve().parents[2]
 PROBE_LOCUSTFILE = REPO / "tests" / "load" / "locustfiles" / "probe.py"
 LOCUSTFILES = REPO / "locustfiles"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

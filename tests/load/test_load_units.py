@@ -38,7 +38,9 @@ def test_nothing_here_imports_locust() -> None:
             "pytest_triton.load.perf, pytest_triton.load.embedded, "
             "pytest_triton.load.user_settings, pytest_triton.load.options, "
             "pytest_triton.load.sweep_report, "
-            "pytest_triton.load.server_report, pytest_triton.load.sweep; "
+            "pytest_triton.load.server_report, pytest_triton.load.sweep, "
+            "pytest_triton.load.live_report, pytest_triton.load.samples, "
+            "pytest_triton.load.generator_cpu; "
             "from gevent import monkey; "
             "assert 'locust' not in sys.modules and not monkey.is_anything_patched()")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
