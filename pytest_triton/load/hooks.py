@@ -21,7 +21,7 @@ from locust.event import Events
 from locust.runners import Runner, WorkerRunner
 
 from ..errors import ConfigError, TritonTestError
-from . import generator_cpu, live, recording, samples, verdict, web_tab
+from . import generator_cpu, live, recording, verdict, web_tab
 from .options import add_options, web_ui_exposure
 from .run import LoadRun, run_of
 
@@ -47,7 +47,6 @@ def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -
         if environment.parsed_options is None:
             return  # library use
         recording.attach(environment)
-        samples.attach(environment)
         generator_cpu.attach(environment)
         if isinstance(runner, WorkerRunner):
             return  # a worker: the master decides and sends its options

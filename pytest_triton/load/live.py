@@ -26,10 +26,11 @@ from ..stats import ModelStats
 from . import targets as tg
 from .generator_cpu import cpu_of
 from .live_report import ModelFigures, Snapshot, chart_point, csv_rows
+from .recording import window_log
 from .run import LoadRun, run_of
-from .samples import SampleCounter, counter_of
 from .server_report import generator_warnings
 from .verdict import measured
+from .window_log import WindowLog
 
 log = logging.getLogger("pytest_triton.load")
 PERIOD_S = 2.0
@@ -126,14 +127,14 @@ class LiveView:
     def _gather(self, final: bool) -> Snapshot:
         environment, run = self.environment, self.run
         stats = environment.stats
-        counter = counter_of(environment) or SampleCounter()
+        requests = window_log(environment) or WindowLog()
         by_name: dict[str, list[StatsEntry]] = {}
         for (name, _method), entry in stats.entries.items():
             by_name.setdefault(name, []).append(entry)
         server = self._server(final)
         tracked = run.tracker.models if run.tracker is not None else []
         names = list(dict.fromkeys([*tracked, *by_name]))
-        models = [self._figures(name, by_name.get(name, []), counter, server.get(name))
+        models = [self._figures(name, by_name.get(name, []), requests, server.get(name))
                   for name in names]
         figures = measured(environment)
         checks = tg.evaluate(tg.Targets.from_config(run.config), figures)
@@ -147,20 +148,20 @@ class LiveView:
                         duration_s=figures.duration_s, models=models, checks=checks,
                         warnings=warnings, cpu_percent=cpu, final=final)
 
-    def _figures(self, name: str, entries: list[StatsEntry], counter: SampleCounter,
+    def _figures(self, name: str, entries: list[StatsEntry], requests: WindowLog,
                  server: ModelStats | None) -> ModelFigures:
         total = self.environment.stats.total
         times, timed, failures, total_ms = _merged(entries)
-        requests = sum(e.num_requests for e in entries)
+        count = sum(e.num_requests for e in entries)
 
         def percentile(p: float) -> float | None:
             return float(calculate_response_time_percentile(times, timed, p)) if timed else None
 
         return ModelFigures(
-            model=name, requests=requests, failures=failures, samples=counter.total(name),
+            model=name, requests=count, failures=failures, samples=requests.samples(name),
             request_rate=sum(e.current_rps for e in entries),
-            sample_rate=counter.current_rate(name, total.start_time,
-                                             total.last_request_timestamp),
+            sample_rate=requests.current_rate(name, total.start_time,
+                                              total.last_request_timestamp),
             avg_ms=total_ms / timed if timed else None, p50_ms=percentile(0.5),
             p95_ms=percentile(0.95), p99_ms=percentile(0.99),
             p99_now_ms=self._p99_now(name, times, timed), server=server)

@@ -1,12 +1,10 @@
 """Each Locust process logs its requests into a WindowLog; workers send theirs to the master
 with every statistics report (Locust's report_to_master / worker_report events), so the
-master can cut the whole run into measurement windows."""
+master holds the whole run: its measurement windows and its samples (each request event
+carries its batch size in `context["batch_size"]`; its `response_length` is bytes). The log
+starts over when Locust's statistics do (test start, reset)."""
 
 from __future__ import annotations
-
-import functools
-import time
-from typing import Any
 
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
@@ -16,7 +14,6 @@ from .window_log import WindowLog
 
 ATTRIBUTE = "pytest_triton_window_log"
 LAG_ATTRIBUTE = "pytest_triton_schedule_lag"
-REPORT_KEY = "pytest_triton_windows"
 
 
 def window_log(environment: Environment) -> WindowLog | None:
@@ -40,26 +37,12 @@ def attach(environment: Environment) -> WindowLog:
     log = WindowLog()
     setattr(environment, ATTRIBUTE, log)
     events = environment.events
-    events.request.add_listener(functools.partial(_record, log))
+    events.request.add_listener(log.on_request)
+    events.test_start.add_listener(lambda **_: log.clear())
+    events.reset_stats.add_listener(lambda **_: log.clear())
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
-        events.report_to_master.add_listener(functools.partial(_send, log))
+        events.report_to_master.add_listener(log.on_report_to_master)
     elif isinstance(runner, MasterRunner):
-        events.worker_report.add_listener(functools.partial(_receive, log))
+        events.worker_report.add_listener(log.on_worker_report)
     return log
-
-
-def _record(log: WindowLog, response_time: float, exception: Exception | None = None,
-            context: dict[str, Any] | None = None, **_: Any) -> None:
-    samples = int((context or {}).get("batch_size", 1))
-    log.record(time.time(), float(response_time), exception is None, samples)
-
-
-def _send(log: WindowLog, client_id: str, data: dict[str, Any], **_: Any) -> None:
-    data[REPORT_KEY] = log.take_unsent()
-
-
-def _receive(log: WindowLog, client_id: str, data: dict[str, Any], **_: Any) -> None:
-    report = data.get(REPORT_KEY)
-    if report:
-        log.merge(report)

@@ -22,7 +22,6 @@ from ..urls import check_host
 from .embedded import EmbeddedModel, EmbeddedServer
 from .monitor import RunMonitor
 from .options import run_config
-from .recording import window_log
 from .server_report import ModelReport, StatsTracker
 from .user_settings import stats_protocol, user_endpoint, user_model
 
@@ -140,9 +139,6 @@ class LoadRun:
         self.reports, self.cpu_percent, self.cpu_warning = [], None, False
         self.result, self.summary, self.printed = {}, "", False
         self.started_at, self.stopped_at = time.time(), 0.0
-        requests = window_log(environment)
-        if requests is not None:
-            requests.clear()
         if not environment.host and self.embedded_host:
             environment.host = self.embedded_host  # the web UI's host field was cleared
         host = current_host(environment)

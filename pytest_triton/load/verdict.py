@@ -15,16 +15,15 @@ from . import targets as tg
 from .arrivals import rate_warning
 from .recording import schedule_lag, window_log
 from .run import LoadRun, current_host
-from .samples import counter_of
 from .server_report import generator_warnings
 from .windows import Criterion, Stability, assess, windows_table
 
 
 def measured(environment: Environment) -> tg.Measured:
     """The run's client-side figures from Locust's (aggregated) statistics; samples from the
-    sample counter (request events report bytes as their response length, not samples)."""
+    request log (request events report bytes as their response length, not samples)."""
     total = environment.stats.total
-    counter = counter_of(environment)
+    requests = window_log(environment)
     duration = 0.0
     if total.last_request_timestamp and total.start_time:
         duration = max(total.last_request_timestamp - total.start_time, 1e-9)
@@ -33,7 +32,7 @@ def measured(environment: Environment) -> tg.Measured:
     return tg.Measured(
         requests=total.num_requests,
         failures=total.num_failures,
-        samples=counter.total() if counter is not None else 0,
+        samples=requests.samples() if requests is not None else 0,
         duration_s=duration,
         avg_ms=total.avg_response_time if any_ else nan,
         p95_ms=total.get_response_time_percentile(0.95) if any_ else nan,
@@ -47,7 +46,7 @@ def stability_of(run: LoadRun) -> Stability | None:
     if log is None or not run.started_at:
         return None
     c = run.config
-    windows = log.windows(run.started_at, run.stopped_at or time.time(),
+    windows = log.windows(max(run.started_at, log.cleared_at), run.stopped_at or time.time(),
                           warmup_s=c.load_warmup / 1e3, interval_s=c.measurement_interval / 1e3,
                           mode=c.measurement_mode,  # type: ignore[arg-type]
                           request_count=c.measurement_request_count)

@@ -23,56 +23,51 @@ from pytest_triton.load.live_report import (
     tab_rows,
 )
 from pytest_triton.load.options import WEB_HOST, web_ui_exposure
-from pytest_triton.load.samples import SampleCounter
+from pytest_triton.load.window_log import WindowLog
 from pytest_triton.stats import Duration, ModelStats
 from tests.load.conftest import REPO, subprocess_env
 
 
-# -- samples -----------------------------------------------------------------------------------
+# -- samples ---------------------------------------------------------------------------------
 def test_samples_count_batch_sizes_of_successful_requests_only() -> None:
-    counter = SampleCounter()
-    counter.on_request(name="m", context={"batch_size": 8})
-    counter.on_request(name="m", context={"batch_size": 8}, exception=RuntimeError("refused"))
-    counter.on_request(name="other", context={"batch_size": 2})
-    counter.on_request(name="m", context={})  # not one of our users: nothing to count
-    assert counter.total("m") == 8 and counter.total("other") == 2 and counter.total() == 10
+    log = WindowLog()
+    log.on_request(name="m", response_time=3.0, context={"batch_size": 8})
+    log.on_request(name="m", response_time=3.0, context={"batch_size": 8},
+                   exception=RuntimeError("refused"))
+    log.on_request(name="other", response_time=3.0, context={"batch_size": 2})
+    log.on_request(name="m", response_time=3.0, context={})  # not our users: no samples
+    assert log.samples("m") == 8 and log.samples("other") == 2 and log.samples() == 10
+    assert log.names() == ["m", "other"]
 
 
 def test_current_samples_rate_uses_locusts_current_rps_window() -> None:
     """Locust's current_rps averages the seconds [last-12, last-2): so does ours."""
-    counter = SampleCounter()
+    log = WindowLog()
     for second in range(100, 120):
-        counter.add("m", 64 * (second - 99), second)
+        log.record(second + 0.5, "m", 1.0, True, 64 * (second - 99))
     expected = np.mean([64 * (s - 99) for s in range(107, 117)])
-    assert counter.current_rate("m", start_time=100.0, last_request_timestamp=119.5) == expected
-    assert counter.current_rate("m", start_time=100.0, last_request_timestamp=None) == 0.0
-    assert counter.current_rate("unknown", 100.0, 119.5) == 0.0
+    assert log.current_rate("m", 100.0, 119.5) == expected
+    assert log.current_rate("m", 100.0, None) == 0.0
+    assert log.current_rate("unknown", 100.0, 119.5) == 0.0
 
 
 def test_workers_hand_their_samples_to_the_master() -> None:
-    """Each worker's report carries what it counted since the last one; the master's totals
-    equal one process counting everything."""
-    workers = [SampleCounter(), SampleCounter()]
-    master, alone = SampleCounter(), SampleCounter()
+    """Each worker's report carries what it logged since the last one; the master's totals
+    equal one process logging everything."""
+    workers = [WindowLog(), WindowLog()]
+    master, alone = WindowLog(), WindowLog()
     for i, worker in enumerate(workers):
         for second in (10, 11):
-            worker.add("m", 4 + i, second)
-            alone.add("m", 4 + i, second)
+            worker.record(second, "m", 1.0, True, 4 + i)
+            alone.record(second, "m", 1.0, True, 4 + i)
     for worker in workers:
         data: dict[str, object] = {}
         worker.on_report_to_master(client_id="w", data=data)
-        assert worker.total() == 0  # sent: counted once only
+        assert worker.samples() == 0  # sent: counted once only
         master.on_worker_report(client_id="w", data=data)
     master.on_worker_report(client_id="w", data={})  # a report without our key
-    assert master.totals == alone.totals == {"m": 18}
-    assert master.per_second == alone.per_second == {"m": {10: 9, 11: 9}}
-
-
-def test_old_seconds_are_dropped() -> None:
-    counter = SampleCounter()
-    counter.add("m", 1, 0)
-    counter.add("m", 1, 100)
-    assert set(counter.per_second["m"]) == {100} and counter.total("m") == 2
+    assert master.samples("m") == alone.samples("m") == 18
+    assert master.sample_rate("m", 10, 12) == alone.sample_rate("m", 10, 12) == 9.0
 
 
 def test_workers_report_their_cpu_to_the_master() -> None:

@@ -85,7 +85,8 @@ def test_window_log_cuts_time_windows_after_the_warmup() -> None:
     # 10 requests per slice for 20 s, 2 ms each (samples: batch 4); one failure at 3 s
     for k in range(int(20 / SLICE_S)):
         for j in range(10):
-            log.record(T0 + k * SLICE_S + j * 0.01, 2.0, ok=not (k == 12 and j == 0), samples=4)
+            ok = not (k == 12 and j == 0)
+            log.record(T0 + k * SLICE_S + j * 0.01, "m", 2.0, ok=ok, samples=4)
     windows = log.windows(T0, T0 + 20, warmup_s=1.0, interval_s=5.0)
     assert [w.index for w in windows] == [1, 2, 3]  # 1..6, 6..11, 11..16 s; 16..20 incomplete
     first = windows[0]
@@ -98,7 +99,7 @@ def test_window_log_cuts_time_windows_after_the_warmup() -> None:
 def test_window_log_cuts_count_windows_for_slow_models() -> None:
     log = WindowLog()
     for k in range(40):  # one request every 0.5 s (every second slice)
-        log.record(T0 + k * 0.5 + 0.1, 100.0, ok=True, samples=1)
+        log.record(T0 + k * 0.5 + 0.1, "m", 100.0, ok=True, samples=1)
     windows = log.windows(T0, T0 + 19, warmup_s=0.0, interval_s=5.0, mode="count_windows",
                           request_count=10)
     assert [w.requests for w in windows] == [10, 10, 10]  # the 4th would end at 19.6 s
@@ -108,8 +109,8 @@ def test_window_log_cuts_count_windows_for_slow_models() -> None:
 def test_workers_logs_merge_into_the_masters() -> None:
     master, worker_a, worker_b = WindowLog(), WindowLog(), WindowLog()
     for t in range(8):
-        worker_a.record(T0 + t, 10.0, True, 1)
-        worker_b.record(T0 + t, 30.0, True, 1)
+        worker_a.record(T0 + t, "m", 10.0, True, 1)
+        worker_b.record(T0 + t, "m", 30.0, True, 1)
     master.merge(worker_a.take_unsent())
     master.merge(worker_b.take_unsent())
     assert worker_a.take_unsent()["slices"] == {}  # sent once
