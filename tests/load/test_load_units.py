@@ -39,7 +39,8 @@ def test_nothing_here_imports_locust() -> None:
             "pytest_triton.load.user_settings, pytest_triton.load.options, "
             "pytest_triton.load.sweep_report, "
             "pytest_triton.load.server_report, pytest_triton.load.sweep, "
-            "pytest_triton.load.live_report, pytest_triton.load.samples, "
+            "pytest_triton.load.live_report, pytest_triton.load.window_log, "
+            "pytest_triton.load.windows, pytest_triton.load.arrivals, "
             "pytest_triton.load.generator_cpu; "
             "from gevent import monkey; "
             "assert 'locust' not in sys.modules and not monkey.is_anything_patched()")
