@@ -110,24 +110,22 @@ def parse_positive_number(text: str) -> float:
     return _positive(text, "a number")
 
 
-def parse_positive_int(text: str) -> int:
+def _integer_from(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"expected an integer >= 1, got {text!r}")
+        raise ValueError(f"expected an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise ValueError(f"expected an integer >= {minimum}, got {text!r}")
     return value
+
+
+def parse_positive_int(text: str) -> int:
+    return _integer_from(text, 1)
 
 
 def parse_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return _integer_from(text, 0)
 
 
 def parse_int(text: str) -> int:

@@ -62,53 +62,41 @@ class Point(Rates):
         return {**asdict(self), "throughput": self.throughput, "request_rate": self.request_rate}
 
 
-def parse_range(text: str) -> list[int]:
-    """perf_analyzer's START[:END[:STEP]] (inclusive), or a comma list: '2:16:2', '1,2,4,8'."""
+def _load_range(text: str, number: Callable[[str], float], example: str,
+                what: str) -> list[float]:
+    """START[:END[:STEP]] (inclusive; STEP 1 by default) or a comma list of numbers > 0."""
     try:
         if "," in text:
-            values = [int(v) for v in text.split(",") if v.strip()]
+            values = [number(v) for v in text.split(",") if v.strip()]
         else:
-            parts = [int(v) for v in text.split(":")]
+            parts = [number(v) for v in text.split(":")]
             if not 1 <= len(parts) <= 3:
                 raise ValueError
             start = parts[0]
             end = parts[1] if len(parts) > 1 else start
             step = parts[2] if len(parts) > 2 else 1
-            if step < 1 or end < start:
-                raise ValueError
-            values = list(range(start, end + 1, step))
-    except ValueError:
-        raise ValueError(f"{text!r} is not START[:END[:STEP]] (e.g. 2:16:2) or a comma list "
-                         "of positive integers") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"{text!r}: values must be positive integers "
-                         "(START[:END[:STEP]] or a comma list)")
-    return values
-
-
-def parse_rate_range(text: str) -> list[float]:
-    """perf_analyzer's --request-rate-range START[:END[:STEP]] (floats, inclusive), or a comma
-    list: '50:200:50', '10,100'."""
-    try:
-        if "," in text:
-            values = [float(v) for v in text.split(",") if v.strip()]
-        else:
-            parts = [float(v) for v in text.split(":")]
-            if not 1 <= len(parts) <= 3:
-                raise ValueError
-            start = parts[0]
-            end = parts[1] if len(parts) > 1 else start
-            step = parts[2] if len(parts) > 2 else (end - start or 1.0)
             if step <= 0 or end < start:
                 raise ValueError
             count = math.floor((end - start) / step + 1e-9) + 1
             values = [start + i * step for i in range(count)]
     except ValueError:
-        raise ValueError(f"{text!r} is not START[:END[:STEP]] (e.g. 50:200:50) or a comma "
-                         "list of request rates") from None
+        raise ValueError(f"{text!r} is not START[:END[:STEP]] (e.g. {example}) or a comma list "
+                         f"of {what}") from None
     if not values or min(values) <= 0 or not all(math.isfinite(v) for v in values):
-        raise ValueError(f"{text!r}: request rates must be numbers > 0")
+        raise ValueError(f"{text!r}: values must be {what} (START[:END[:STEP]] or a comma "
+                         "list)")
     return values
+
+
+def parse_range(text: str) -> list[int]:
+    """perf_analyzer's START[:END[:STEP]] (inclusive), or a comma list: '2:16:2', '1,2,4,8'."""
+    return [int(v) for v in _load_range(text, int, "2:16:2", "positive integers")]
+
+
+def parse_rate_range(text: str) -> list[float]:
+    """perf_analyzer's --request-rate-range START[:END[:STEP]] (floats, inclusive), or a comma
+    list: '50:200:50', '10,100'."""
+    return _load_range(text, float, "50:200:50", "request rates > 0")
 
 
 # -- latency-bounded search -----------------------------------------------------------------
