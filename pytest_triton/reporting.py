@@ -65,6 +65,7 @@ class GateReporter:
         self.triton = triton
         self.collected = gate_document.Collected()
         self.started = time.monotonic()
+        self.started_wall = time.time()
         self.document: dict[str, Any] | None = None
         self.written: list[Path] = []
         self.notes: list[str] = []
@@ -122,6 +123,8 @@ class GateReporter:
         directory = Path(triton.report) if triton.report else None
         runs, problems = read_load_files(directory) if directory and directory.is_dir() \
             else ([], [])
+        for run in runs:  # e.g. a locustfile run before pytest: fine, but say so
+            run["before_session"] = run["written"] < self.started_wall
         document = gate_document.build(
             self.collected, environment=environment(), load_runs=runs, problems=problems,
             exit_status=int(exitstatus), duration_s=time.monotonic() - self.started,

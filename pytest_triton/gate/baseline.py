@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .document import SCHEMA
-from .load_results import figure
+from .load_results import figure, fmt
 
 
 class BaselineError(ValueError):
@@ -87,7 +87,7 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], limits: Lim
             if regressed:
                 direction = "down" if worse < 0 else "up"
                 regressions.append(
-                    f"{key}: {label} {direction} {abs(change or 0):.1f}% ({b:,.4g} -> {a:,.4g};"
+                    f"{key}: {label} {direction} {abs(change or 0):.1f}% ({fmt(b)} -> {fmt(a)};"
                     f" limit {limit:g}%)")
     parity_then = _parity(baseline)
     for key, row in _parity(current).items():

@@ -43,7 +43,9 @@ def read_load_files(directory: Path) -> tuple[list[dict[str, Any]], list[str]]:
     for path in sorted(directory.glob(LOAD_GLOB)):
         try:
             document = json.loads(path.read_text())
-            runs.append(load_run(path.stem.removeprefix("load-"), path.name, document))
+            run = load_run(path.stem.removeprefix("load-"), path.name, document)
+            run["written"] = path.stat().st_mtime
+            runs.append(run)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             problems.append(f"{path.name}: cannot be read as a load result ({exc}); write it "
                             "with a locustfile's --triton-report-json or triton-perf --json")
@@ -75,14 +77,17 @@ def _failed(checks: Sequence[Mapping[str, Any]]) -> list[str]:
         if c.get("passed") is False:
             sign = "<=" if c.get("kind") == "max" else ">="
             unit = f" ({c['unit']})" if c.get("unit") else ""
-            named.append(f"{c.get('name')}{unit} measured {_fmt(c.get('measured'))}, target "
-                         f"{sign} {_fmt(c.get('limit'))}")
+            named.append(f"{c.get('name')}{unit} measured {fmt(c.get('measured'))}, target "
+                         f"{sign} {fmt(c.get('limit'))}")
     return named
 
 
-def _fmt(value: Any) -> str:
+def fmt(value: Any) -> str:
+    """A figure as people read it: 75,000 and 82, or 0.0123."""
     number = _number(value)
-    return "n/a" if number is None else f"{number:,.4g}"
+    if number is None:
+        return "n/a"
+    return f"{number:,.0f}" if abs(number) >= 100 else f"{number:.3g}"
 
 
 def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:

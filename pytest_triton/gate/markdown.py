@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 PLOTS = {"parity": "parity-headroom.png", "load": "load-latency.png"}
@@ -120,23 +121,31 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
                          verdict))
     lines += table(["run", "tool", "model", "throughput (samples/s)", "p50 ms", "p95 ms",
                     "p99 ms", "requests (failed)", "windows", "verdict"], rows)
+    notes = []
     for run in runs:
         checks = [c for c in run["checks"] if c.get("limit") is not None]
         if checks:
-            lines.append(f"Targets of {run['name']}: " + "; ".join(
+            notes.append(f"Targets of {run['name']}: " + "; ".join(
                 f"{c['name']} {'<=' if c['kind'] == 'max' else '>='} {num(c['limit'])}"
                 f"{' ' + c['unit'] if c.get('unit') else ''}: "
                 f"{num(c['measured'])} {'PASS' if c['passed'] else 'FAIL'}" for c in checks))
-        for s in run["server"]:
-            lines.append(f"Server view of {s['model']} in {run['name']}: avg batch size "
-                         f"{s['avg_batch_size']:.2f}, {s['execution_count']:,} executions for "
-                         f"{s['inference_count']:,} inferences ({s['success_count']:,} "
-                         "requests).")
-        lines += [f"{run['name']}: {w}" for w in run["warnings"]]
-    lines += [f"Problem: {p}" for p in document["problems"]]
+        notes += [f"Server view of {s['model']} in {run['name']}: avg batch size "
+                  f"{s['avg_batch_size']:.2f}, {s['execution_count']:,} executions for "
+                  f"{s['inference_count']:,} inferences ({s['success_count']:,} requests)."
+                  for s in run["server"]]
+        notes += [f"{run['name']}: {w}" for w in run["warnings"]]
+        if run.get("before_session"):
+            notes.append(f"{run['source']} was written before this session started (at "
+                         f"{_time(run['written'])}): its figures are not from this run.")
+    notes += [f"Problem: {p}" for p in document["problems"]]
+    lines += [f"- {note}" for note in notes]
     if image:
         lines += ["", f"![latency vs throughput]({PLOTS['load']})"]
     return [*lines, ""]
+
+
+def _time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
 
 
 def _baseline(document: Mapping[str, Any]) -> list[str]:
