@@ -300,3 +300,28 @@ def test_baseline_limits_are_settings_with_checked_values() -> None:
             config.baseline_headroom) == (10.0, 20.0, 80.0)
     with pytest.raises(ConfigError, match="expected a number >= 0, got '-5'"):
         resolve(from_mapping({"baseline_throughput_drop": "-5"}, "ini"))
+
+
+def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) -> None:
+    """triton-perf's own --json (write_reports + sweep_verdict) as the report reads it."""
+    import argparse
+
+    from pytest_triton.config import from_mapping, resolve
+    from pytest_triton.load import perf
+    from pytest_triton.load.sweep_report import sweep_verdict, write_reports
+
+    points = [perf.Point(batch_size=8, concurrency=c, duration_s=2.0, requests=100,
+                         failures=0, avg_ms=5.0 * c, p50_ms=5.0 * c, p90_ms=9.0 * c,
+                         p95_ms=9.5 * c, p99_ms=10.0 * c) for c in (1, 2, 4)]
+    config = resolve(from_mapping({"perf_latency_p99": 25.0}, "test"))
+    verdict = sweep_verdict(points, config)
+    assert verdict is not None and verdict["passed"]
+    args = argparse.Namespace(latency_bound=None, percentile=99, csv=None, markdown=None,
+                              plot=None, json=tmp_path / "load-sweep.json")
+    write_reports(points, args, "rec/s", "dlrm_onnx", verdict)
+    (run,), problems = read_load_files(tmp_path)
+    assert problems == [] and run["kind"] == "triton-perf" and run["passed"] is True
+    assert run["targets"] == {"perf_latency_p99": 25.0, "perf_fail_ratio": 0.0}
+    assert [(p["concurrency"], p["passed"], p["throughput"]) for p in run["points"]] == [
+        (1, True, 400.0), (2, True, 400.0), (4, False, 400.0)]
+    assert sweep_verdict(points, resolve()) is None  # no targets, no verdict

@@ -48,8 +48,10 @@ def parity_headroom(rows: Sequence[Mapping[str, Any]], path: Path,
     if limit_pct is not None:
         ax.axvline(limit_pct, color="tab:orange", linestyle=":",
                    label=f"baseline limit ({limit_pct:g}%)")
-    for y, value in enumerate(values):
-        ax.annotate(f"{value:.3g}%", (max(value, FLOOR_PCT), y), xytext=(3, 0),
+    for y, (row, value) in enumerate(zip(rows, values, strict=True)):
+        text = ("not comparable" if row["headroom_used"] is None
+                else "0% (exact)" if value == 0 else f"{value:.3g}%")
+        ax.annotate(text, (max(value, FLOOR_PCT), y), xytext=(3, 0),
                     textcoords="offset points", va="center", fontsize=7)
     ax.set_xlim(FLOOR_PCT, max(1000.0, max(values, default=0) * 3))
     ax.invert_yaxis()
