@@ -157,11 +157,16 @@ def _baseline(document: Mapping[str, Any]) -> list[str]:
              f"Limits: throughput down at most {limits['throughput_drop_pct']:g}%, p99 up at "
              f"most {limits['p99_rise_pct']:g}% (medians over measurement windows), parity "
              f"headroom used at most {limits['headroom_pct']:g}%.", ""]
-    lines += table(["kind", "what", "metric", "baseline", "now", "change", "limit", "result"],
+    lines += table(["kind", "what", "metric", "baseline", "now", "change", "limit", "windows",
+                    "result"],
                    [(c["kind"], c["what"], c["metric"], num(c["baseline"]), num(c["now"]),
                      "-" if c["change_pct"] is None else f"{c['change_pct']:+.1f}%",
-                     f"{c['limit_pct']:g}%", "REGRESSION" if c["regressed"] else "ok")
+                     f"{c['limit_pct']:g}%", c["windows"] or "-",
+                     "REGRESSION" if c["regressed"] else "ok")
                     for c in baseline["comparisons"]])
+    if any(c["windows"] == 1 for c in baseline["comparisons"]):
+        lines += ["Load figures measured in a single window are compared as they are: keep the "
+                  "limits above this machine's run-to-run noise.", ""]
     if baseline["not_measured"]:
         lines += ["In the baseline but not measured now: "
                   + ", ".join(baseline["not_measured"]), ""]
