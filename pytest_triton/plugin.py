@@ -78,8 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
         triton = config.stash[CONFIG] = resolve(*sources(config))
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-triton: {exc}") from None
-    if triton.report and not config.option.xmlpath:
-        config.option.xmlpath = reporting.junit_path(triton)
+    if triton.report and hasattr(config.option, "xmlpath") and not config.option.xmlpath:
+        config.option.xmlpath = reporting.junit_path(triton)  # unless -p no:junitxml
     config.pluginmanager.register(reporting.GateReporter(config, triton), "pytest-triton-gate")
 
 

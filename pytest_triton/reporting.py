@@ -70,7 +70,8 @@ class GateReporter:
         self.written: list[Path] = []
         self.notes: list[str] = []
         self.baseline: dict[str, Any] | None = None
-        self.wanted = bool(triton.report or triton.baseline or triton.save_baseline)
+        self.wanted = bool(triton.report or triton.baseline or triton.save_baseline) and \
+            not config.option.collectonly
         self.controller = not hasattr(config, "workerinput")
         if self.wanted and self.controller and triton.baseline:
             try:  # a missing or broken baseline stops the session before any test runs
@@ -128,7 +129,7 @@ class GateReporter:
         document = gate_document.build(
             self.collected, environment=environment(), load_runs=runs, problems=problems,
             exit_status=int(exitstatus), duration_s=time.monotonic() - self.started,
-            junit=self.config.option.xmlpath)
+            junit=getattr(self.config.option, "xmlpath", None))
         if self.baseline is not None and triton.baseline:
             limits = gate_baseline.Limits(triton.baseline_throughput_drop,
                                           triton.baseline_p99_rise, triton.baseline_headroom)
