@@ -13,7 +13,8 @@ BASELINE ?=
 SAVE_BASELINE ?=
 GATE_ARGS ?=
 
-.PHONY: gate test test-cpu test-container lint install clean bench bench-loadgen
+.PHONY: gate test test-cpu test-container lint install clean bench bench-loadgen chromium \
+	screenshots
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +32,8 @@ gate: $(STAMP)
 		$(if $(BASELINE),--triton-baseline $(BASELINE)) \
 		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
+# tests/load/test_web_ui.py drives Locust's web UI in headless Chromium: `make chromium`
+# installs Debian's package where it is missing (as root; CI's .ci/run does it).
 test: $(STAMP)
 	$(BIN)/pytest
 
@@ -43,6 +46,15 @@ test-cpu: $(STAMP)
 test-container: $(STAMP)
 	images/build-cpu-image
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/pytest -m container
+
+chromium:
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends chromium; }
+
+# The README's screenshots of the web UI's Triton tab, taken by its browser test
+screenshots: $(STAMP) chromium
+	PYTEST_TRITON_SCREENSHOTS=docs/images $(BIN)/pytest tests/load/test_web_ui.py -k chromium
 
 lint: $(STAMP)
 	$(BIN)/ruff check pytest_triton tests examples locustfiles benchmarks conftest.py

@@ -20,7 +20,7 @@ from typing import Protocol as Interface
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from .dtypes import tensor_type
 from .errors import InferenceError, TritonTestError
@@ -232,7 +232,7 @@ class TritonClient:
             response = result.get_response()
             outputs = ([o["name"] for o in response.get("outputs", [])]
                        if self.protocol == "http" else [o.name for o in response.outputs])
-        return {n: result.as_numpy(n) for n in outputs}
+        return {n: _as_numpy(result, n) for n in outputs}
 
     def infer(self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None,
               version: str = "") -> dict[str, np.ndarray]:
@@ -290,3 +290,27 @@ class TritonClient:
         finally:
             for client in opened:
                 client.close()
+
+
+def _as_numpy(result: Any, name: str) -> np.ndarray:
+    """An output as numpy; an output that came back with no data at all (the bundled python
+    stub under numpy >= 2 answers so) is returned empty for parity to name, instead of
+    tritonclient's "cannot reshape array of size 0"."""
+    try:
+        return result.as_numpy(name)
+    except ValueError:
+        output = result.get_output(name)
+        if output is None:
+            raise
+        if isinstance(output, dict):  # HTTP
+            size = (output.get("parameters") or {}).get("binary_data_size")
+            empty = size == 0 or (size is None and not output.get("data"))
+            datatype = output["datatype"]
+        else:  # gRPC: raw contents are in the order of the outputs
+            index = [o.name for o in result.get_response().outputs].index(name)
+            raw = result.get_response().raw_output_contents
+            empty = index < len(raw) and len(raw[index]) == 0
+            datatype = output.datatype
+        if not empty:
+            raise
+        return np.empty(0, dtype=triton_to_np_dtype(datatype))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ConfigError
-from .formats import FORMATS, GPU_FORMATS
+from .formats import FORMATS, GPU_FORMATS, PRECISIONS
 
 Front = Literal["pytest", "locust", "perf", "deploy"]
 PYTEST: frozenset[Front] = frozenset({"pytest"})
@@ -63,6 +63,26 @@ def parse_formats(text: str) -> tuple[str, ...]:
     return items
 
 
+def parse_precisions(text: str) -> tuple[str, ...]:
+    items = parse_list(text)
+    bad = [p for p in items if p not in PRECISIONS]
+    if bad or not items:
+        raise ValueError(f"unknown precision(s) {bad or text!r}; choose from "
+                         f"{', '.join(PRECISIONS)}")
+    return tuple(dict.fromkeys(items))
+
+
+def parse_gpus(text: str) -> str:
+    """all, or a comma list of GPU ordinals, normalized ("0, 1" -> "0,1")."""
+    value = text.strip().lower()
+    if value == "all":
+        return value
+    items = parse_list(value)
+    if not items or not all(i.isdigit() for i in items):
+        raise ValueError(f"expected all or a comma list of GPU ordinals (0,1), got {text!r}")
+    return ",".join(dict.fromkeys(str(int(i)) for i in items))
+
+
 def parse_format(text: str) -> str | None:
     """One format a CPU server can serve (the embedded server of a load test)."""
     value = text.strip()
@@ -72,14 +92,22 @@ def parse_format(text: str) -> str | None:
     return value or None
 
 
-def parse_positive_float(text: str) -> float:
+def _positive(text: str, expected: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"expected a number of seconds > 0, got {text!r}") from None
+        raise ValueError(f"expected {expected} > 0, got {text!r}") from None
     if not value > 0 or not math.isfinite(value):
-        raise ValueError(f"expected a number of seconds > 0, got {text!r}")
+        raise ValueError(f"expected {expected} > 0, got {text!r}")
     return value
+
+
+def parse_positive_float(text: str) -> float:
+    return _positive(text, "a number of seconds")
+
+
+def parse_positive_number(text: str) -> float:
+    return _positive(text, "a number")
 
 
 def parse_positive_int(text: str) -> int:
@@ -89,6 +117,16 @@ def parse_positive_int(text: str) -> int:
         raise ValueError(f"expected an integer >= 1, got {text!r}") from None
     if value < 1:
         raise ValueError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def parse_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"expected an integer >= 0, got {text!r}")
     return value
 
 
@@ -176,8 +214,9 @@ class Setting:
         return str(self.default)
 
     def describe(self) -> str:
+        """The --help text (argparse formats help with %, so a literal one is doubled)."""
         unit = f" ({self.unit})" if self.unit else ""
-        return f"{self.help}{unit} (default: {self.default_text})"
+        return f"{self.help}{unit} (default: {self.default_text})".replace("%", "%%")
 
     def convert(self, raw: Any, origin: str) -> Any:
         """Parse a string from a command line, ini file, env var or web form; other values
@@ -204,8 +243,9 @@ class TritonConfig:
     # -- where and how the server runs -------------------------------------------------------
     launcher: str = _setting(
         "auto", "where tritonserver runs: local child process, container (testcontainers), or "
-        "external (--triton-url); auto = external with a URL, container with --triton-gpu, "
-        "else local", PYTEST, choices=("auto", "local", "container", "external"))
+        "external (--triton-url); auto = external with a URL, else with --triton-gpu a GPU "
+        "container when Docker's nvidia runtime answers, else a local server on the visible "
+        "GPU; else local", PYTEST, choices=("auto", "local", "container", "external"))
     url: str | None = _setting(
         None, "URL of a running server (http://HOST:PORT or grpc://HOST:PORT); implies the "
         "external launcher", PYTEST | {"perf"}, parse=parse_optional, metavar="URL",
@@ -239,12 +279,22 @@ class TritonConfig:
     log_verbose: int = _setting(
         0, "tritonserver --log-verbose level", PYTEST | LOAD, parse=parse_int, metavar="N")
     gpu: bool = _setting(
-        False, "run on a GPU Triton container (NGC image, native backends, TensorRT); stops at "
-        "once if Docker, the nvidia runtime or a GPU is missing", PYTEST, parse=parse_bool,
-        flag=True)
+        False, "serve on NVIDIA GPUs (KIND_GPU instances, PyTorch reference on CUDA) with any "
+        "launcher; stops at once naming what the chosen launcher lacks (a GPU, the Docker SDK, "
+        "the engine, its nvidia runtime, CUDA in torch)", PYTEST, parse=parse_bool, flag=True)
     gpus: str = _setting(
-        "all", "GPUs for --triton-gpu: all or a comma list of ordinals (0,1)", PYTEST,
+        "all", "GPUs for --triton-gpu: all or a comma list of ordinals (0,1): a container's "
+        "device request, a local server's CUDA_VISIBLE_DEVICES", PYTEST, parse=parse_gpus,
         metavar="all|0,1")
+    numerics: str = _setting(
+        "strict", "fp32 numerics on a GPU: strict = TF32 off in the server "
+        "(NVIDIA_TF32_OVERRIDE=0) and the reference, torch.testing's tolerances; production = "
+        "TF32 as the backends ship it, with the measured tolerances in parity.py", PYTEST,
+        choices=("strict", "production"))
+    warmup: int | None = _setting(
+        None, "Triton model_warmup runs per sample before a model serves (0 = off; a "
+        "ModelSpec's warmup wins)", PYTEST, parse=parse_count, metavar="N",
+        shown_default="5 on a GPU server, else 0")
     image: str | None = _setting(
         None, "container image (default: the NGC image with --triton-gpu, else the offline "
         "CPU image built by images/build-cpu-image)", PYTEST, parse=parse_optional,
@@ -256,6 +306,10 @@ class TritonConfig:
     formats: tuple[str, ...] = _setting(
         FORMATS, "export formats to serve, comma-separated", PYTEST, parse=parse_formats,
         metavar="LIST")
+    precisions: tuple[str, ...] | None = _setting(
+        None, "precisions to serve, comma-separated (fp32, fp16), for every spec and each "
+        "format that has them", PYTEST, parse=parse_precisions, metavar="LIST",
+        shown_default="each spec's: fp32, and fp16 when ModelSpec.fp16")
     repository_dir: str | None = _setting(
         None, "build the model repository here and keep it (default: a temporary directory "
         "removed at the end)", PYTEST, parse=parse_optional, metavar="DIR")
@@ -305,6 +359,45 @@ class TritonConfig:
     endpoints: str | None = _setting(
         None, "the embedded server's endpoints, from the master to its workers",
         frozenset({"locust"}), parse=parse_optional, internal=True)
+    # -- how load is sent and measured (perf_analyzer's names) -------------------------------
+    request_rate: float | None = _setting(
+        None, "open loop: send this many requests per second in total, whatever the server "
+        "does, each latency counted from its scheduled send time (perf_analyzer's request-rate "
+        "mode); default: closed loop, each user sends when its last request returned", LOAD,
+        parse=parse_positive_number, metavar="R", aliases=("--request-rate",))
+    request_distribution: str = _setting(
+        "constant", "open loop: gaps between sends, constant or poisson (exponential gaps of "
+        "the same mean)", LOAD, choices=("constant", "poisson"),
+        aliases=("--request-distribution",))
+    max_in_flight: int = _setting(
+        64, "open loop: requests one user keeps outstanding at most; a send due beyond it "
+        "leaves late (and counts from its scheduled time)", LOAD, parse=parse_positive_int,
+        metavar="N")
+    load_warmup: float = _setting(
+        1000.0, "load sent before the first measurement window, not measured", LOAD,
+        parse=parse_limit, unit="ms", metavar="MS", aliases=("--warmup",))
+    measurement_mode: str = _setting(
+        "time_windows", "measurement windows by time (--triton-measurement-interval) or by "
+        "request count (--triton-measurement-request-count, for slow models)", LOAD,
+        choices=("time_windows", "count_windows"), aliases=("--measurement-mode",))
+    measurement_interval: float = _setting(
+        5000.0, "length of a time window", LOAD, parse=parse_positive_number, unit="ms",
+        metavar="MS", aliases=("-p", "--measurement-interval"))
+    measurement_request_count: int = _setting(
+        50, "requests of a count window", LOAD, parse=parse_positive_int, metavar="N",
+        aliases=("--measurement-request-count",))
+    stability_percentage: float = _setting(
+        10.0, "a measurement counts only when consecutive windows agree within this share on "
+        "throughput and p99 latency", LOAD, parse=parse_positive_number, unit="%",
+        metavar="PCT", aliases=("-s", "--stability-percentage"))
+    stability_windows: int = _setting(
+        3, "consecutive windows that must agree", LOAD, parse=parse_positive_int, metavar="N")
+    max_trials: int = _setting(
+        10, "windows measured per point at most before it is called unstable",
+        frozenset({"perf"}), parse=parse_positive_int, metavar="N", aliases=("--max-trials",))
+    allow_unstable: bool = _setting(
+        False, "report an unstable measurement but do not fail on it", LOAD, parse=parse_bool,
+        flag=True, aliases=("--allow-unstable",))
     # -- targets (model_analyzer's names) -------------------------------------------------
     perf_latency_avg: float | None = _setting(
         None, "average client latency must stay at or below this", LOAD, parse=parse_limit,
@@ -470,19 +563,16 @@ def resolve(*sources: Source, **overrides: Any) -> TritonConfig:
 def _finish(values: dict[str, Any]) -> TritonConfig:
     """Derive the launcher from url/gpu when left on auto, and reject contradictions."""
     origins = values["origins"]
-    if values["launcher"] == "auto":
-        values["launcher"] = ("external" if values["url"] else
-                              "container" if values["gpu"] else "local")
+    if values["launcher"] == "auto" and (values["url"] or not values["gpu"]):
+        values["launcher"] = "external" if values["url"] else "local"
         origins["launcher"] = "derived"
+    # auto with --triton-gpu stays auto here: which launcher can run a GPU server depends on
+    # what this machine has (launchers.gpu decides when the launcher is made).
     if values["launcher"] == "external" and not values["url"]:
         raise ConfigError("the external launcher needs --triton-url (or triton_url in ini), "
                           "e.g. --triton-url http://127.0.0.1:8000")
     if values["gpu"] and origins.get("formats") == "default":
         values["formats"] = FORMATS + GPU_FORMATS  # TensorRT and ORT-TensorRT join on a GPU
-    if values["gpu"] and values["launcher"] != "container":
-        raise ConfigError(f"--triton-gpu runs the server in a GPU container, but the launcher is "
-                          f"{values['launcher']!r} ({origins.get('launcher')}); drop "
-                          "--triton-launcher or set it to container")
     return TritonConfig(**values)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +165,13 @@ class ServedModel:
         served = client.infer(self.name, inputs, self.variant.spec.output_names)
         return self._unreshape(served)
 
+    def infer_many(self, client: TritonClient,
+                   requests: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """All requests in flight together (the dynamic batcher may combine them); answers in
+        request order."""
+        answers = client.infer_many(self.name, requests, self.variant.spec.output_names)
+        return [self._unreshape(answer) for answer in answers]
+
     def _unreshape(self, served: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Per-row scalars travel as [batch, 1] (Triton's dims [1] + empty reshape); give them
         back the shape PyTorch returns."""
@@ -183,13 +190,16 @@ class ServedModel:
     def _compare(self, client: TritonClient, native: Mapping[str, np.ndarray],
                  served: Mapping[str, np.ndarray], rtol: float | None, atol: float | None,
                  tolerances: Mapping[str, Tolerance] | None) -> ParityReport:
+        numerics = self.deployment.repository.target.numerics
         context = (f"model {self.variant.spec.name!r}, backend {self.id!r}, protocol "
                    f"{client.protocol!r}")
         transport = transport_of(client)
         if transport != "none":
             context += f", transport {transport!r}"
+        if self.device == "gpu":
+            context += f", {numerics} numerics"
         return compare(native, served, fmt=self.variant.format, context=context, rtol=rtol,
-                       atol=atol, tolerances=tolerances)
+                       atol=atol, tolerances=tolerances, device=self.device, numerics=numerics)
 
     def _record(self, client: TritonClient, check: Check, batch_size: int,
                 reports: list[ParityReport], batching: ModelStats | None = None) -> None:
@@ -199,7 +209,13 @@ class ServedModel:
             format=variant.format, precision=variant.precision, backend=variant.backend,
             protocol=client.protocol, transport=transport_of(client), check=check,
             batch_size=batch_size, requests=len(reports), reports=tuple(reports),
-            batching=batching, server=self.deployment.server.endpoints.http))
+            batching=batching, server=self.deployment.server.endpoints.http,
+            device=self.device, numerics=self.deployment.repository.target.numerics))
+
+    @property
+    def device(self) -> str:
+        """Where its instances run: "gpu" or "cpu" (the tolerance tables' device)."""
+        return "gpu" if self.variant.gpu else "cpu"
 
     def assert_parity(self, client: TritonClient, inputs: Mapping[str, np.ndarray] | None = None,
                       *, batch_size: int = 2, seed: int = 0, rtol: float | None = None,
@@ -228,8 +244,7 @@ class ServedModel:
         rows = self.inputs(requests, seed)
         singles = [{n: a[i:i + 1] for n, a in rows.items()} for i in range(requests)]
         with StatsWindow(client, self.name, expect_requests=requests) as window:
-            served = [self._unreshape(answer) for answer in
-                      client.infer_many(self.name, singles, self.variant.spec.output_names)]
+            served = self.infer_many(client, singles)
         reports = [self._compare(client, self.native(single), answer, rtol, atol, tolerances)
                    for single, answer in zip(singles, served, strict=False)]
         self._record(client, "batched_parity", 1, reports, window.delta)

@@ -86,7 +86,9 @@ def repository(specs: SpecSource, *, formats: Sequence[str] | None = None,
                 triton_config: TritonConfig) -> Iterator[Repository]:
         repo = Repository.create(role.resolve_specs(triton_config), triton_config.repository_dir,
                                  formats=role.formats or triton_config.formats,
-                                 progress=_progress_writer(request.config))
+                                 progress=_progress_writer(request.config),
+                                 precisions=triton_config.precisions,
+                                 warmup=triton_config.warmup)
         try:
             yield repo
         finally:

@@ -7,3 +7,6 @@ FORMATS: tuple[str, ...] = ("torchscript-script", "torchscript-trace", "onnx")
 
 GPU_FORMATS: tuple[str, ...] = ("tensorrt", "onnx-trt")
 """Formats that need a GPU server (added to the default set in GPU mode)."""
+
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
+"""Precisions a variant may be served at (fp16 where the format supports it)."""

@@ -5,6 +5,7 @@ Never imports locust (it monkey-patches the whole process with gevent).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 from collections.abc import Generator, Sequence
@@ -20,12 +21,12 @@ from .importing import load_object
 from .launchers.base import LIVE_SERVERS
 from .repository.spec import ModelSpec
 from .repository.variants import plan_variants
-from .session import server_target
+from .session import launcher_for, server_target
 
 CONFIG = pytest.StashKey[TritonConfig]()
 MARKERS = {
     "triton": "uses a Triton server started by pytest-triton",
-    "gpu": "needs --triton-gpu (an NVIDIA GPU and Docker with the nvidia runtime)",
+    "gpu": "needs --triton-gpu (an NVIDIA GPU; docs/gpu.md)",
     "container": "needs a Docker engine and the offline CPU image (images/build-cpu-image)",
     "load": "a load test: runs Locust in a subprocess for tens of seconds",
     "slow": "full-size models; minutes on a CPU",
@@ -84,12 +85,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    """With --triton-gpu, choose the launcher and check what it needs now: a GPU run that
+    cannot happen stops the session at once, naming what is missing."""
     triton = session.config.stash[CONFIG]
     if triton.gpu:
-        from .launchers.gpu import preflight
-
         try:
-            preflight(triton)
+            launcher_for(triton)
         except ConfigError as exc:
             raise pytest.UsageError(f"pytest-triton --triton-gpu: {exc}") from None
 
@@ -98,15 +99,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     triton = config.stash.get(CONFIG, None)
     if triton is None:
         return []
-    return [f"triton: launcher={triton.launcher}, protocols={','.join(triton.protocols)}, "
-            f"formats={','.join(triton.formats)}" + (", gpu" if triton.gpu else "")]
+    launcher = triton.launcher
+    if triton.gpu:
+        with contextlib.suppress(ConfigError):  # sessionstart reports it
+            launcher = launcher_for(triton).name
+    gpu = f", gpu {triton.gpus}, {triton.numerics} numerics" if triton.gpu else ""
+    return [f"triton: launcher={launcher}, protocols={','.join(triton.protocols)}, "
+            f"formats={','.join(triton.formats)}{gpu}"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.stash[CONFIG].gpu:
         return
     skip = pytest.mark.skip(reason="GPU test: run with --triton-gpu on a machine with an NVIDIA "
-                                   "GPU and Docker's nvidia runtime")
+                                   "GPU (docs/gpu.md)")
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
@@ -182,7 +188,8 @@ def variant_params(roles: dict[str, factories.Role], base: TritonConfig,
             f"no models in repository fixture {server_role.repository!r}: define it in "
             "conftest.py with factories.repository([ModelSpec(...)]) or set --triton-specs "
             "MODULE:CALLABLE")
-    plan = plan_variants(specs, repo_role.formats or config.formats, server_target(config))
+    plan = plan_variants(specs, repo_role.formats or config.formats, server_target(config),
+                         precisions=config.precisions)
     return [pytest.param(v.id, id=v.id) for v in plan.variants] + [
         pytest.param(u.id, id=u.id, marks=pytest.mark.skip(reason=u.reason))
         for u in plan.unavailable]

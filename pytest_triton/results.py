@@ -49,6 +49,8 @@ class ParityResult:
     reports: tuple[ParityReport, ...]
     batching: ModelStats | None = None
     server: str = ""  # the server's HTTP endpoint, to tell several servers apart
+    device: str = "cpu"  # where the instances ran: the tolerance tables' device
+    numerics: str = "strict"
 
     @property
     def ok(self) -> bool:
@@ -82,7 +84,8 @@ class ParityResult:
             "protocol": self.protocol, "transport": self.transport, "check": self.check,
             "batch_size": self.batch_size, "requests": self.requests, "ok": self.ok,
             "headroom_used": finite_or_none(self.headroom_used), "outputs": self.outputs(),
-            "batching": batching, "server": self.server,
+            "batching": batching, "server": self.server, "device": self.device,
+            "numerics": self.numerics,
         }
 
 

@@ -1,20 +1,29 @@
-"""What a server offers (backends, device, TensorRT support): known before it starts, so
-the variants a repository holds and the test ids can be listed at collection."""
+"""What a server offers (backends, device, numerics, TensorRT support): known before it starts,
+so the variants a repository holds and the test ids can be listed at collection."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 NO_TENSORRT = "TensorRT plans need a GPU server with the tensorrt backend: run with --triton-gpu"
+NUMERICS = ("strict", "production")
 
 
 @dataclass(frozen=True)
 class ServerTarget:
-    """What a server offers that decides the variants: backends, device, TensorRT support."""
+    """What a server offers that decides the variants and how they are checked.
+
+    `numerics`: "strict" when the server computes fp32 without TF32 (NVIDIA_TF32_OVERRIDE=0 in
+    its environment), "production" when its backends use TF32 as they ship. `onnx_gpu_problem`
+    says why a python-hosted ONNX model cannot run on this server's GPU (onnxruntime without
+    its CUDA provider), so such variants are not offered rather than run on the CPU.
+    """
 
     backends: frozenset[str] = frozenset({"python"})
     instance_kind: str = "KIND_CPU"  # KIND_GPU for GPU servers, KIND_AUTO when unknown
     tensorrt_problem: str | None = NO_TENSORRT
+    numerics: str = "strict"
+    onnx_gpu_problem: str | None = None
 
     @property
     def gpu(self) -> bool:

@@ -72,7 +72,12 @@ def is_loopback(url: str) -> bool:
     """True for 127.0.0.0/8, ::1 and the usual loopback names (names are not resolved: what a
     name resolves to can change between this check and the load)."""
     _, hostport = parse_url(url)
-    host = hostport.rsplit(":", 1)[0].strip("[]")
+    return is_loopback_host(hostport.rsplit(":", 1)[0])
+
+
+def is_loopback_host(host: str) -> bool:
+    """The host part alone (an address, [v6] or a name): the same rule as is_loopback."""
+    host = host.strip("[]")
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

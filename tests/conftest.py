@@ -1,6 +1,11 @@
-"""One server for the plugin's own served tests: every zoo model, small configuration."""
+"""One server for the plugin's own served tests: every zoo model, small configuration; and a
+numpy-2 interpreter for the stub-environment tests."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 
 from pytest_triton import DynamicBatching, factories
 from pytest_triton.models import ZOO, zoo_spec
@@ -16,3 +21,11 @@ zoo_repository = factories.repository(
 zoo_server = factories.server(repository="zoo_repository")
 zoo_client = factories.client(server="zoo_server")
 zoo_model = factories.model(server="zoo_server")
+
+
+@pytest.fixture(scope="session")
+def numpy2_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin directory of a throwaway venv whose python3 has numpy >= 2."""
+    from tests.interpreters import make_numpy2_venv
+
+    return make_numpy2_venv(tmp_path_factory.mktemp("interpreters"))

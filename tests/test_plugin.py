@@ -108,7 +108,10 @@ def test_factory(grpc_client): pass
     pytest.param(["--triton-launcher=external"], "", "the external launcher needs --triton-url",
                  id="external-without-url"),
     pytest.param(["--triton-gpu", "--triton-launcher=local"], "",
-                 "--triton-gpu runs the server in a GPU container", id="gpu-with-local"),
+                 "--triton-gpu needs an NVIDIA GPU, and none is visible here", id="gpu-with-local"),
+    pytest.param([], "triton_numerics = fast",
+                 "ini triton_numerics: 'fast' is not one of strict, production",
+                 id="ini-bad-numerics"),
 ])
 def test_bad_settings_are_usage_errors(pytester: pytest.Pytester, args: list[str], ini: str,
                                        message: str) -> None:
@@ -120,17 +123,17 @@ def test_bad_settings_are_usage_errors(pytester: pytest.Pytester, args: list[str
 
 
 def test_triton_gpu_fails_fast_without_a_gpu(pytester: pytest.Pytester) -> None:
-    """On a machine without Docker's nvidia runtime or a GPU, stop at once and say which."""
+    """On a machine without a GPU, stop at once and name the GPU (not Docker, whatever the
+    engine here has): GPU mode does not need Docker."""
     pytester.makepyfile(test_x="def test_x(): pass")
     started = time.monotonic()
     result = run(pytester, "--triton-gpu")
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 30
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
-    assert "pytest-triton --triton-gpu:" in err
-    assert any(reason in err for reason in (
-        "no Docker engine answers", "no NVIDIA GPU found", "Docker has no nvidia runtime",
-        "the Docker SDK is not installed")), err
+    assert "pytest-triton --triton-gpu: --triton-gpu needs an NVIDIA GPU, and none is visible " \
+           "here (no NVIDIA driver" in err, err
+    assert "Docker" not in err
 
 
 def test_gpu_marked_tests_skip_with_reason(pytester: pytest.Pytester) -> None:

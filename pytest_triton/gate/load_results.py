@@ -107,16 +107,18 @@ def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str
 
 def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
     verdict = document.get("verdict") or None
-    by_point = {(v["batch_size"], v["concurrency"]): v
+    by_point = {(v["batch_size"], v["concurrency"], v.get("request_rate_asked")): v
                 for v in (verdict or {}).get("points", [])}
     points = []
     for raw in document["points"]:
         batch, concurrency = int(raw["batch_size"]), int(raw["concurrency"])
-        point = {"key": f"{name} batch {batch} concurrency {concurrency}",
+        rate = raw.get("request_rate_asked")  # open loop: the rate, not the concurrency, varies
+        load = f"rate {rate:g}/s" if rate else f"concurrency {concurrency}"
+        point = {"key": f"{name} batch {batch} {load}",
                  **_point(raw, raw.get("windows") or []),
-                 "batch_size": batch, "concurrency": concurrency,
+                 "batch_size": batch, "concurrency": concurrency, "request_rate_asked": rate,
                  "avg_batch_size": _number(raw.get("server_avg_batch"))}
-        judged = by_point.get((batch, concurrency))
+        judged = by_point.get((batch, concurrency, rate))
         point["passed"] = None if judged is None else bool(judged["passed"])
         points.append(point)
     failed = [] if verdict is None or verdict.get("passed") else [

@@ -74,7 +74,8 @@ def load_latency(runs: Sequence[Mapping[str, Any]], path: Path) -> None:
         if run["kind"] == "triton-perf":
             for batch in sorted({p["batch_size"] for p in points}):
                 line = sorted((p for p in points if p["batch_size"] == batch),
-                              key=lambda p: p["concurrency"])
+                              key=lambda p: (p.get("request_rate_asked") or 0,
+                                             p["concurrency"]))
                 xs = [p["throughput"] for p in line]
                 drawn = ax.plot(xs, [p["p99_ms"] for p in line], marker="o",
                                 label=f"{run['name']} batch {batch} p99")[0]

@@ -65,6 +65,7 @@ class ContainerSettings:
     backends: frozenset[str] = CPU_IMAGE_BACKENDS
     shm_size: str = SHM_SIZE
     labels: dict[str, str] = field(default_factory=dict)
+    numerics: str = "strict"
 
     @classmethod
     def from_config(cls, config: TritonConfig) -> ContainerSettings:
@@ -75,7 +76,13 @@ class ContainerSettings:
             backends = NGC_BACKENDS
         else:
             backends = CPU_IMAGE_BACKENDS
-        return cls(image=image, gpus=config.gpus if config.gpu else None, backends=backends)
+        return cls(image=image, gpus=config.gpus if config.gpu else None, backends=backends,
+                   numerics=config.numerics)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """Strict numerics: no TF32 in cuBLAS/cuDNN of any backend in the container."""
+        return {"NVIDIA_TF32_OVERRIDE": "0"} if self.numerics == "strict" else {}
 
     def device_requests(self) -> list[Any]:
         if self.gpus is None:
@@ -187,6 +194,7 @@ class ContainerServer(RunningServer):
             .with_command(self.command)
             .with_volume_mapping(str(args.model_repository), REPOSITORY_MOUNT, "ro")
             .with_kwargs(**settings.run_kwargs())
+            .with_envs(**settings.environment)
             .waiting_for(TritonReady(args.startup_timeout_s)))
         self.endpoints = Endpoints("", "")
 
@@ -276,7 +284,8 @@ class ContainerLauncher:
             self._target = ServerTarget(
                 backends=self.settings.backends,
                 instance_kind="KIND_GPU" if self.settings.gpus else "KIND_CPU",
-                tensorrt_problem=tensorrt_problem(self.settings))
+                tensorrt_problem=tensorrt_problem(self.settings),
+                numerics=self.settings.numerics)
         return self._target
 
     def start(self, args: ServerArgs) -> ContainerServer:

@@ -8,6 +8,7 @@ machines cannot pull).
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import Any
 
 from ..errors import ConfigError
@@ -17,15 +18,41 @@ OWNER_LABEL = "org.pytest-triton.owner-pid"
 CPU_IMAGE = "pytest-triton-cpu:latest"
 
 
-def docker_client() -> Any:
-    """A docker SDK client whose engine answers, or a ConfigError saying what is missing."""
+INSTALL_SDK = "pip install 'pytest-triton[container]'"
+
+
+def docker_sdk_problem(module: ModuleType | None) -> str | None:
+    """Why `module` (what `import docker` gave, None if nothing) is not the Docker SDK.
+
+    A checkout's own `docker/` folder imports as a namespace package when the SDK is missing,
+    and would otherwise end in "module 'docker' has no attribute 'from_env'"."""
+    if module is None:
+        return f"the Docker SDK is not installed: {INSTALL_SDK}"
+    if not hasattr(module, "DockerClient"):
+        where = ", ".join(str(p) for p in getattr(module, "__path__", ())) or repr(module)
+        return (f"the 'docker' Python finds is not the Docker SDK but the folder {where} "
+                f"(a namespace package): {INSTALL_SDK}")
+    return None
+
+
+def docker_sdk() -> Any:
+    """The docker SDK module, or a ConfigError naming what `import docker` found instead."""
     try:
-        from docker import DockerClient
+        import docker
     except ImportError:
-        raise ConfigError("the container launcher needs the Docker SDK and testcontainers: "
-                          "pip install 'pytest-triton[container]'") from None
+        docker = None
+    problem = docker_sdk_problem(docker)
+    if problem:
+        raise ConfigError(f"the container launcher needs the Docker SDK and testcontainers; "
+                          f"{problem}")
+    return docker
+
+
+def docker_client(timeout_s: float = 60.0) -> Any:
+    """A docker SDK client whose engine answers, or a ConfigError saying what is missing."""
+    sdk = docker_sdk()
     try:
-        client = DockerClient.from_env()
+        client = sdk.DockerClient.from_env(timeout=int(timeout_s))
         client.ping()
     except Exception as exc:
         raise ConfigError(f"no Docker engine answers ({type(exc).__name__}: {exc}); start it "

@@ -35,16 +35,23 @@ class ExternalLauncher:
     name = "external"
 
     def __init__(self, url: str, grpc_url: str | None = None,
-                 backends: Iterable[str] = ("python",)) -> None:
+                 backends: Iterable[str] = ("python",), *, gpu: bool = False,
+                 numerics: str = "strict") -> None:
         self.endpoints = endpoints_from(url, grpc_url)
         self._backends = frozenset(backends)
+        self.gpu = gpu
+        self.numerics = numerics  # its environment is not ours: strict needs the server's
+        # owner to set NVIDIA_TF32_OVERRIDE=0 there (docs/gpu.md)
 
     def target(self) -> ServerTarget:
-        # Its device is unknown here: KIND_AUTO lets Triton place instances on a GPU if any.
-        return ServerTarget(backends=self._backends, instance_kind="KIND_AUTO",
+        # Without --triton-gpu its device is unknown here: KIND_AUTO lets Triton place
+        # instances on a GPU if any. Its python environment cannot be inspected from here: a
+        # hosted model that cannot reach the GPU fails to load and says why.
+        return ServerTarget(backends=self._backends,
+                            instance_kind="KIND_GPU" if self.gpu else "KIND_AUTO",
                             tensorrt_problem=None if "tensorrt" in self._backends else
                             "the external server was not declared with the tensorrt backend "
-                            "(--triton-backends)")
+                            "(--triton-backends)", numerics=self.numerics)
 
     def start(self, args: ServerArgs) -> ExternalServer:
         server = ExternalServer(self.endpoints, self._backends)

@@ -20,13 +20,15 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ServerError
 from ..processes import die_with_parent, reap_orphaned
-from ..target import ServerTarget
+from ..target import NO_TENSORRT, ServerTarget
 from ..urls import Endpoints
+from . import hosted_env, tensorrt
 from .base import (
     LIVE_SERVERS,
     RunningServer,
@@ -41,6 +43,7 @@ WORKDIR_PREFIX = "pytest-triton-server-"
 SHM_PREFIX = "pytest_triton_"
 WATCH_INTERVAL_S = 0.1  # how soon a dead server is noticed
 _SERVER_NUMBERS = itertools.count()
+TF32_OVERRIDE = "NVIDIA_TF32_OVERRIDE"
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,38 @@ def find_installation(executable: str | None = None) -> Installation:
     )
 
 
+def server_environment(install: Installation, *, gpus: str | None = None,
+                       numerics: str = "strict",
+                       base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The server's environment: this interpreter's packages for the python stub, the
+    bundle's libraries, the GPUs it may use (`gpus`: None, "all" or "0,1") and TF32 off
+    (NVIDIA_TF32_OVERRIDE=0, read by cuBLAS and cuDNN in every backend) for strict numerics,
+    or left as the backends ship it for production numerics."""
+    env = dict(os.environ if base is None else base)
+    # The python stub embeds libpython and takes site-packages from the first python3 on
+    # PATH (PYTHONPATH is ignored): put this interpreter's environment first.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    libs = [str(d) for d in install.library_dirs]
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        libs.insert(0, str(sysconfig.get_config_var("LIBDIR")))
+    if env.get("LD_LIBRARY_PATH"):
+        libs.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep __pycache__ out of model repositories
+    if gpus is not None and gpus != "all":
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    if numerics == "strict":
+        env[TF32_OVERRIDE] = "0"
+    else:
+        env.pop(TF32_OVERRIDE, None)
+    return env
+
+
 class LocalServer(RunningServer):
     launcher = "local"
 
-    def __init__(self, install: Installation, args: ServerArgs, workdir: Path) -> None:
+    def __init__(self, install: Installation, args: ServerArgs, workdir: Path, *,
+                 env: Mapping[str, str] | None = None) -> None:
         self.workdir = workdir
         self.model_control_mode = args.model_control_mode
         self.repository_path = Path(args.model_repository)
@@ -132,7 +163,8 @@ class LocalServer(RunningServer):
         with open(self._log_path, "wb") as log:
             self.process = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=self._env(install), cwd=workdir, start_new_session=True,
+                env=dict(env) if env is not None else server_environment(install),
+                cwd=workdir, start_new_session=True,
                 preexec_fn=die_with_parent,
             )
         LIVE_SERVERS.add(self)
@@ -148,21 +180,6 @@ class LocalServer(RunningServer):
                         ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(install.python_stub, staged / "python" / install.python_stub.name)
         return staged
-
-    @staticmethod
-    def _env(install: Installation) -> dict[str, str]:
-        env = dict(os.environ)
-        # The python stub embeds libpython and takes site-packages from the first python3 on
-        # PATH (PYTHONPATH is ignored): put this interpreter's environment first.
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        libs = [str(d) for d in install.library_dirs]
-        if sysconfig.get_config_var("Py_ENABLE_SHARED"):
-            libs.insert(0, str(sysconfig.get_config_var("LIBDIR")))
-        if env.get("LD_LIBRARY_PATH"):
-            libs.append(env["LD_LIBRARY_PATH"])
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep __pycache__ out of model repositories
-        return env
 
     def log_text(self) -> str:
         if self._final_log is not None:
@@ -228,21 +245,55 @@ def reap_orphans() -> list[Path]:
 
 
 class LocalLauncher:
-    """Starts tritonserver as a child process of this one."""
+    """Starts tritonserver as a child process of this one; on GPUs with `gpus` ("all" or
+    "0,1"), on the CPU without."""
 
     name = "local"
 
-    def __init__(self, executable: str | None = None) -> None:
+    def __init__(self, executable: str | None = None, *, gpus: str | None = None,
+                 numerics: str = "strict") -> None:
         self.install = find_installation(executable)
+        self.gpus = gpus
+        self.numerics = numerics
+        self._target: ServerTarget | None = None
+        self._stub_checked = False
+
+    def environment(self) -> dict[str, str]:
+        return server_environment(self.install, gpus=self.gpus, numerics=self.numerics)
 
     def target(self) -> ServerTarget:
-        return ServerTarget(backends=self.install.backends, instance_kind="KIND_CPU")
+        if self._target is None:
+            gpu = self.gpus is not None
+            self._target = ServerTarget(
+                backends=self.install.backends, instance_kind="KIND_GPU" if gpu else "KIND_CPU",
+                tensorrt_problem=self._tensorrt_problem(), numerics=self.numerics,
+                onnx_gpu_problem=hosted_env.onnx_cuda_problem() if gpu else None)
+        return self._target
+
+    def _tensorrt_problem(self) -> str | None:
+        if self.gpus is None:
+            return NO_TENSORRT
+        if "tensorrt" not in self.install.backends:
+            return (f"the local tritonserver ({self.install.executable}) has no tensorrt "
+                    "backend: run inside an NGC image with --triton-executable "
+                    "/opt/tritonserver/bin/tritonserver, or use --triton-launcher container")
+        return tensorrt.plan_problem(str(self.install.executable), tensorrt.local_version(),
+                                     tensorrt.host_version())
+
+    def check_environment(self) -> None:
+        """The bundled stub's numpy, before any model loads (ConfigError with the fix)."""
+        if not self._stub_checked and self.install.python_stub is not None \
+                and "python" in self.install.backends:
+            hosted_env.check_stub_numpy(self.environment())
+        self._stub_checked = True
 
     def start(self, args: ServerArgs) -> LocalServer:
+        self.check_environment()
         reap_orphans()
+        env = self.environment()
         for attempt in range(1, PORT_ATTEMPTS + 1):
             workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
-            server = LocalServer(self.install, args, workdir)
+            server = LocalServer(self.install, args, workdir, env=env)
             try:
                 wait_until_ready(server, args.startup_timeout_s)
                 return server

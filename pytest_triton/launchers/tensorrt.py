@@ -8,6 +8,7 @@ major.minor.patch as the libnvinfer inside the server image.
 from __future__ import annotations
 
 import functools
+import glob
 import re
 
 _LIBNVINFER = re.compile(r"libnvinfer\.so\.(\d+\.\d+\.\d+)")
@@ -33,6 +34,14 @@ def image_version(image: str) -> str | None:
         remove=True, stdout=True, stderr=False)
     versions = _LIBNVINFER.findall(bytes(output).decode(errors="replace"))
     return max(versions, key=lambda v: tuple(int(p) for p in v.split("."))) if versions else None
+
+
+def host_version() -> str | None:
+    """TensorRT's version on this machine (a local tritonserver inside the NGC image)."""
+    found = [m.group(1) for pattern in ("/usr/lib/*/libnvinfer.so.*",
+                                        "/usr/local/tensorrt/lib/libnvinfer.so.*")
+             for path in glob.glob(pattern) if (m := _LIBNVINFER.search(path))]
+    return max(found, key=lambda v: tuple(int(p) for p in v.split("."))) if found else None
 
 
 def same_release(a: str, b: str) -> bool:

@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 import gevent
-import numpy as np
 import psutil
 from gevent.fileobject import FileObject
 from locust.env import Environment
@@ -22,9 +21,16 @@ from locust.event import Events
 from ..client import TritonClient
 from ..config import from_values, resolve
 from ..stats import ModelStats, read_stats
+from . import recording
+from .arrivals import rate_warning
 from .embedded import model_source
 from .options import attach_config
 from .users import TritonUser
+from .window_log import WindowLog
+from .windows import Criterion, Window, assess, merge
+
+WINDOW_GRACE_S = 5.0
+"""Per window, on top of its length, before a point that makes no progress is given up."""
 
 
 class Generator:
@@ -39,67 +45,88 @@ class Generator:
                                          timeout_s=30)
         self.env: Environment | None = None
         self.batch_size = 0
-        self.samples: list[tuple[float, bool]] = []
+        self.request_rate: float | None = None
+        self.log = WindowLog()
         self.process = psutil.Process()
 
-    def _runner_for(self, batch_size: int) -> Environment:
-        if self.env is not None and self.batch_size == batch_size:
+    def _runner_for(self, batch_size: int, request_rate: float | None) -> Environment:
+        if self.env is not None and (self.batch_size, self.request_rate) == (batch_size,
+                                                                              request_rate):
             return self.env
         self.close_runner()
         user = type("SweepUser", (TritonUser,), {
             "served": self.served, "model": self.model_name, "batch_size": batch_size,
             "host": self.host})
         env = Environment(user_classes=[user], events=Events(), host=self.host)
-        attach_config(env, self.config)
-        env.events.request.add_listener(self._on_request)
+        attach_config(env, self.config.with_overrides({"request_rate": request_rate}))
+        self.log = recording.attach(env)
         env.create_local_runner()
-        self.env, self.batch_size = env, batch_size
+        self.env, self.batch_size, self.request_rate = env, batch_size, request_rate
         return env
-
-    def _on_request(self, response_time: float, exception: Exception | None = None,
-                    **_: Any) -> None:
-        self.samples.append((response_time, exception is None))
 
     def close_runner(self) -> None:
         if self.env is not None and self.env.runner is not None:
             self.env.runner.quit()
         self.env = None
 
-    def measure(self, batch_size: int, concurrency: int, warmup_s: float,
-                interval_s: float) -> dict[str, Any]:
-        env = self._runner_for(batch_size)
+    def measure(self, batch_size: int, concurrency: int, request_rate: float | None = None,
+                percentile: int = 99) -> dict[str, Any]:
+        """Warm up, then measure windows until the last N agree or --max-trials is reached
+        (perf_analyzer's loop); an open loop runs one user at `request_rate`."""
+        c = self.config
+        env = self._runner_for(batch_size, request_rate)
         runner = env.runner
         assert runner is not None
-        runner.start(concurrency, spawn_rate=100)
+        users = 1 if request_rate else concurrency
+        runner.start(users, spawn_rate=100)
         deadline = time.monotonic() + 30
-        while runner.user_count != concurrency and time.monotonic() < deadline:
+        while runner.user_count != users and time.monotonic() < deadline:
             gevent.sleep(0.02)
-        gevent.sleep(warmup_s)
+        gevent.sleep(c.load_warmup / 1e3)
         before = read_stats(self.stats_client, self.model_name)
         cpu0 = sum(self.process.cpu_times()[:2])
-        self.samples = []
-        start = time.monotonic()
-        gevent.sleep(interval_s)
-        window = self.samples
-        self.samples = []
-        elapsed = time.monotonic() - start
+        self.log.clear()
+        start, started = time.time(), time.monotonic()
+        criterion = Criterion(c.stability_windows, c.stability_percentage, percentile)
+        give_up = started + c.max_trials * (c.measurement_interval / 1e3 + WINDOW_GRACE_S)
+        windows: list[Window] = []
+        while time.monotonic() < give_up:
+            gevent.sleep(0.1)
+            now = self.log.windows(start, time.time(), warmup_s=0,
+                                   interval_s=c.measurement_interval / 1e3,
+                                   mode=c.measurement_mode,  # type: ignore[arg-type]
+                                   request_count=c.measurement_request_count)
+            if len(now) == len(windows):
+                continue
+            windows = now[:c.max_trials]
+            if assess(windows, criterion).stable or len(windows) >= c.max_trials:
+                break
+        runner.stop()
+        elapsed = time.monotonic() - started
         cpu = 100 * (sum(self.process.cpu_times()[:2]) - cpu0) / elapsed
         delta: ModelStats = read_stats(self.stats_client, self.model_name) - before
-        ok = np.array([t for t, good in window if good], dtype=np.float64)
-        pct = (np.percentile(ok, [50, 90, 95, 99]) if ok.size
-               else np.full(4, np.nan))
+        stability = assess(windows, criterion)
+        figures = stability.measurement or (merge(windows) if windows else None)
+        if figures is None:
+            raise TimeoutError(f"no measurement window completed in {elapsed:.0f}s "
+                               f"(--triton-measurement-mode {c.measurement_mode})")
         b = delta.latency_breakdown_us()
         return {
-            "batch_size": batch_size, "concurrency": concurrency, "duration_s": elapsed,
-            "requests": len(window), "failures": int(len(window) - ok.size),
-            "avg_ms": float(ok.mean()) if ok.size else float("nan"),
-            "p50_ms": float(pct[0]), "p90_ms": float(pct[1]), "p95_ms": float(pct[2]),
-            "p99_ms": float(pct[3]),
+            "batch_size": batch_size, "concurrency": users, "request_rate_asked": request_rate,
+            "duration_s": figures.duration_s, "requests": figures.requests,
+            "failures": figures.failures, "avg_ms": figures.avg_ms, "p50_ms": figures.p50_ms,
+            "p90_ms": figures.p90_ms, "p95_ms": figures.p95_ms, "p99_ms": figures.p99_ms,
             "server_queue_us": b["queue"], "server_compute_input_us": b["compute_input"],
             "server_compute_infer_us": b["compute_infer"],
             "server_compute_output_us": b["compute_output"],
             "server_overhead_us": b["overhead"], "server_request_us": b["request"],
             "server_avg_batch": delta.avg_batch_size, "generator_cpu_percent": cpu,
+            "stable": stability.stable, "stability": stability.summary(),
+            "windows": [w.as_dict() for w in windows],
+            "schedule_warning": (rate_warning(request_rate,
+                                              figures.requests / figures.duration_s,
+                                              recording.schedule_lag(env))
+                                 if request_rate else None),
         }
 
 
@@ -120,7 +147,8 @@ def main() -> int:
                     answer({"ok": True})
                 elif command["op"] == "measure" and generator is not None:
                     answer(generator.measure(command["batch_size"], command["concurrency"],
-                                             command["warmup_s"], command["interval_s"]))
+                                             command.get("request_rate"),
+                                             command.get("percentile", 99)))
                 else:
                     break
             except Exception as exc:  # report to the orchestrator, which names the point

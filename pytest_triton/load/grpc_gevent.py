@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import warnings
 
 _initialized = False
 
@@ -43,11 +44,13 @@ def close_clients() -> None:
     import tritonclient.grpc as grpcclient
 
     gc.collect()
-    for obj in gc.get_objects():
-        if isinstance(obj, grpcclient.InferenceServerClient):
-            with contextlib.suppress(Exception):
-                obj.close()
-            obj.close = _closed
+    with warnings.catch_warnings():  # isinstance() on torch's deprecated aliases warns
+        warnings.simplefilter("ignore")
+        clients = [o for o in gc.get_objects() if isinstance(o, grpcclient.InferenceServerClient)]
+    for obj in clients:
+        with contextlib.suppress(Exception):
+            obj.close()
+        obj.close = _closed
 
 
 def _closed() -> None:

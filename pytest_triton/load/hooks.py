@@ -2,8 +2,10 @@
 
 `users` installs them on Locust's global events when a locustfile imports it; library use
 (an Environment of its own) installs them on that environment's events, or not at all.
-Listeners run in every Locust process; the master (or the single local process) makes the
-LoadRun at init, workers only send load.
+Listeners run in every Locust process: each counts the samples of its requests and measures
+its CPU (workers hand both to the master); the master (or the single local process) makes
+the LoadRun at init, adds the Triton tab to the web UI and keeps the live view of a run;
+workers only send load.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from locust.event import Events
 from locust.runners import Runner, WorkerRunner
 
 from ..errors import ConfigError, TritonTestError
-from . import verdict
-from .options import add_options
+from . import generator_cpu, live, recording, verdict, web_tab
+from .options import add_options, web_ui_exposure
 from .run import LoadRun, run_of
 
 log = logging.getLogger("pytest_triton.load")
@@ -42,20 +44,37 @@ def install(events: Events) -> None:
 
 def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -> None:
     try:
-        if environment.parsed_options is None or isinstance(runner, WorkerRunner):
-            return  # library use, or a worker: the master decides and sends its options
+        if environment.parsed_options is None:
+            return  # library use
+        recording.attach(environment)
+        generator_cpu.attach(environment)
+        if isinstance(runner, WorkerRunner):
+            return  # a worker: the master decides and sends its options
+        _warn_if_exposed(environment)
         run: LoadRun | None = None
         try:
             run = LoadRun.create(environment)
-            # Locust's quit event names no environment: the run listens for its own.
+            # Locust's quit and reset_stats events name no environment: listen for our own.
             environment.events.quit.add_listener(functools.partial(_on_quit, run))
+            environment.events.reset_stats.add_listener(
+                functools.partial(_on_reset_stats, environment))
             run.prepare()
+            web_tab.install(environment)
         except (TritonTestError, OSError) as exc:
             reason = "" if isinstance(exc, ConfigError) or run is None or run.server is None \
                 else "the embedded server could not start: "
             _fatal(run, f"pytest-triton: {reason}{exc}")
     finally:
         _sync_loop_clock()
+
+
+def _warn_if_exposed(environment: Environment) -> None:
+    options = environment.parsed_options
+    if options is None or options.headless or getattr(options, "worker", False):
+        return
+    exposure = web_ui_exposure(options.web_host, options.web_login)
+    if exposure:
+        log.warning("pytest-triton: %s", exposure)
 
 
 def _sync_loop_clock() -> None:
@@ -87,12 +106,27 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
         log.error("pytest-triton: %s", exc)
         environment.process_exit_code = 2
         gevent.spawn(run.end, "the run's settings were refused")
+        return
+    live.start(environment)
 
 
 def _on_test_stop(environment: Environment, **_: Any) -> None:
     run = run_of(environment)
     if run is not None:
         run.finish()
+        view = live.live_of(environment)
+        if view is not None:
+            view.finish()
+
+
+def _on_reset_stats(environment: Environment, **_: Any) -> None:
+    """Locust's statistics start over (the web UI's reset): so do the server's and ours."""
+    run = run_of(environment)
+    if run is not None and run.tracker is not None and run.started and not run.finished:
+        run.tracker.start()
+    view = live.live_of(environment)
+    if view is not None:
+        view.reset()
 
 
 def _on_cpu_warning(environment: Environment, **_: Any) -> None:
@@ -109,6 +143,9 @@ def _on_quitting(environment: Environment, **_: Any) -> None:
         run.summary = "pytest-triton: no test ran, nothing to judge"
         return
     verdict.judge(run)
+    view = live.live_of(environment)
+    if view is not None:
+        view.close()
 
 
 def _on_quit(run: LoadRun, exit_code: int, **_: Any) -> None:

@@ -10,6 +10,8 @@ import gevent
 import psutil
 from locust.runners import MasterRunner
 
+from .generator_cpu import cpu_of
+
 MONITOR_PERIOD_S = 0.25
 
 
@@ -36,9 +38,12 @@ class RunMonitor:
         while True:
             gevent.sleep(MONITOR_PERIOD_S)
             if isinstance(runner, MasterRunner):
-                usage = [w.cpu_usage for w in runner.clients.values()]
-                if usage:
-                    self.worker_samples.append(max(usage))
+                cpu = cpu_of(self.environment)
+                reported = cpu.busiest_worker() if cpu is not None else None
+                usage = [w.cpu_usage for w in runner.clients.values()]  # Locust's, every 10 s
+                if reported is not None or usage:
+                    self.worker_samples.append(reported if reported is not None
+                                               else max(usage))
             if self.max_requests and \
                     self.environment.stats.total.num_requests >= self.max_requests:
                 # Not from this greenlet: stopping the run kills it.

@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import TritonConfig, add_arguments, from_arguments, from_mapping, resolve
+from ..urls import is_loopback_host
 from .targets import Targets
 
 CONFIG_ATTRIBUTE = "pytest_triton_config"
+WEB_HOST = "127.0.0.1"  # Locust's own default is every interface
 _locustfile_targets: dict[str, float | None] = {}
 
 
@@ -25,8 +27,24 @@ def default_targets(**limits: float | None) -> None:
 
 
 def add_options(parser: Any) -> None:
-    """Locust's init_command_line_parser listener."""
+    """Locust's init_command_line_parser listener: our settings, and a web UI on loopback
+    unless --web-host (or LOCUST_WEB_HOST, or a config file) says otherwise."""
     add_arguments(parser, "locust", env_vars=True)
+    parser.set_defaults(web_host=WEB_HOST)
+
+
+def web_ui_exposure(web_host: str | None, web_login: bool) -> str | None:
+    """Why the web UI can be driven from other machines, or None when it cannot: anyone who
+    reaches it can start, stop and re-aim the load."""
+    if web_login:
+        return None
+    host = (web_host or "").strip()
+    if host and host != "*" and is_loopback_host(host):
+        return None
+    where = host if host and host != "*" else "every interface"
+    return (f"the web UI listens on {where} without --web-login: anyone who can reach this "
+            "machine can start, stop and re-aim the load. Pass --web-login, or leave out "
+            f"--web-host (pytest-triton's default is {WEB_HOST}).")
 
 
 def attach_config(environment: Any, config: TritonConfig) -> None:

@@ -1,17 +1,11 @@
-"""Perf sweep results: points, the latency-bounded search, and the CSV / markdown / PNG reports.
-
-Columns follow perf_analyzer's CSV where they overlap (times in microseconds, "Inferences/
-Second" counting samples); the markdown table is the seeds' (batch size or concurrency |
-throughput | avg | p95 | p99 latency). No locust import here.
-"""
+"""Perf sweep results: points, load ranges and the latency-bounded search (the reports are
+in sweep_report.py). No locust import here."""
 
 from __future__ import annotations
 
-import csv
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .targets import Rates
@@ -39,7 +33,19 @@ class Point(Rates):
     server_request_us: float = 0.0
     server_avg_batch: float = 0.0
     generator_cpu_percent: float | None = None
+    request_rate_asked: float | None = None  # open loop; None: closed loop at `concurrency`
+    stable: bool = True
+    stability: str = ""
+    windows: list[dict[str, Any]] = field(default_factory=list, compare=False)
+    schedule_warning: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def load(self) -> str:
+        """How load was offered: 'concurrency 8' or 'rate 100 req/s'."""
+        if self.request_rate_asked:
+            return f"rate {self.request_rate_asked:g} req/s"
+        return f"concurrency {self.concurrency}"
 
     def successful_samples(self) -> int:
         return self.successes * self.batch_size
@@ -80,14 +86,41 @@ def parse_range(text: str) -> list[int]:
     return values
 
 
+def parse_rate_range(text: str) -> list[float]:
+    """perf_analyzer's --request-rate-range START[:END[:STEP]] (floats, inclusive), or a comma
+    list: '50:200:50', '10,100'."""
+    try:
+        if "," in text:
+            values = [float(v) for v in text.split(",") if v.strip()]
+        else:
+            parts = [float(v) for v in text.split(":")]
+            if not 1 <= len(parts) <= 3:
+                raise ValueError
+            start = parts[0]
+            end = parts[1] if len(parts) > 1 else start
+            step = parts[2] if len(parts) > 2 else (end - start or 1.0)
+            if step <= 0 or end < start:
+                raise ValueError
+            count = math.floor((end - start) / step + 1e-9) + 1
+            values = [start + i * step for i in range(count)]
+    except ValueError:
+        raise ValueError(f"{text!r} is not START[:END[:STEP]] (e.g. 50:200:50) or a comma "
+                         "list of request rates") from None
+    if not values or min(values) <= 0 or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{text!r}: request rates must be numbers > 0")
+    return values
+
+
 # -- latency-bounded search -----------------------------------------------------------------
 def largest_within_bound(points: Iterable[Point], bound_ms: float,
                          percentile: int = 99) -> Point | None:
-    """The point with the largest concurrency whose latency percentile stays within the bound
-    (and no failed request); None when even the smallest one exceeds it."""
-    ok = [p for p in points if p.failures == 0 and p.successes > 0
+    """The point offering the most load (concurrency, or request rate in an open loop) whose
+    latency percentile stays within the bound, with no failed request and a stable
+    measurement; None when even the smallest one exceeds it."""
+    ok = [p for p in points if p.failures == 0 and p.successes > 0 and p.stable
           and p.latency(percentile) <= bound_ms]
-    return max(ok, key=lambda p: (p.concurrency, p.throughput), default=None)
+    return max(ok, key=lambda p: (p.request_rate_asked or 0, p.concurrency, p.throughput),
+               default=None)
 
 
 def bound_search(measure: Callable[[int], Point], bound_ms: float, low: int, high: int,
@@ -130,105 +163,9 @@ def bound_summary(best: Point | None, bound_ms: float, percentile: int, unit: st
         return (f"p{percentile} latency bound {bound_ms:g} ms: not met at any measured "
                 "concurrency")
     per_window = best.throughput * bound_ms / 1e3
-    return (f"p{percentile} latency bound {bound_ms:g} ms: up to {best.concurrency} concurrent "
-            f"requests of batch {best.batch_size} (p{percentile} {best.latency(percentile):.2f} "
+    load = (f"an open-loop rate of {best.request_rate_asked:g} req/s" if best.request_rate_asked
+            else f"{best.concurrency} concurrent requests")
+    return (f"p{percentile} latency bound {bound_ms:g} ms: up to {load} "
+            f"of batch {best.batch_size} (p{percentile} {best.latency(percentile):.2f} "
             f"ms), {best.throughput:,.1f} {unit} - {per_window:,.0f} samples within "
             f"{bound_ms:g} ms")
-
-
-# -- reports -----------------------------------------------------------------------------------
-CSV_COLUMNS: tuple[tuple[str, Callable[[Point], Any]], ...] = (
-    # perf_analyzer's column names (times in usec) ...
-    ("Concurrency", lambda p: p.concurrency),
-    ("Inferences/Second", lambda p: round(p.throughput, 3)),
-    ("Server Queue", lambda p: round(p.server_queue_us)),
-    ("Server Compute Input", lambda p: round(p.server_compute_input_us)),
-    ("Server Compute Infer", lambda p: round(p.server_compute_infer_us)),
-    ("Server Compute Output", lambda p: round(p.server_compute_output_us)),
-    ("p50 latency", lambda p: round(p.p50_ms * 1e3)),
-    ("p90 latency", lambda p: round(p.p90_ms * 1e3)),
-    ("p95 latency", lambda p: round(p.p95_ms * 1e3)),
-    ("p99 latency", lambda p: round(p.p99_ms * 1e3)),
-    ("Avg latency", lambda p: round(p.avg_ms * 1e3)),
-    # ... and ours
-    ("Batch Size", lambda p: p.batch_size),
-    ("Requests/Second", lambda p: round(p.request_rate, 3)),
-    ("Request Count", lambda p: p.requests),
-    ("Failure Count", lambda p: p.failures),
-    ("Server Overhead", lambda p: round(p.server_overhead_us)),
-    ("Server Request Latency", lambda p: round(p.server_request_us)),
-    ("Server Avg Batch Size", lambda p: round(p.server_avg_batch, 3)),
-    ("Client Overhead", lambda p: "" if math.isnan(p.client_overhead_ms)
-     else round(p.client_overhead_ms * 1e3)),
-    ("Generator CPU %", lambda p: "" if p.generator_cpu_percent is None
-     else round(p.generator_cpu_percent, 1)),
-)
-
-
-def write_csv(points: Sequence[Point], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow([name for name, _ in CSV_COLUMNS])
-        for p in points:
-            writer.writerow([get(p) for _, get in CSV_COLUMNS])
-
-
-def markdown_table(points: Sequence[Point], unit: str = "infer/s") -> str:
-    """The seeds' table; the first column is whatever varies (batch size, concurrency, both)."""
-    batches = {p.batch_size for p in points}
-    concurrencies = {p.concurrency for p in points}
-    keys: list[tuple[str, Callable[[Point], int]]] = []
-    if len(batches) > 1 or len(concurrencies) == 1:
-        keys.append(("Batch Size", lambda p: p.batch_size))
-    if len(concurrencies) > 1:
-        keys.append(("Concurrency", lambda p: p.concurrency))
-    header = [f"**{k}**" for k, _ in keys] + [
-        "**Throughput**", "**Avg Latency**", "**95% Latency**", "**99% Latency**"]
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("-" * (len(h) + 2) for h in header) + "|"]
-    for p in sorted(points, key=lambda p: (p.batch_size, p.concurrency)):
-        cells = [str(get(p)) for _, get in keys] + [
-            f"{p.throughput:.1f} {unit}", f"{p.avg_ms:.2f} ms", f"{p.p95_ms:.2f} ms",
-            f"{p.p99_ms:.2f} ms"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def plot(points: Sequence[Point], path: Path, *, title: str, unit: str = "infer/s",
-         bound_ms: float | None = None, percentile: int = 99) -> None:
-    """Latency (avg and the percentile) against throughput, one line per batch size, each
-    point labelled with its concurrency (or batch size, when only that varies)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    batches = sorted({p.batch_size for p in points})
-    by_batch_only = len({p.concurrency for p in points}) == 1 and len(batches) > 1
-    groups = [sorted(points, key=lambda p: p.batch_size)] if by_batch_only else [
-        sorted((p for p in points if p.batch_size == b), key=lambda p: p.concurrency)
-        for b in batches]
-    for group in groups:
-        label = "" if by_batch_only else f"batch {group[0].batch_size} "
-        xs = [p.throughput for p in group]
-        line = ax.plot(xs, [p.latency(percentile) for p in group], marker="o",
-                       label=f"{label}p{percentile}")[0]
-        ax.plot(xs, [p.avg_ms for p in group], marker=".", linestyle="--",
-                color=line.get_color(), label=f"{label}avg")
-        for p in group:
-            tag = f"b{p.batch_size}" if by_batch_only else f"c{p.concurrency}"
-            ax.annotate(tag, (p.throughput, p.latency(percentile)), textcoords="offset points",
-                        xytext=(4, 4), fontsize=8)
-    if bound_ms is not None:
-        ax.axhline(bound_ms, color="grey", linestyle=":", label=f"bound {bound_ms:g} ms")
-    ax.set_xlabel(f"throughput ({unit})")
-    ax.set_ylabel("latency (ms)")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -75,6 +75,8 @@ class LoadRun:
     summary: str = ""
     result: dict[str, Any] = field(default_factory=dict)
     printed: bool = False
+    started_at: float = 0.0  # wall clock, as the window log keys requests
+    stopped_at: float = 0.0
     _stop_lock: gevent.lock.Semaphore = field(default_factory=gevent.lock.Semaphore)
 
     @classmethod
@@ -136,6 +138,7 @@ class LoadRun:
         self.started, self.finished = True, False
         self.reports, self.cpu_percent, self.cpu_warning = [], None, False
         self.result, self.summary, self.printed = {}, "", False
+        self.started_at, self.stopped_at = time.time(), 0.0
         if not environment.host and self.embedded_host:
             environment.host = self.embedded_host  # the web UI's host field was cleared
         host = current_host(environment)
@@ -171,6 +174,7 @@ class LoadRun:
         if not self.started or self.finished:
             return
         self.finished = True
+        self.stopped_at = time.time()
         if self.monitor is not None:
             self.cpu_percent = self.monitor.stop()
             self.cpu_warning = self.cpu_warning or self.monitor.cpu_warning

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..client import Protocol, TritonClient
 from ..errors import TritonTestError
-from ..stats import ModelStats, StatsWindow
+from ..stats import ModelStats, StatsWindow, read_stats
 
 # Above this share of its CPU the load generator, not the server, shapes what is measured.
 CPU_SATURATED_PERCENT = 90.0
@@ -139,6 +139,19 @@ class StatsTracker:
             reports.append(ModelReport(model, delta, counts.get(model),
                                        (client_avg_ms or {}).get(model)))
         return reports
+
+    def current(self) -> dict[str, ModelStats | None]:
+        """Deltas since start() as the server counts them right now (no waiting: for a live
+        view); None for a model whose statistics cannot be read."""
+        deltas: dict[str, ModelStats | None] = {}
+        for model in self.models:
+            window = self._windows.get(model)
+            try:
+                deltas[model] = None if window is None else \
+                    read_stats(window.client, model, window.version) - window.before
+            except (TritonTestError, OSError):
+                deltas[model] = None
+        return deltas
 
     def close(self) -> None:
         if self._client is not None:

@@ -33,7 +33,7 @@ from ..errors import ConfigError, TritonTestError
 from ..processes import die_with_parent
 from ..urls import check_host, endpoints_from, parse_url
 from .embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
-from .perf import Point, bound_search, parse_range
+from .perf import Point, bound_search, parse_range, parse_rate_range
 from .sweep_report import judge, sweep_verdict, write_reports
 
 # What the seeds call a sample of each zoo model.
@@ -59,10 +59,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="batch sizes, comma list or START:END:STEP (default 1)")
     p.add_argument("--concurrency-range", default="1",
                    help="concurrencies, START:END:STEP as perf_analyzer, or a comma list")
-    p.add_argument("-p", "--measurement-interval", type=float, default=5000, metavar="MS",
-                   help="measurement window per point in ms (default 5000)")
-    p.add_argument("--warmup", type=float, default=1000, metavar="MS",
-                   help="load before each window, not measured (default 1000)")
+    p.add_argument("--request-rate-range", default=None, metavar="START[:END[:STEP]]",
+                   help="open loop instead of concurrency: requests per second to measure, as "
+                        "perf_analyzer's (floats; or a comma list); see --triton-request-rate")
     p.add_argument("--percentile", type=int, choices=(50, 90, 95, 99), default=99,
                    help="latency percentile for --latency-bound (default 99)")
     p.add_argument("--latency-bound", type=float, default=None, metavar="MS",
@@ -133,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     concurrencies = parse_range(args.concurrency_range)
     unit = args.unit or UNITS.get(args.model, "infer/s")
     config = perf_config(args)
+    rates = (parse_rate_range(args.request_rate_range) if args.request_rate_range is not None
+             else [config.request_rate] if config.request_rate else None)
     fmt = config.format or DEFAULT_FORMAT
     chosen: Protocol | None = None
     if config.protocol:
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             "host": host, "model": name, "source": args.model, "size": args.size,
             "format": fmt, "stats_url": endpoints.url(stats_protocol),
             "stats_protocol": stats_protocol, "config": as_values(config)})
-        points = _sweep(generator, args, batches, concurrencies, unit)
+        points = _sweep(generator, args, batches, concurrencies, rates, unit)
     finally:
         if generator is not None:
             generator.close()
@@ -173,27 +174,35 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep(generator: GeneratorProcess, args: argparse.Namespace, batches: Sequence[int],
-           concurrencies: Sequence[int], unit: str) -> list[Point]:
+           concurrencies: Sequence[int], rates: Sequence[float] | None,
+           unit: str) -> list[Point]:
+    """Every batch size x concurrency (closed loop) or x request rate (open loop)."""
     from tqdm import tqdm
 
-    searching = args.search and args.latency_bound is not None
-    total = None if searching else len(batches) * len(concurrencies)
+    searching = args.search and args.latency_bound is not None and rates is None
+    loads = len(rates) if rates is not None else len(concurrencies)
+    total = None if searching else len(batches) * loads
     points: list[Point] = []
     with tqdm(total=total, unit="point", file=sys.stderr, disable=args.no_progress,
               dynamic_ncols=True) as bar:
-        def measure(batch: int, concurrency: int) -> Point:
-            bar.set_description(f"batch {batch} concurrency {concurrency}")
+        def measure(batch: int, concurrency: int, rate: float | None = None) -> Point:
+            load = f"rate {rate:g} req/s" if rate else f"concurrency {concurrency}"
+            bar.set_description(f"batch {batch} {load}")
             point = _point(generator.ask({
                 "op": "measure", "batch_size": batch, "concurrency": concurrency,
-                "warmup_s": args.warmup / 1e3, "interval_s": args.measurement_interval / 1e3}))
+                "request_rate": rate, "percentile": args.percentile}))
             points.append(point)
             bar.update(1)
             bar.set_postfix_str(f"{point.throughput:,.0f} {unit}, p{args.percentile} "
-                                f"{point.latency(args.percentile):.1f} ms")
+                                f"{point.latency(args.percentile):.1f} ms"
+                                + ("" if point.stable else ", NOT STABLE"))
             return point
 
         for batch in batches:
-            if searching:
+            if rates is not None:
+                for rate in rates:
+                    measure(batch, 1, rate)
+            elif searching:
                 def at(concurrency: int, batch: int = batch) -> Point:
                     return measure(batch, concurrency)
 
@@ -211,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parse_range(args.batch_size)
         parse_range(args.concurrency_range)
+        if args.request_rate_range is not None:
+            parse_rate_range(args.request_rate_range)
     except ValueError as exc:
         _parser().error(str(exc))
     # SIGTERM must unwind through run()'s finally: the server and the generator go with us.

@@ -139,19 +139,25 @@ class Check:
         return f"{self.name} ({self.unit})" if self.unit else self.name
 
 
-def evaluate(targets: Targets, measured: Rates) -> list[Check]:
-    """A row per target; a run without one successful request fails every target it has."""
-    checks = [Check("successful requests", "", "min", 1, measured.successes,
-                    measured.successes >= 1,
-                    "" if measured.successes else "no request succeeded: nothing was measured")]
+def evaluate(targets: Targets, measured: Rates, whole: Rates | None = None) -> list[Check]:
+    """A row per target; a run without one successful request fails every target it has.
+
+    `measured` is what throughput and latency are judged on (a stable measurement's windows);
+    `whole`, when given, is the whole run, which the failure ratio and the count of successful
+    requests are judged on: a failure outside the measured windows still counts.
+    """
+    whole = whole or measured
+    checks = [Check("successful requests", "", "min", 1, whole.successes,
+                    whole.successes >= 1,
+                    "" if whole.successes else "no request succeeded: nothing was measured")]
     for t in TARGET_DEFS:
         kind: Literal["max", "min"] = "min" if t.bound == "min" else "max"
         limit = targets.limits[t.name]
-        value = measured.value(t.name)
+        value = (whole if t.name == "perf_fail_ratio" else measured).value(t.name)
         if limit is None:
             checks.append(Check(t.name, t.unit, kind, None, value, None))
             continue
-        if measured.successes == 0:
+        if whole.successes == 0 or measured.successes == 0:
             checks.append(Check(t.name, t.unit, kind, limit, math.nan, False, "not measured"))
             continue
         ok = value <= limit if kind == "max" else value >= limit
@@ -188,7 +194,8 @@ def verdict_table(checks: Sequence[Check], title: str = "Verdict") -> str:
     for c in checks:
         sign = "<=" if c.kind == "max" else ">="
         limit = f"{sign} {_num(c.limit)}" if c.limit is not None else "-"
-        state = "no target" if c.passed is None else ("PASS" if c.passed else "FAIL")
+        state = ((c.note or "no target") if c.passed is None
+                 else ("PASS" if c.passed else "FAIL"))
         rows.append((c.label, limit, _num(c.measured), state))
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
 

@@ -1,10 +1,14 @@
 """Locust users that send Triton inference requests over HTTP or gRPC.
 
 A user is one closed loop (no wait between requests): N users keep N requests in flight, which
-is perf_analyzer's concurrency mode. Requests go through TritonClient, built once per user and
-only sent in the loop. Each is fired as a Locust request event named after the model, with
-`response_length` = its batch size, so Locust's totals count samples and the verdict reports
-samples/s (requests x batch size) as the seeds do.
+is perf_analyzer's concurrency mode. With --triton-request-rate R the users share an open loop
+of R requests per second instead (perf_analyzer's request-rate mode, see open_loop.py).
+Requests go through TritonClient, built once per user and only sent in the loop. Each is fired
+as a Locust request event named after the model, with `response_length` = the bytes of the
+output tensors it got back (so Locust's "Average size (bytes)" means bytes) and
+`context["batch_size"]` = its samples, which pytest-triton counts beside Locust's statistics:
+the verdict, the web UI's Triton tab and PREFIX_triton.csv report samples/s (requests x batch
+size) as the seeds do.
 
 Importing this module imports locust (gevent monkey patching), switches gRPC to gevent and
 installs pytest-triton's listeners on Locust's events.
@@ -26,10 +30,12 @@ from locust import User, constant, task
 from locust.exception import StopUser
 
 from ..client import PreparedRequest, Protocol, TritonClient
+from ..dtypes import payload_bytes
 from ..errors import ConfigError
 from ..urls import check_host
 from . import grpc_gevent, hooks
 from .embedded import EmbeddedModel, zoo_model
+from .open_loop import OpenLoop, open_loop
 from .options import default_targets, run_config
 from .user_settings import user_batch_size, user_endpoint, user_model, user_protocol
 
@@ -76,6 +82,8 @@ class TritonUser(User):
     distinct_inputs: int = 4  # different batches a user cycles through
     timeout_s: float = 60.0
 
+    _open_loop: OpenLoop | None = None
+
     def on_start(self) -> None:
         cls = type(self)
         number = next(_user_numbers)
@@ -97,8 +105,10 @@ class TritonUser(User):
             first = number * self.distinct_inputs
             batches = [{n: _numpy(v) for n, v in factory(self._batch, first + i).items()}
                        for i in range(self.distinct_inputs)]
+            self._open_loop = open_loop(self.environment, config, number)
+            in_flight = config.max_in_flight if self._open_loop else 1
             self._client = TritonClient(url, self._protocol, timeout_s=self.timeout_s,
-                                        concurrency=1)
+                                        concurrency=in_flight)
             self._requests: Iterator[PreparedRequest] = itertools.cycle(
                 [self._client.prepare(self._model, b, self.outputs, self.version)
                  for b in batches])
@@ -111,20 +121,30 @@ class TritonUser(User):
 
     @task
     def infer(self) -> None:
+        if self._open_loop is not None:
+            self._open_loop.run(self._send)  # until the user is stopped
+        else:
+            self._send(time.perf_counter())
+
+    def _send(self, due: float) -> None:
+        """One request; its latency counts from `due` (now in a closed loop, its scheduled
+        time in an open one)."""
         request = next(self._requests)
         error: Exception | None = None
-        start = time.perf_counter()
+        outputs: Mapping[str, np.ndarray] = {}
         try:
-            self._client.send(request)
+            outputs = self._client.send(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
-        elapsed_ms = (time.perf_counter() - start) * 1e3
+        elapsed_ms = (time.perf_counter() - due) * 1e3
         self.environment.events.request.fire(
             request_type=self._request_type, name=self._model, response_time=elapsed_ms,
-            response_length=0 if error else self._batch, exception=error,
+            response_length=payload_bytes(outputs), exception=error,
             context={"batch_size": self._batch, "protocol": self._protocol})
 
     def on_stop(self) -> None:
+        if self._open_loop is not None:
+            self._open_loop.stop()
         client = getattr(self, "_client", None)
         if client is not None:
             with contextlib.suppress(Exception):  # closing a connection to a stopped server

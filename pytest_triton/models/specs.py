@@ -10,13 +10,14 @@ from .zoo import ZOO, Size
 
 def zoo_spec(name: str, size: Size = "small", *, seed: int = 0, config: Any = None,
              checkpoint: str | None = None, example_batch: int = 4,
-             instance_count: int | None = None, instance_kind: InstanceKind = "KIND_CPU",
+             instance_count: int | None = None, instance_kind: InstanceKind | None = None,
              model_name: str | None = None, **overrides: Any) -> ModelSpec:
     """A ModelSpec of zoo model `name` at `size` (or an explicit `config`).
 
     Serving settings come from the zoo entry (the seeds' recommendations); `instance_count`
-    and `instance_kind` override them because a 2-core CPU cannot host the GPU counts, and
-    any other ModelSpec field can be overridden by keyword.
+    overrides them because a 2-core CPU cannot host the GPU counts; `instance_kind` None runs
+    the instances on the server's device (KIND_GPU with --triton-gpu, where the reference then
+    runs on CUDA too). Any other ModelSpec field can be overridden by keyword.
     """
     if name not in ZOO:
         raise KeyError(f"no zoo model {name!r}; choose from {', '.join(ZOO)}")

@@ -20,10 +20,10 @@ from ..formats import FORMATS
 from ..processes import reap_orphaned
 from ..reference import NativeModel
 from ..target import ServerTarget
-from . import exporters, pbtxt
+from . import exporters, pbtxt, warmup
 from .signature import Signature, resolve_signature
 from .spec import ModelSpec
-from .variants import Plan, Variant, plan_variants
+from .variants import Plan, Unavailable, Variant, plan_variants
 
 log = logging.getLogger("pytest_triton")
 HOSTED_MODEL = Path(__file__).with_name("hosted_model.py")
@@ -41,10 +41,13 @@ class Repository:
     backends) its variants, each exported when first needed."""
 
     def __init__(self, root: Path, specs: Sequence[ModelSpec], *,
-                 formats: Sequence[str] = FORMATS, progress: Progress | None = None) -> None:
+                 formats: Sequence[str] = FORMATS, progress: Progress | None = None,
+                 precisions: Sequence[str] | None = None, warmup: int | None = None) -> None:
         self.root = Path(root)
         self.specs = list(specs)
         self.formats = tuple(formats)
+        self.precisions = tuple(precisions) if precisions else None
+        self.warmup = warmup  # None: on for GPU servers (variants.DEFAULT_GPU_WARMUP)
         plan_variants(self.specs, self.formats, ServerTarget())  # validates before any export
         self._plan: Plan | None = None
         self._target: ServerTarget | None = None
@@ -53,22 +56,26 @@ class Repository:
         self._natives: dict[tuple[str, str], NativeModel] = {}
         self._built: set[str] = set()
         self._lock = threading.RLock()
-        self.device = "cpu"  # where PyTorch exports and computes references: cuda on GPU servers
         self.temporary = False
         self.root.mkdir(parents=True, exist_ok=True)
 
     @classmethod
     def create(cls, specs: Sequence[ModelSpec], directory: str | Path | None = None, *,
-               formats: Sequence[str] = FORMATS, progress: Progress | None = None
+               formats: Sequence[str] = FORMATS, progress: Progress | None = None,
+               precisions: Sequence[str] | None = None, warmup: int | None = None
                ) -> Repository:
         """A repository in `directory` (kept), or in a temporary directory that `remove()`
         deletes; temporary directories of processes killed outright are reaped here."""
+        def make(root: Path) -> Repository:
+            return cls(root, specs, formats=formats, progress=progress, precisions=precisions,
+                       warmup=warmup)
+
         if directory is not None:
-            return cls(Path(directory), specs, formats=formats, progress=progress)
+            return make(Path(directory))
         reap_orphaned_repositories()
         root = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-"))
         try:
-            repository = cls(root, specs, formats=formats, progress=progress)
+            repository = make(root)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
@@ -92,9 +99,17 @@ class Repository:
                     f"{self._target}; a server with {target} needs its own repository fixture"
                 )
             self._target = target
-            self.device = "cuda" if target.gpu else "cpu"
-            self._plan = plan_variants(self.specs, self.formats, target)
+            self._plan = plan_variants(self.specs, self.formats, target,
+                                       precisions=self.precisions, warmup=self.warmup)
             return self._plan.variants
+
+    @property
+    def target(self) -> ServerTarget:
+        """The server this repository was planned for."""
+        if self._target is None:
+            raise SpecError("the repository has not been planned for a server yet "
+                            "(Repository.plan(target))")
+        return self._target
 
     @property
     def variants(self) -> list[Variant]:
@@ -102,6 +117,13 @@ class Repository:
             raise SpecError("the repository has not been planned for a server yet "
                             "(Repository.plan(target))")
         return self._plan.variants
+
+    @property
+    def unavailable(self) -> list[Unavailable]:
+        """Variants the planned server cannot serve, each with the reason."""
+        self.variants  # noqa: B018 - raises when not planned yet
+        assert self._plan is not None
+        return self._plan.unavailable
 
     def variant(self, key: str) -> Variant:
         """A variant by id (mnist-onnx-hosted) or Triton model name (mnist_onnx)."""
@@ -118,12 +140,14 @@ class Repository:
             return self._signatures[spec.name]
 
     def native(self, variant: Variant) -> NativeModel:
-        """The PyTorch reference for a variant, at its precision, on the server's device kind
-        (CUDA for GPU servers, as the seeds' deployer traces on the GPU)."""
-        key = (variant.spec.name, f"{variant.precision}@{self.device}")
+        """The PyTorch reference for a variant, at its precision, where its instances run
+        (CUDA for KIND_GPU ones, as the seeds' deployer traces on the GPU); each device and
+        precision has its own copy, the user's module stays where it was."""
+        device = "cuda" if variant.gpu else "cpu"
+        key = (variant.spec.name, f"{variant.precision}@{device}")
         with self._lock:
             if key not in self._natives:
-                self._natives[key] = NativeModel(variant.spec, variant.precision, self.device)
+                self._natives[key] = NativeModel(variant.spec, variant.precision, device)
             return self._natives[key]
 
     def model_dir(self, variant: Variant) -> Path:
@@ -146,9 +170,11 @@ class Repository:
                 version_dir = staging / str(variant.spec.version)
                 signature = self.signature(variant.spec)
                 exporters.export(variant.format, variant.spec, self.native(variant),
-                                 version_dir / variant.artifact, signature)
+                                 version_dir / variant.artifact, signature,
+                                 numerics=self.target.numerics)
                 if variant.hosted:
                     shutil.copyfile(HOSTED_MODEL, version_dir / "model.py")
+                warmup.write_samples(staging, variant, signature)
                 pbtxt.write_config(staging, pbtxt.model_config(variant, signature))
                 shutil.rmtree(directory, ignore_errors=True)
                 staging.rename(directory)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import tempfile
@@ -61,9 +62,11 @@ def export_onnx(spec: ModelSpec, native: NativeModel, path: Path, signature: Sig
 
 
 def export_tensorrt(spec: ModelSpec, native: NativeModel, path: Path,
-                    signature: Signature) -> None:
+                    signature: Signature, *, tf32: bool = True) -> None:
     """ONNX export, then a TensorRT engine built on this machine's GPU with an optimization
-    profile over batch 1..max_batch_size (declared dynamic axes: 1..their example size)."""
+    profile over batch 1..max_batch_size (declared dynamic axes: 1..their example size).
+    `tf32` False (strict numerics) clears the builder's TF32 flag, which TensorRT sets by
+    default: a plan's precision is fixed when it is built, not by the server's environment."""
     import tensorrt as trt
 
     with tempfile.TemporaryDirectory(prefix="pytest-triton-trt-") as tmp:
@@ -79,6 +82,8 @@ def export_tensorrt(spec: ModelSpec, native: NativeModel, path: Path,
         config = builder.create_builder_config()
         if native.precision == "fp16":
             config.set_flag(trt.BuilderFlag.FP16)
+        if not tf32:
+            config.clear_flag(trt.BuilderFlag.TF32)
         profile = builder.create_optimization_profile()
         examples = spec.example_tensors()
         for tensor in signature.inputs:
@@ -105,11 +110,13 @@ EXPORTERS: dict[str, Callable[[ModelSpec, NativeModel, Path, Signature], None]] 
 
 
 def export(fmt: str, spec: ModelSpec, native: NativeModel, path: Path,
-           signature: Signature) -> None:
+           signature: Signature, *, numerics: str = "strict") -> None:
     """Run one exporter, turning its failure into an ExportError with the exporter's output."""
     exporter = EXPORTERS.get(fmt)
     if exporter is None:
         raise ExportError(f"no exporter for format {fmt!r} on this machine")
+    if fmt == "tensorrt":
+        exporter = functools.partial(export_tensorrt, tf32=numerics != "strict")
     path.parent.mkdir(parents=True, exist_ok=True)
     chatter = io.StringIO()
     quiet = logging.getLogger("torch.onnx")

@@ -3,13 +3,44 @@
 Copied into a variant's version directory as model.py. It runs inside Triton's python stub,
 so it imports nothing from pytest_triton. Requests handed over together by Triton's dynamic
 batcher are concatenated and run as one batch, so batching stays observable and real.
+
+A KIND_GPU instance runs on its GPU or fails to load saying why: never a silent fall back to
+the CPU under a test id that claims a GPU.
 """
 
 import json
 import os
+import sys
 
 import numpy as np
-import triton_python_backend_utils as pb_utils
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # imported outside Triton's stub: the device checks are tested directly
+    pb_utils = None
+
+
+def device_problem(artifact_format, gpu, device_id):
+    """Why this environment cannot run the artifact where Triton placed the instance."""
+    if not gpu:
+        return None
+    where = f"KIND_GPU instance on GPU {device_id}, but the stub's Python ({sys.prefix})"
+    if artifact_format == "onnx":
+        import onnxruntime as ort
+
+        providers = ort.get_available_providers()
+        if "CUDAExecutionProvider" not in providers:
+            return (f"{where} has onnxruntime {ort.__version__} with {', '.join(providers)} "
+                    "only; onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return (f"{where} has torch {torch.__version__}, which sees no CUDA device; install "
+                "a CUDA build of torch there")
+    if device_id >= torch.cuda.device_count():
+        return f"{where} sees only {torch.cuda.device_count()} CUDA device(s)"
+    return None
 
 
 class TritonPythonModel:
@@ -24,6 +55,9 @@ class TritonPythonModel:
         threads = int(params.get("intra_op_threads", "0"))
         gpu = args.get("model_instance_kind") == "GPU"
         device_id = int(args.get("model_instance_device_id", "0"))
+        problem = device_problem(params["artifact_format"], gpu, device_id)
+        if problem:
+            raise RuntimeError(problem)
         if params["artifact_format"] == "onnx":
             self._load_onnx(path, threads, gpu, device_id)
         else:
@@ -39,6 +73,10 @@ class TritonPythonModel:
         if gpu:
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
         session = ort.InferenceSession(path, options, providers=providers)
+        if gpu and session.get_providers()[0] != "CUDAExecutionProvider":
+            raise RuntimeError(f"onnxruntime's CUDAExecutionProvider failed to start on GPU "
+                               f"{device_id} (session providers: {session.get_providers()}); "
+                               "see the server log for onnxruntime's reason")
         names = [name for name, _ in self.outputs]
         self._run = lambda feeds: session.run(names, feeds)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from . import warmup
 from .signature import ServedTensor, Signature
 from .spec import ModelSpec
 from .variants import NATIVE_BACKEND, Variant
@@ -55,6 +56,7 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
         gpus=list(ig.gpus)))
     for key, value in spec.parameters.items():
         _param(config, key, value)
+    config.model_warmup.extend(warmup.messages(variant, signature))
     return config
 
 

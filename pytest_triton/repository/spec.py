@@ -81,6 +81,7 @@ class ModelSpec:
     input_factory: InputFactory | None = None
     parameters: Mapping[str, str] = field(default_factory=dict)
     triton_name: str | None = None  # the model directory name, for a single-format spec
+    warmup: int | None = None  # Triton model_warmup runs per sample; None: the setting's
     _module: torch.nn.Module | None = field(default=None, init=False, repr=False, compare=False)
 
     # -- derived views -------------------------------------------------------------------
@@ -170,6 +171,10 @@ class ModelSpec:
                 f"{where}: max_batch_size must be an integer >= 0 (0 disables batching), "
                 f"got {self.max_batch_size!r}"
             )
+        if self.warmup is not None and (not isinstance(self.warmup, int)
+                                        or isinstance(self.warmup, bool) or self.warmup < 0):
+            raise SpecError(f"{where}: warmup must be None or an integer >= 0 (Triton "
+                            f"model_warmup runs per sample; 0 = off), got {self.warmup!r}")
         if not isinstance(self.version, int) or self.version < 1:
             raise SpecError(f"{where}: version must be an integer >= 1, got {self.version!r}")
         self._validate_tensors(where)

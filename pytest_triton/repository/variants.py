@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import SpecError
-from ..formats import FORMATS, GPU_FORMATS
+from ..formats import FORMATS, GPU_FORMATS, PRECISIONS
 from ..target import ServerTarget
 from .spec import ModelSpec
 
@@ -42,6 +42,12 @@ class Variant:
     precision: str  # "fp32" | "fp16"
     hosted: bool
     instance_kind: str = "KIND_CPU"
+    warmup: int = 0  # Triton model_warmup runs per sample before the model serves
+
+    @property
+    def gpu(self) -> bool:
+        """Whether its instances run on a GPU (then so does its PyTorch reference)."""
+        return self.instance_kind == "KIND_GPU"
 
     @property
     def backend(self) -> str:
@@ -56,18 +62,20 @@ class Variant:
 
     @property
     def id(self) -> str:
-        """Test id: model, format, precision and who serves it, e.g. mnist-onnx-hosted."""
-        return variant_id(self.spec.name, self.format, self.precision, self.hosted)
+        """Test id: model, format, precision, who serves it and, on a GPU, where, e.g.
+        mnist-onnx-hosted or resnet50-torchscript-trace-fp16-native-gpu."""
+        return variant_id(self.spec.name, self.format, self.precision, self.hosted, self.gpu)
 
     @property
     def artifact(self) -> str:
         return ARTIFACT[self.format]
 
 
-def variant_id(model: str, fmt: str, precision: str, hosted: bool | None) -> str:
+def variant_id(model: str, fmt: str, precision: str, hosted: bool | None,
+               gpu: bool = False) -> str:
     prec = "-fp16" if precision == "fp16" else ""
     served = "" if hosted is None else ("-hosted" if hosted else "-native")
-    return f"{model}-{fmt}{prec}{served}"
+    return f"{model}-{fmt}{prec}{served}{'-gpu' if gpu else ''}"
 
 
 @dataclass(frozen=True)
@@ -84,25 +92,36 @@ class Plan:
     unavailable: list[Unavailable]
 
 
-def _problem(fmt: str, target: ServerTarget) -> str | None:
-    """Why `fmt` cannot be served by this target, or None."""
+def _problem(fmt: str, target: ServerTarget, kind: str) -> str | None:
+    """Why `fmt` cannot be served by this target on `kind` instances, or None."""
     native = NATIVE_BACKEND[fmt][0] in target.backends
     if fmt == "tensorrt":
         return None if native and target.tensorrt_problem is None else (
             target.tensorrt_problem or "the server has no tensorrt backend")
     if fmt == "onnx-trt" and not (native and target.gpu):
         return ("ONNX Runtime's TensorRT execution accelerator needs a GPU server with the "
-                "onnxruntime backend: run with --triton-gpu")
+                + ("onnxruntime backend, which this one lacks (an NGC image has it)"
+                   if target.gpu else "onnxruntime backend: run with --triton-gpu"))
     if not native and "python" not in target.backends:
         return (f"the server has neither the {NATIVE_BACKEND[fmt][0]} backend nor the python "
                 "backend to host the artifact")
+    if not native and fmt == "onnx" and kind == "KIND_GPU" and target.onnx_gpu_problem:
+        return target.onnx_gpu_problem  # offered on the GPU or not at all, never on the CPU
     return None
 
 
-def plan_variants(specs: Iterable[ModelSpec], formats: Sequence[str],
-                  target: ServerTarget) -> Plan:
+def precisions_of(spec: ModelSpec, fmt: str, precisions: Sequence[str] | None) -> list[str]:
+    """The precisions a spec is served at in `fmt`: those asked for (fp16 only where the
+    format has it), else fp32 plus fp16 when the spec asks for it."""
+    wanted = precisions or (["fp32", "fp16"] if spec.fp16 else ["fp32"])
+    return [p for p in PRECISIONS if p in wanted and (p == "fp32" or fmt in FP16_FORMATS)]
+
+
+def plan_variants(specs: Iterable[ModelSpec], formats: Sequence[str], target: ServerTarget,
+                  *, precisions: Sequence[str] | None = None, warmup: int | None = None) -> Plan:
     """Validate every spec, then list the variants the given server can serve (and those it
-    cannot, with the reason)."""
+    cannot, with the reason). `warmup` None: DEFAULT_GPU_WARMUP on a GPU server, else none;
+    a spec's own warmup wins."""
     variants: list[Variant] = []
     unavailable: list[Unavailable] = []
     seen: set[str] = set()
@@ -118,13 +137,27 @@ def plan_variants(specs: Iterable[ModelSpec], formats: Sequence[str],
                     f"unknown export format {fmt!r}; choose from "
                     f"{', '.join(FORMATS + GPU_FORMATS)}"
                 )
-            precisions = ["fp32"] + (["fp16"] if spec.fp16 and fmt in FP16_FORMATS else [])
-            problem = _problem(fmt, target)
+            problem = _problem(fmt, target, kind)
             native = NATIVE_BACKEND[fmt][0] in target.backends
-            for precision in precisions:
+            runs = warmup_runs(spec, target, warmup)
+            for precision in precisions_of(spec, fmt, precisions):
                 if problem:
-                    unavailable.append(Unavailable(variant_id(spec.name, fmt, precision, None),
-                                                   problem))
+                    unavailable.append(Unavailable(variant_id(
+                        spec.name, fmt, precision, None, kind == "KIND_GPU"), problem))
                 else:
-                    variants.append(Variant(spec, fmt, precision, not native, kind))
+                    variants.append(Variant(spec, fmt, precision, not native, kind, runs))
     return Plan(variants, unavailable)
+
+
+DEFAULT_GPU_WARMUP = 5
+"""Warm-up runs per sample on GPU servers: TorchScript's profiling executor re-optimizes after
+its first runs (on an H100, fp16 answers were identical for two requests, then moved by up to
+9.8e-4), so parity is checked on what production serves after warm-up; 5 leaves headroom."""
+
+
+def warmup_runs(spec: ModelSpec, target: ServerTarget, warmup: int | None) -> int:
+    if spec.warmup is not None:
+        return spec.warmup
+    if warmup is not None:
+        return warmup
+    return DEFAULT_GPU_WARMUP if target.gpu else 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -27,11 +28,20 @@ PROBE_LOCUSTFILE = REPO / "tests" / "load" / "locustfiles" / "probe.py"
 LOCUSTFILES = REPO / "locustfiles"
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """This environment without any TRITON_* setting (tests must not inherit targets), with
     the checkout importable (the probe locustfile imports tests.load)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "LOCUST_"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # Runs of a few seconds hold too few measurement windows to be stable: only the tests of
+    # stability itself (test_measurement.py) ask for it.
+    env["TRITON_ALLOW_UNSTABLE"] = "true"
     env.update(extra)
     return env
 

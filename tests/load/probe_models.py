@@ -6,7 +6,9 @@ one request at a time (a naive gRPC user under gevent) shows batches of 1.
 
 `write_sleepy`: a python-backend model that sleeps 20 ms per execution, one instance, no
 batching: with c requests in flight a request waits for ~c executions, so its latency is
-~20 ms x c. That makes the latency-bounded search's answer known in advance.
+~20 ms x c. That makes the latency-bounded search's answer known in advance. The same writer
+takes other sources: `STALL_MODEL` stalls 200 ms on one request in 200 (what a closed loop
+hides), `SLOWING_MODEL` gets twice as slow every second (a measurement that cannot settle).
 """
 
 from __future__ import annotations
@@ -102,3 +104,45 @@ def write_sleepy(root: Path, name: str = "sleepy", *, source: str = SLEEPY_MODEL
         mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
     pbtxt.write_config(directory, config)
     return directory
+
+
+STALL_EVERY = 200
+STALL_MS = 200
+STALL_MODEL = f'''
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.count = 0
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            self.count += 1
+            if self.count % {STALL_EVERY} == 0:
+                time.sleep({STALL_MS} / 1000)  # the stall: one request in {STALL_EVERY}
+            x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", x[:, :4])]))
+        return responses
+'''
+
+SLOWING_MODEL = '''
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.first = None
+
+    def execute(self, requests):
+        now = time.monotonic()
+        self.first = self.first or now
+        # twice as slow every second: 5, 10, 20, 40 ... ms, at most 1 s
+        time.sleep(min(0.005 * 2 ** (now - self.first), 1.0))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
+            for r in requests]
+'''

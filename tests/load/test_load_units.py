@@ -15,7 +15,7 @@ import pytest
 
 from pytest_triton.config import from_arguments, from_environ, resolve
 from pytest_triton.errors import ConfigError
-from pytest_triton.load import perf
+from pytest_triton.load import perf, sweep_report
 from pytest_triton.load import targets as tg
 from pytest_triton.load.embedded import EmbeddedModel
 from pytest_triton.load.server_report import ModelReport, generator_warnings
@@ -38,7 +38,9 @@ def test_nothing_here_imports_locust() -> None:
             "pytest_triton.load.perf, pytest_triton.load.embedded, "
             "pytest_triton.load.user_settings, pytest_triton.load.options, "
             "pytest_triton.load.sweep_report, "
-            "pytest_triton.load.server_report, pytest_triton.load.sweep; "
+            "pytest_triton.load.server_report, pytest_triton.load.sweep, "
+            "pytest_triton.load.live_report, pytest_triton.load.samples, "
+            "pytest_triton.load.generator_cpu; "
             "from gevent import monkey; "
             "assert 'locust' not in sys.modules and not monkey.is_anything_patched()")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
@@ -232,14 +234,14 @@ def test_failed_points_never_count_as_within_the_bound() -> None:
 
 def test_reports_are_written(tmp_path: Path) -> None:
     points = [point(1, 10.0, batch=8), point(1, 30.0, batch=64)]
-    table = perf.markdown_table(points, "rec/s")
+    table = sweep_report.markdown_table(points, "rec/s")
     assert table.splitlines()[0] == ("| **Batch Size** | **Throughput** | **Avg Latency** | "
                                      "**95% Latency** | **99% Latency** |")
     assert "| 64 | 3200.0 rec/s | 15.00 ms | 28.50 ms | 30.00 ms |" in table
-    perf.write_csv(points, tmp_path / "p.csv")
+    sweep_report.write_csv(points, tmp_path / "p.csv")
     rows = (tmp_path / "p.csv").read_text().splitlines()
     assert rows[0].startswith("Concurrency,Inferences/Second,Server Queue")
     assert rows[2].split(",")[1] == "3200.0"
-    perf.plot(points, tmp_path / "p.png", title="t", unit="rec/s", bound_ms=20)
+    sweep_report.plot(points, tmp_path / "p.png", title="t", unit="rec/s", bound_ms=20)
     assert (tmp_path / "p.png").stat().st_size > 1000
     assert math.isnan(points[0].client_overhead_ms)  # no server figures, no overhead

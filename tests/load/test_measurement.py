@@ -1,0 +1,117 @@
+"""Measurements a release can trust, proven on real servers: an open loop sees the stall a
+closed loop hides (coordinated omission), a measurement that never settles is flagged, and the
+latency-bounded analysis works in both modes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_triton.launchers import LocalLauncher, ServerArgs
+from pytest_triton.urls import Endpoints
+from tests.load.conftest import REPO, Locust, run_locust, subprocess_env
+from tests.load.probe_models import SLOWING_MODEL, STALL_MODEL, STALL_MS, write_sleepy
+
+RATE_LOCUSTFILE = REPO / "tests" / "load" / "locustfiles" / "rate.py"
+
+pytestmark = [pytest.mark.load, pytest.mark.triton]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    """stall, slowing and sleepy (20 ms a request): one python-backend instance each."""
+    root = tmp_path_factory.mktemp("repo")
+    write_sleepy(root, "stall", source=STALL_MODEL)
+    write_sleepy(root, "slowing", source=SLOWING_MODEL)
+    write_sleepy(root, "sleepy")
+    with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
+        yield server.endpoints
+
+
+def rate_run(endpoints: Endpoints, model: str, user: str, *args: str, tmp_path: Path,
+             seconds: int = 8, **env: str) -> dict:
+    run = run_locust(RATE_LOCUSTFILE, user, "--headless", "-u", "1", "-r", "1", "-t",
+                     f"{seconds}s", "--host", f"http://{endpoints.http}", "--triton-model",
+                     model, *args, tmp_path=tmp_path, env=subprocess_env(**env))
+    assert run.report is not None, run.tail()
+    return {**run.report, "code": run.code, "output": run.output}
+
+
+def test_an_open_loop_sees_the_stall_a_closed_loop_hides(models: Endpoints,
+                                                         tmp_path: Path) -> None:
+    """One request in 200 stalls 200 ms. At 100 req/s a paced closed loop delays only that
+    request (0.5% of them: p99 stays low) and skips the ~20 sends due meanwhile; the open loop
+    sends them on schedule and counts each from its due time, so ~10% of requests wait behind
+    the stall and p99 shows it."""
+    closed = rate_run(models, "stall", "PacedUser", tmp_path=tmp_path)
+    opened = rate_run(models, "stall", "OpenUser", "--triton-request-rate", "100",
+                      tmp_path=tmp_path)
+    c, o = closed["measured"], opened["measured"]
+    print(f"closed loop: {c['request_rate']:.1f} req/s, p99 {c['p99_ms']:.1f} ms; "
+          f"open loop: {o['request_rate']:.1f} req/s, p99 {o['p99_ms']:.1f} ms")
+    for run in (closed, opened):
+        assert run["code"] == 0 and run["measured"]["failures"] == 0, run["output"][-3000:]
+        assert run["measured"]["request_rate"] == pytest.approx(100, rel=0.25)
+    assert o["p99_ms"] >= STALL_MS / 2, opened["output"][-3000:]
+    assert o["p99_ms"] > 3 * c["p99_ms"], (c, o)
+    assert "open loop" in opened["output"] and "100 req/s" in opened["output"]
+
+
+def test_a_measurement_that_never_settles_is_flagged_and_fails(models: Endpoints,
+                                                               tmp_path: Path) -> None:
+    run = rate_run(models, "slowing", "OpenUser", "--triton-measurement-interval", "1000",
+                   "--triton-load-warmup", "500", "--triton-stability-percentage", "50",
+                   tmp_path=tmp_path, seconds=7, TRITON_ALLOW_UNSTABLE="false")
+    stability = run["stability"]
+    assert run["code"] == 1, run["output"][-3000:]
+    assert stability["stable"] is False and len(run["windows"]) >= 4, stability
+    assert "no 3 consecutive windows" in stability["reason"]
+    assert "NOT STABLE" in run["output"] and "Measurement windows" in run["output"]
+    (check,) = [c for c in run["checks"] if c["name"] == "stable windows (spread)"]
+    assert check["passed"] is False
+    throughputs = [w["throughput"] for w in run["windows"]]
+    assert throughputs[0] > 2 * throughputs[-1]  # it really slowed down
+
+
+def test_a_steady_model_gives_a_stable_measurement(models: Endpoints, tmp_path: Path) -> None:
+    """The control: 20 ms a request, one user, windows of 2 s (~100 requests each)."""
+    run = rate_run(models, "sleepy", "OpenUser", "--triton-measurement-interval", "2000",
+                   "--triton-load-warmup", "500", "--triton-stability-percentage", "50",
+                   tmp_path=tmp_path, seconds=8, TRITON_ALLOW_UNSTABLE="false")
+    assert run["code"] == 0, run["output"][-3000:]
+    assert run["stability"]["stable"] is True, run["stability"]
+    measured = run["stability"]["measurement"]
+    assert measured["throughput"] == pytest.approx(50, rel=0.3)
+    assert measured["p99_ms"] >= 20
+
+
+def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(models: Endpoints,
+                                                                   tmp_path: Path) -> None:
+    """The sleepy model serves 50 req/s at most: constant arrivals at 20 and 40 req/s are
+    answered in ~20 ms, at 70 req/s the queue grows without end. (Windows of 1 s hold 20 to
+    40 requests, whose p99 is their slowest: stability is asked within 50% here, the subject
+    being the bound.)"""
+    out = tmp_path / "perf.json"
+    run = Locust([sys.executable, "-m", "pytest_triton.load.sweep", "-m",
+                  "tests.load.probe_models:probe_spec", "--url", f"http://{models.http}",
+                  "--model-name", "sleepy", "--request-rate-range", "20,40,70",
+                  "--triton-measurement-interval", "1000", "--triton-load-warmup", "500",
+                  "--triton-stability-percentage", "50", "--max-trials", "4",
+                  "--latency-bound", "100", "--json", str(out), "--no-progress"])
+    done = run.finish(180)
+    assert done.code == 0, done.tail()
+    report = json.loads(out.read_text())
+    points = {p["request_rate_asked"]: p for p in report["points"]}
+    assert set(points) == {20, 40, 70}
+    for rate in (20, 40):
+        assert points[rate]["stable"], points[rate]["stability"]
+        assert points[rate]["p99_ms"] < 60, points[rate]
+        assert len(points[rate]["windows"]) >= 3
+    assert points[70]["p99_ms"] > 100
+    assert report["within_bound"]["1"]["request_rate_asked"] == 40
+    assert "up to an open-loop rate of 40 req/s" in done.stdout
+    assert "Windows of batch 1 rate 20 req/s" in done.stdout

@@ -1,0 +1,155 @@
+"""Measurement windows, stability and open-loop schedules: the arithmetic, without a server
+(the real-server proofs are in test_measurement.py)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import pytest
+
+from pytest_triton.load.arrivals import Lag, rate_warning, schedule
+from pytest_triton.load.window_log import SLICE_S, WindowLog, rounded_ms
+from pytest_triton.load.windows import Criterion, Window, assess, histogram_percentile, merge
+
+T0 = 1_000_000.0  # a wall-clock time on a slice boundary
+
+
+def window(index: int, throughput: float, p99: float, seconds: float = 1.0) -> Window:
+    requests = int(throughput * seconds)
+    return Window(index=index, start_s=index - 1.0, duration_s=seconds, requests=requests,
+                  failures=0, samples=requests, avg_ms=p99 / 2, p50_ms=p99 / 3,
+                  p90_ms=p99 * 0.8, p95_ms=p99 * 0.9, p99_ms=p99)
+
+
+def test_three_agreeing_windows_are_stable_and_their_merge_is_the_measurement() -> None:
+    ws = [window(1, 500, 30), window(2, 1000, 10), window(3, 1020, 10.5),
+          window(4, 990, 9.8)]
+    result = assess(ws, Criterion(3, 10.0))
+    assert result.stable, result.reason
+    assert [w.index for w in result.chosen] == [2, 3, 4]
+    m = result.measurement
+    assert m is not None and m.requests == 1000 + 1020 + 990
+    assert m.throughput == pytest.approx(1003.33, rel=1e-3)
+    assert "windows 2-4 agree within 10%" in result.summary()
+
+
+def test_the_latest_agreeing_group_is_taken() -> None:
+    ws = [window(1, 1000, 10), window(2, 1000, 10), window(3, 1000, 10),
+          window(4, 2000, 5), window(5, 2000, 5), window(6, 2000, 5)]
+    result = assess(ws, Criterion(3, 10.0))
+    assert [w.index for w in result.chosen] == [4, 5, 6]
+
+
+@pytest.mark.parametrize(("throughputs", "p99s", "what"), [
+    ([1000, 1300, 1000], [10, 10, 10], "throughput"),  # 1300 is 18% above the mean of 1100
+    ([1000, 1000, 1000], [10, 10, 20], "latency"),
+])
+def test_windows_that_disagree_on_either_figure_are_unstable(
+        throughputs: list[float], p99s: list[float], what: str) -> None:
+    ws = [window(i, t, p) for i, (t, p) in enumerate(zip(throughputs, p99s, strict=True), 1)]
+    result = assess(ws, Criterion(3, 10.0))
+    assert not result.stable and result.measurement is None
+    assert "no 3 consecutive windows of 3 agree within 10%" in result.reason
+    spread = result.throughput_spread_pct if what == "throughput" else \
+        result.latency_spread_pct
+    assert spread > 10
+
+
+def test_too_few_windows_say_what_to_change() -> None:
+    result = assess([window(1, 1000, 10)], Criterion(3, 10.0))
+    assert not result.stable
+    assert "only 1 complete measurement window(s), 3 needed" in result.reason
+    assert "run longer or shorten the measurement interval" in result.reason
+
+
+def test_a_window_without_successes_never_agrees() -> None:
+    empty = Window(index=3, start_s=2, duration_s=1, requests=5, failures=5, samples=0,
+                   avg_ms=math.nan, p50_ms=math.nan, p90_ms=math.nan, p95_ms=math.nan,
+                   p99_ms=math.nan)
+    assert not assess([window(1, 10, 1), window(2, 10, 1), empty], Criterion(3, 10.0)).stable
+
+
+def test_histogram_percentiles_follow_locust() -> None:
+    histogram = {1: 98, 50: 1, 200: 1}
+    assert histogram_percentile(histogram, 50) == 1
+    assert histogram_percentile(histogram, 99) == 50
+    assert histogram_percentile(histogram, 100) == 200
+    assert math.isnan(histogram_percentile({}, 99))
+    assert [rounded_ms(v) for v in (3.4, 154, 1549)] == [3, 150, 1500]
+
+
+def test_window_log_cuts_time_windows_after_the_warmup() -> None:
+    log = WindowLog()
+    # 10 requests per slice for 20 s, 2 ms each (samples: batch 4); one failure at 3 s
+    for k in range(int(20 / SLICE_S)):
+        for j in range(10):
+            ok = not (k == 12 and j == 0)
+            log.record(T0 + k * SLICE_S + j * 0.01, "m", 2.0, ok=ok, samples=4)
+    windows = log.windows(T0, T0 + 20, warmup_s=1.0, interval_s=5.0)
+    assert [w.index for w in windows] == [1, 2, 3]  # 1..6, 6..11, 11..16 s; 16..20 incomplete
+    first = windows[0]
+    assert first.duration_s == 5.0 and first.start_s == 0.0
+    assert first.requests == 200 and first.failures == 1
+    assert first.samples == 199 * 4 and first.throughput == pytest.approx(199 * 4 / 5)
+    assert first.p99_ms == 2.0 and first.avg_ms == pytest.approx(2.0)
+
+
+def test_window_log_cuts_count_windows_for_slow_models() -> None:
+    log = WindowLog()
+    for k in range(40):  # one request every 0.5 s (every second slice)
+        log.record(T0 + k * 0.5 + 0.1, "m", 100.0, ok=True, samples=1)
+    windows = log.windows(T0, T0 + 19, warmup_s=0.0, interval_s=5.0, mode="count_windows",
+                          request_count=10)
+    assert [w.requests for w in windows] == [10, 10, 10]  # the 4th would end at 19.6 s
+    assert all(w.duration_s == pytest.approx(5.0, abs=0.5) for w in windows)
+
+
+def test_workers_logs_merge_into_the_masters() -> None:
+    master, worker_a, worker_b = WindowLog(), WindowLog(), WindowLog()
+    for t in range(8):
+        worker_a.record(T0 + t, "m", 10.0, True, 1)
+        worker_b.record(T0 + t, "m", 30.0, True, 1)
+    master.merge(worker_a.take_unsent())
+    master.merge(worker_b.take_unsent())
+    assert worker_a.take_unsent()["slices"] == {}  # sent once
+    (w,) = master.windows(T0, T0 + 8, warmup_s=0, interval_s=8)
+    assert w.requests == 16 and w.avg_ms == pytest.approx(20.0)
+    assert w.p50_ms == 10 and w.p99_ms == 30
+
+
+def test_merge_weights_windows_by_their_requests() -> None:
+    m = merge([window(1, 100, 10), window(2, 300, 20)])
+    assert m.requests == 400 and m.p99_ms == pytest.approx((100 * 10 + 300 * 20) / 400)
+
+
+def test_constant_and_poisson_schedules_hold_the_rate() -> None:
+    constant = list(itertools.islice(schedule(50.0, start=10.0), 5))
+    assert constant == pytest.approx([10.0, 10.02, 10.04, 10.06, 10.08])
+    due = list(itertools.islice(schedule(200.0, "poisson", seed=7), 20_001))
+    gaps = [b - a for a, b in itertools.pairwise(due)]
+    assert statistics.mean(gaps) == pytest.approx(1 / 200, rel=0.03)
+    assert statistics.stdev(gaps) == pytest.approx(1 / 200, rel=0.05)  # exponential: sd = mean
+    assert list(itertools.islice(schedule(200.0, "poisson", seed=7), 3)) == due[:3]
+
+
+@pytest.mark.parametrize(("rate", "distribution"), [(0, "constant"), (-1, "constant"),
+                                                    (math.inf, "constant"), (5, "uniform")])
+def test_bad_schedules_are_refused(rate: float, distribution: str) -> None:
+    with pytest.raises(ValueError, match=r"request rate|distribution"):
+        next(schedule(rate, distribution))  # type: ignore[arg-type]
+
+
+def test_lag_and_achieved_rate_warn_when_the_generator_falls_behind() -> None:
+    lag = Lag(rate=100)
+    for _ in range(990):
+        lag.record(0.0005)
+    assert not lag.behind and rate_warning(100, 99, lag) is None
+    for _ in range(20):
+        lag.record(0.050)
+    assert lag.behind and lag.late == 20
+    warning = rate_warning(100, 99, lag)
+    assert warning is not None and "20 of 1010 sends" in warning
+    low = rate_warning(100, 80)
+    assert low is not None and "achieved 80.0 req/s of the 100.0 req/s asked" in low
