@@ -6,7 +6,11 @@ gevent. Its verdict file, `load-dlrm.json` in the --triton-report directory, joi
 report (throughput, p50/p95/p99, targets, the server's batching) and the baseline comparison.
 
 The targets hold with a wide margin on a 2-core CPU shared with other work (measured there:
-about 130,000 samples/s and a 48 ms p99 at 2 users x 1024 rows); set your own for your hardware.
+34,000-130,000 samples/s and a p99 of 50-280 ms at 2 users x 1024 rows); set your own for your
+hardware. One-second measurement windows after a one-second warm-up: the report and a baseline
+compare medians over them. On such a shared machine consecutive windows often differ by more
+than the 10% that makes a measurement stable, so the gate reports stability without failing on
+it (--triton-allow-unstable); drop that flag on a dedicated runner.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ import pytest
 from pytest_triton import Deployment, TritonConfig
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locustfiles" / "dlrm.py"
-USERS, ROWS, SECONDS = 2, 1024, 5
+USERS, ROWS, SECONDS = 2, 1024, 7
 TARGETS = {"--perf-throughput": "10000", "--perf-latency-p99": "2000", "--perf-fail-ratio": "0"}
+WINDOWS = ("--triton-load-warmup", "1000", "--triton-measurement-interval", "1000",
+           "--triton-allow-unstable")
 
 
 def dlrm_variant(server: Deployment) -> str:
@@ -45,7 +51,7 @@ def test_dlrm_meets_its_load_targets(triton_server: Deployment, triton_config: T
                "-u", str(USERS), "-r", str(USERS), "-t", f"{SECONDS}s", "--only-summary",
                "--host", f"http://{triton_server.server.endpoints.http}",
                "--triton-model", model.name, "--triton-batch-size", str(ROWS),
-               "--triton-report-json", str(report),
+               "--triton-report-json", str(report), *WINDOWS,
                *(part for flag, value in TARGETS.items() for part in (flag, value))]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_PERF_")}
     done = subprocess.run(command, capture_output=True, text=True, timeout=SECONDS + 120,

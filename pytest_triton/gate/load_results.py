@@ -102,6 +102,7 @@ def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str
         "passed": document.get("passed"), "exit_code": document.get("exit_code"),
         "checks": checks, "failed": _failed(checks), "points": [point], "server": server,
         "warnings": list(document.get("warnings", [])),
+        "stability": (document.get("stability") or {}).get("summary"),
     }
 
 
@@ -128,6 +129,8 @@ def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, 
         "name": name, "source": source, "kind": "triton-perf", "host": None,
         "model": document.get("model"), "unit": document.get("unit"),
         "passed": None if verdict is None else bool(verdict.get("passed")),
-        "checks": [], "failed": failed, "points": points, "server": [], "warnings": [],
-        "targets": (verdict or {}).get("targets", {}),
+        "checks": [], "failed": failed, "points": points, "server": [],
+        "warnings": [f"{p['key']}: {raw['stability']}" for p, raw in
+                     zip(points, document["points"], strict=True) if raw.get("stability")],
+        "targets": (verdict or {}).get("targets", {}), "stability": None,
     }

@@ -133,6 +133,8 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
                   f"{s['avg_batch_size']:.2f}, {s['execution_count']:,} executions for "
                   f"{s['inference_count']:,} inferences ({s['success_count']:,} requests)."
                   for s in run["server"]]
+        if run.get("stability"):
+            notes.append(f"Measurement windows of {run['name']}: {run['stability']}")
         notes += [f"{run['name']}: {w}" for w in run["warnings"]]
         if run.get("before_session"):
             notes.append(f"{run['source']} was written before this session started (at "
