@@ -325,3 +325,13 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
     assert [(p["concurrency"], p["passed"], p["throughput"]) for p in run["points"]] == [
         (1, True, 400.0), (2, True, 400.0), (4, False, 400.0)]
     assert sweep_verdict(points, resolve()) is None  # no targets, no verdict
+
+
+def test_a_baseline_edited_by_hand_compares_as_edited() -> None:
+    """A point's figures are the medians of its windows; editing them edits the baseline."""
+    windows = [{"throughput": 100.0, "p99_ms": 10.0}] * 3
+    now = gate_document(windows=windows)
+    then = copy.deepcopy(now)
+    then["load"][0]["points"][0]["throughput"] = 150.0  # windows left as measured
+    (regression,) = gb.compare(now, then, gb.Limits(), "b.json")["regressions"]
+    assert regression == "dlrm: throughput down 33.3% (150 -> 100; limit 10%)"

@@ -1,8 +1,9 @@
 """This run against a stored gate report: throughput down or p99 up beyond a limit, and parity
 that uses too much of its tolerance, each named.
 
-Load figures are compared as medians over a point's measurement windows (see
-load_results.figure): one noisy window cannot fail a release where several were measured.
+Load figures are compared as medians over a point's measurement windows (load_results stores
+each point's figures as those medians): one noisy window cannot fail a release where several
+were measured.
 With a single window per run, that window's figure is compared, so limits should sit above
 the run-to-run noise of the machine.
 """
@@ -56,6 +57,13 @@ def _parity(document: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
             for r in document.get("parity") or []}
 
 
+def _figure(point: Mapping[str, Any], metric: str) -> float | None:
+    """A report's point holds the median over its windows already (load_results): take it,
+    so that a baseline edited by hand compares as edited; recompute only where it is missing."""
+    value = point.get(metric)
+    return float(value) if isinstance(value, int | float) else figure(point, metric)
+
+
 def _change(now: float, then: float) -> float | None:
     return (now - then) / then * 100.0 if then else None
 
@@ -76,7 +84,7 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], limits: Lim
         for metric, label, limit, worse in (
                 ("throughput", "throughput", limits.throughput_drop_pct, -1),
                 ("p99_ms", "p99 latency (ms)", limits.p99_rise_pct, +1)):
-            a, b = figure(now, metric), figure(then, metric)
+            a, b = _figure(now, metric), _figure(then, metric)
             if a is None or b is None:
                 continue
             change = _change(a, b)
