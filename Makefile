@@ -1,12 +1,20 @@
 # Two commands do all the set-up (see README.md):
 #   make gate   - the main job: release gate of the seed models on an embedded local Triton (CPU)
 #   make test   - the plugin's own test suite
+# CI (.github/workflows/ci.yml) runs lint, test-cpu, test-container and gate.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# make gate BASELINE=main-report.json          compare with a stored gate report
+# make gate SAVE_BASELINE=baseline.json        store this run's report when the gate passes
+GATE_REPORT ?= gate-report
+BASELINE ?=
+SAVE_BASELINE ?=
+GATE_ARGS ?=
 
-.PHONY: gate test lint install clean bench bench-loadgen chromium screenshots
+.PHONY: gate test test-cpu test-container lint install clean bench bench-loadgen chromium \
+	screenshots
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -16,13 +24,28 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# Parity of every seed model x format x protocol, a short DLRM load gate, and the report
+# ($(GATE_REPORT)/report.md, report.json, junit.xml, plots); the exit code is the verdict.
 gate: $(STAMP)
-	$(BIN)/pytest examples -v
+	rm -rf $(GATE_REPORT)
+	$(BIN)/pytest examples -v --triton-report $(GATE_REPORT) \
+		$(if $(BASELINE),--triton-baseline $(BASELINE)) \
+		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
 # tests/load/test_web_ui.py drives Locust's web UI in headless Chromium: `make chromium`
 # installs Debian's package where it is missing (as root; CI's .ci/run does it).
 test: $(STAMP)
 	$(BIN)/pytest
+
+# The suite without Docker (CI's CPU job)
+test-cpu: $(STAMP)
+	$(BIN)/pytest -m "not container"
+
+# Container tests on the offline CPU image (needs a Docker engine: .ci/docker-engine, and root
+# for debootstrap); CI's container job
+test-container: $(STAMP)
+	images/build-cpu-image
+	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/pytest -m container
 
 chromium:
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
@@ -48,4 +71,4 @@ bench-loadgen: $(STAMP)
 	$(BIN)/python benchmarks/loadgen_vs_wrk.py --duration 10 --repeat 3
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(GATE_REPORT)

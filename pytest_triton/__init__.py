@@ -1,6 +1,7 @@
 """pytest-triton: gate releases of PyTorch models served by NVIDIA Triton Inference Server."""
 
 from .client import TritonClient
+from .config import TritonConfig
 from .deployment import Deployment, ServedModel
 from .errors import (
                      ConfigError,
@@ -13,6 +14,7 @@ from .errors import (
 )
 from .parity import Tolerance, assert_parity
 from .repository import DynamicBatching, InstanceGroup, ModelSpec, Repository, TensorSpec
+from .results import ParityResult
 from .stats import ModelStats, StatsWindow, assert_dynamic_batching
 
 __version__ = "0.1.0"
@@ -26,6 +28,7 @@ __all__ = [
                      "ModelLoadError",
                      "ModelSpec",
                      "ModelStats",
+                     "ParityResult",
                      "Repository",
                      "ServedModel",
                      "ServerError",
@@ -34,6 +37,7 @@ __all__ = [
                      "TensorSpec",
                      "Tolerance",
                      "TritonClient",
+                     "TritonConfig",
                      "TritonTestError",
                      "assert_dynamic_batching",
                      "assert_parity",

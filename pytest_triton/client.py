@@ -159,6 +159,12 @@ class TritonClient:
     def unload_model(self, model: str) -> None:
         self._call(model, lambda: self._client.unload_model(model))
 
+    def server_metadata(self) -> dict[str, Any]:
+        """Triton's name, version and extensions (the same keys on both protocols)."""
+        if self.protocol == "http":
+            return dict(self._call("-", self._client.get_server_metadata))
+        return dict(self._call("-", lambda: self._client.get_server_metadata(as_json=True)))
+
     def model_config(self, model: str) -> dict[str, Any]:
         if self.protocol == "http":
             return dict(self._call(model, lambda: self._client.get_model_config(model)))

@@ -318,6 +318,26 @@ class TritonConfig:
         None, "export format the embedded server of a load test serves", LOAD,
         parse=parse_format, shown_default="the user class's, onnx", metavar="FORMAT",
         aliases=("--format",))
+    # -- the gate report and baselines ---------------------------------------------------
+    report: str | None = _setting(
+        None, "write the gate report here: report.json, report.md, plots and junit.xml, with "
+        "every load-*.json found in the directory (Locust --triton-report-json, triton-perf "
+        "--json)", PYTEST, parse=parse_optional, metavar="DIR")
+    baseline: str | None = _setting(
+        None, "compare this run with a stored gate report and fail on a regression beyond the "
+        "--triton-baseline-* limits", PYTEST, parse=parse_optional, metavar="FILE")
+    save_baseline: str | None = _setting(
+        None, "write this run's gate report as a baseline (only when the gate passes)", PYTEST,
+        parse=parse_optional, metavar="FILE")
+    baseline_throughput_drop: float = _setting(
+        10.0, "baseline: fail when a load point's throughput (median over its windows) drops "
+        "by more than this percentage", PYTEST, parse=parse_limit, metavar="PERCENT")
+    baseline_p99_rise: float = _setting(
+        20.0, "baseline: fail when a load point's p99 latency (median over its windows) rises "
+        "by more than this percentage", PYTEST, parse=parse_limit, metavar="PERCENT")
+    baseline_headroom: float = _setting(
+        80.0, "baseline: fail when a parity row uses more than this percentage of its "
+        "tolerance allowance", PYTEST, parse=parse_limit, metavar="PERCENT")
     # -- load ------------------------------------------------------------------------------
     model: str | None = _setting(
         None, "Triton model name to send load to (default: the locustfile's model)",

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .client import Protocol, TritonClient
 from .errors import InferenceError, ModelLoadError
 from .launchers.base import RunningServer, load_failures
-from .parity import ParityReport, Tolerance, assert_parity
+from .parity import ParityReport, Tolerance, compare
 from .repository import pbtxt
 from .repository.builder import Repository
 from .repository.variants import Variant
+from .results import Check, ParityResult, transport_of
 from .stats import ModelStats, StatsWindow
+
+ResultListener = Callable[[ParityResult], None]
 
 
 class Deployment:
@@ -34,6 +38,31 @@ class Deployment:
         self._clients: dict[str, TritonClient] = {}
         self._loaded: set[str] = set()
         self._lock = threading.RLock()
+        self.listeners: list[ResultListener] = []  # told of every parity check's result
+
+    def record(self, result: ParityResult) -> None:
+        for listener in list(self.listeners):
+            listener(result)
+
+    def describe(self) -> dict[str, Any]:
+        """The server as a report names it: launcher, endpoints, Triton's version (from the
+        server metadata), backends and device."""
+        server = self.server
+        info: dict[str, Any] = {
+            "launcher": server.launcher, "http": server.endpoints.http,
+            "grpc": server.endpoints.grpc, "backends": sorted(server.backends),
+            "device": "GPU" if server.gpu else "CPU",
+            "image": getattr(getattr(server, "settings", None), "image", None),
+            "model_control": server.model_control_mode,
+        }
+        try:
+            metadata = self.client("http").server_metadata()
+            info["tritonserver_version"] = metadata.get("version")
+            info["extensions"] = list(metadata.get("extensions", []))
+        except Exception as exc:  # a dead server must not hide the rest of the report
+            info["tritonserver_version"] = None
+            info["metadata_error"] = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        return info
 
     def client(self, protocol: Protocol) -> TritonClient:
         with self._lock:
@@ -89,6 +118,8 @@ class Deployment:
                 or any(value is c for c in self._clients.values()))
 
     def model(self, key: str | Variant) -> ServedModel:
+        """The served variant by test id (mnist-onnx-hosted) or Triton model name
+        (mnist_onnx), loaded on first use."""
         variant = key if isinstance(key, Variant) else self.repository.variant(key)
         self.load(variant)
         return ServedModel(variant, self)
@@ -156,13 +187,30 @@ class ServedModel:
     def stats(self, client: TritonClient, **kwargs: object) -> StatsWindow:
         return StatsWindow(client, self.name, **kwargs)  # type: ignore[arg-type]
 
-    def _check(self, client: TritonClient, native: Mapping[str, np.ndarray],
-               served: Mapping[str, np.ndarray], rtol: float | None, atol: float | None,
-               tolerances: Mapping[str, Tolerance] | None) -> ParityReport:
-        return assert_parity(native, served, model=self.variant.spec.name, backend=self.id,
-                             protocol=client.protocol, fmt=self.variant.format, rtol=rtol,
-                             atol=atol, tolerances=tolerances, device=self.device,
-                             numerics=self.deployment.repository.target.numerics)
+    def _compare(self, client: TritonClient, native: Mapping[str, np.ndarray],
+                 served: Mapping[str, np.ndarray], rtol: float | None, atol: float | None,
+                 tolerances: Mapping[str, Tolerance] | None) -> ParityReport:
+        numerics = self.deployment.repository.target.numerics
+        context = (f"model {self.variant.spec.name!r}, backend {self.id!r}, protocol "
+                   f"{client.protocol!r}")
+        transport = transport_of(client)
+        if transport != "none":
+            context += f", transport {transport!r}"
+        if self.device == "gpu":
+            context += f", {numerics} numerics"
+        return compare(native, served, fmt=self.variant.format, context=context, rtol=rtol,
+                       atol=atol, tolerances=tolerances, device=self.device, numerics=numerics)
+
+    def _record(self, client: TritonClient, check: Check, batch_size: int,
+                reports: list[ParityReport], batching: ModelStats | None = None) -> None:
+        variant = self.variant
+        self.deployment.record(ParityResult(
+            variant=variant.id, model=variant.spec.name, triton_model=variant.model_name,
+            format=variant.format, precision=variant.precision, backend=variant.backend,
+            protocol=client.protocol, transport=transport_of(client), check=check,
+            batch_size=batch_size, requests=len(reports), reports=tuple(reports),
+            batching=batching, server=self.deployment.server.endpoints.http,
+            device=self.device, numerics=self.deployment.repository.target.numerics))
 
     @property
     def device(self) -> str:
@@ -173,11 +221,17 @@ class ServedModel:
                       *, batch_size: int = 2, seed: int = 0, rtol: float | None = None,
                       atol: float | None = None,
                       tolerances: Mapping[str, Tolerance] | None = None) -> ParityReport:
-        """One request; every output must match native PyTorch within tolerance."""
+        """One request; every output must match native PyTorch within tolerance. Returns the
+        report (max abs/rel diff and the share of the allowance used, per output)."""
         if inputs is None:
             inputs = self.inputs(batch_size, seed)
-        return self._check(client, self.native(inputs), self.infer(client, inputs), rtol, atol,
-                           tolerances)
+        report = self._compare(client, self.native(inputs), self.infer(client, inputs), rtol,
+                               atol, tolerances)
+        rows = next(iter(inputs.values())).shape[0] if self.variant.spec.batched else 1
+        self._record(client, "parity", int(rows), [report])
+        if not report.ok:
+            raise AssertionError(report.describe())
+        return report
 
     def assert_batched_parity(self, client: TritonClient, requests: int = 8, *, seed: int = 0,
                               rtol: float | None = None, atol: float | None = None,
@@ -191,11 +245,12 @@ class ServedModel:
         singles = [{n: a[i:i + 1] for n, a in rows.items()} for i in range(requests)]
         with StatsWindow(client, self.name, expect_requests=requests) as window:
             served = self.infer_many(client, singles)
-        for index, (single, answer) in enumerate(zip(singles, served, strict=False)):
-            try:
-                self._check(client, self.native(single), answer, rtol, atol, tolerances)
-            except AssertionError as exc:
-                raise AssertionError(f"request {index} of {requests} sent together: {exc}") \
-                    from None
+        reports = [self._compare(client, self.native(single), answer, rtol, atol, tolerances)
+                   for single, answer in zip(singles, served, strict=False)]
+        self._record(client, "batched_parity", 1, reports, window.delta)
+        for index, report in enumerate(reports):
+            if not report.ok:
+                raise AssertionError(f"request {index} of {requests} sent together: "
+                                     f"{report.describe()}")
         return window.delta
 

@@ -13,12 +13,14 @@ variants the server will serve (ids like `mnist-onnx-hosted-grpc`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from . import reporting
 from .client import Protocol, TritonClient
 from .config import TritonConfig, check_names
 from .deployment import Deployment, ServedModel
@@ -110,6 +112,8 @@ def server(*, repository: str = "triton_repository", scope: str = "session",
         repo: Repository = request.getfixturevalue(role.repository)
         deployment = start_deployment(triton_config.with_overrides(role.overrides), repo)
         request.config.stash.setdefault(DEPLOYMENTS, []).append(deployment)
+        deployment.listeners.append(functools.partial(reporting.record_result, request.config))
+        reporting.record_server(request.config, deployment)
         try:
             yield deployment
         finally:

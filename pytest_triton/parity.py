@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -104,10 +106,26 @@ class OutputDiff:
     served_value: object
     native_value: object
     problem: str = ""  # shape/dtype/missing problems, found before any value comparison
+    # The largest share of its allowance any element used: |served - native| / (atol + rtol *
+    # |native|), torch.testing's allowance. Above 1 the element mismatches; inf where nothing
+    # could be compared, or where an exact output differs.
+    headroom_used: float = 0.0
 
     @property
     def ok(self) -> bool:
         return not self.problem and self.mismatched == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly figures of this comparison (non-finite numbers become None)."""
+        return {
+            "name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+            "rtol": self.tolerance.rtol, "atol": self.tolerance.atol,
+            "tolerance_reason": self.tolerance.reason,
+            "max_abs": finite_or_none(self.max_abs), "max_rel": finite_or_none(self.max_rel),
+            "headroom_used": finite_or_none(self.headroom_used),
+            "mismatched": self.mismatched, "total": self.total, "ok": self.ok,
+            "problem": self.problem,
+        }
 
     def describe(self) -> str:
         if self.problem:
@@ -128,7 +146,7 @@ def compare_output(name: str, native: np.ndarray, served: np.ndarray | None,
                    tolerance: Tolerance) -> OutputDiff:
     def problem(text: str) -> OutputDiff:
         return OutputDiff(name, str(native.dtype), tuple(native.shape), tolerance, 0.0, 0.0, 0,
-                          int(native.size), None, None, None, text)
+                          int(native.size), None, None, None, text, math.inf)
 
     if served is None:
         return problem("missing from the served response")
@@ -149,8 +167,11 @@ def compare_output(name: str, native: np.ndarray, served: np.ndarray | None,
     diff = np.where(np.isnan(a) & np.isnan(b), 0.0, diff)
     bad = (diff > tolerance.atol + tolerance.rtol * np.abs(b)) | nan_mismatch
     bad |= np.isnan(diff)
+    allowance = tolerance.atol + tolerance.rtol * np.abs(b)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(diff == 0, 0.0, diff / np.abs(b))
+        used = np.where(diff == 0, 0.0, diff / allowance)
+    used = np.where(nan_mismatch | np.isnan(diff), np.inf, used)
     worst = None
     served_value = native_value = None
     if native.size:
@@ -163,7 +184,8 @@ def compare_output(name: str, native: np.ndarray, served: np.ndarray | None,
         name, tensor_type(native.dtype).wire, tuple(native.shape), tolerance,
         float(np.nanmax(diff)) if diff.size else 0.0,
         float(np.nanmax(rel)) if rel.size else 0.0,
-        int(bad.sum()), int(native.size), worst, served_value, native_value)
+        int(bad.sum()), int(native.size), worst, served_value, native_value,
+        headroom_used=float(np.max(used)) if used.size else 0.0)
 
 
 def _compare_bytes(name: str, native: np.ndarray, served: np.ndarray) -> OutputDiff:
@@ -173,7 +195,13 @@ def _compare_bytes(name: str, native: np.ndarray, served: np.ndarray) -> OutputD
     worst = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
     return OutputDiff(name, "BYTES", tuple(native.shape), EXACT, 0.0, 0.0, int(bad.sum()),
                       int(native.size), worst, served[worst] if worst else None,
-                      native[worst] if worst else None)
+                      native[worst] if worst else None,
+                      headroom_used=math.inf if bad.any() else 0.0)
+
+
+def finite_or_none(value: float) -> float | None:
+    """JSON has no infinity: a figure that could not be measured is None."""
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -184,6 +212,11 @@ class ParityReport:
     @property
     def ok(self) -> bool:
         return all(d.ok for d in self.diffs)
+
+    @property
+    def headroom_used(self) -> float:
+        """The worst output's share of its allowance (see OutputDiff.headroom_used)."""
+        return max((d.headroom_used for d in self.diffs), default=0.0)
 
     def describe(self) -> str:
         lines = [f"parity {'ok' if self.ok else 'FAILED'}: {self.context}"]

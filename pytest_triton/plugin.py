@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from . import factories
+from . import factories, reporting
 from .config import Setting, Source, TritonConfig, resolve, settings_for
 from .errors import ConfigError, TritonTestError
 from .importing import load_object
@@ -71,13 +71,17 @@ def sources(pytestconfig: pytest.Config) -> list[Source]:
     return [cli, ini]
 
 
+@pytest.hookimpl(tryfirst=True)  # before junitxml reads --junitxml (the report points it)
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     try:
-        config.stash[CONFIG] = resolve(*sources(config))
+        triton = config.stash[CONFIG] = resolve(*sources(config))
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-triton: {exc}") from None
+    if triton.report and hasattr(config.option, "xmlpath") and not config.option.xmlpath:
+        config.option.xmlpath = reporting.junit_path(triton)  # unless -p no:junitxml
+    config.pluginmanager.register(reporting.GateReporter(config, triton), "pytest-triton-gate")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

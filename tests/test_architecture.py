@@ -15,7 +15,7 @@ from pytest_triton.config import SETTINGS, settings_for
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_triton"
 FACES = {
-    "pytest": ("pytest_triton.plugin", "pytest_triton.factories"),
+    "pytest": ("pytest_triton.plugin", "pytest_triton.factories", "pytest_triton.reporting"),
     "locust": ("pytest_triton.load",),
     "deploy": ("pytest_triton.cli",),
 }
@@ -88,6 +88,22 @@ def test_what_a_server_offers_sits_below_launchers_and_repository() -> None:
     assert not [(m, d) for m in repository for d in GRAPH[m] if d in launchers]
     assert "pytest_triton.target" in GRAPH["pytest_triton.launchers.base"]
     assert "pytest_triton.target" in GRAPH["pytest_triton.repository.variants"]
+
+
+def test_the_gate_report_reads_documents_only() -> None:
+    """pytest_triton.gate turns recorded results and load files into the report: no face, no
+    server, no pytest and no locust, so any front end (or a script) can use it."""
+    gate = [m for m in GRAPH if m.startswith("pytest_triton.gate")]
+    assert gate
+    allowed = set(gate)
+    assert not [(m, d) for m in gate for d in GRAPH[m] if d not in allowed]
+    for module in gate:
+        tree = ast.parse(MODULES[module].read_text())
+        roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                 for a in n.names}
+        roots |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
+                  if isinstance(n, ast.ImportFrom) and not n.level}
+        assert not roots & {"pytest", "_pytest", "locust", "gevent"}, (module, roots)
 
 
 def test_load_modules_stay_small() -> None:

@@ -43,6 +43,10 @@ def test_metadata_reads_the_same_on_both_protocols(server: RunningServer) -> Non
     stats = [client(server, p).statistics("add_one")["model_stats"][0] for p in PROTOCOLS]
     assert stats[0]["version"] == stats[1]["version"] == "1"
     assert stats[0]["inference_count"] == stats[1]["inference_count"] >= 2
+    servers = [client(server, p).server_metadata() for p in PROTOCOLS]
+    assert servers[0]["version"] == servers[1]["version"] == "2.51.0"  # the bundled server
+    assert "statistics" in servers[0]["extensions"] and set(servers[0]["extensions"]) == set(
+        servers[1]["extensions"])
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

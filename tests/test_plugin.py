@@ -269,11 +269,12 @@ def test_readme_example_runs_in_an_empty_project(pytester: pytest.Pytester) -> N
     """The README's user example, pasted as-is, passes."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     blocks = {}
-    for name in ("conftest.py", "test_model.py"):
-        start = readme.index(f"# {name}\n")
+    for name in ("conftest.py", "test_model.py", "test_more.py"):
+        start = readme.index(f"# {name}")
         end = readme.index("```", start)
         blocks[name] = readme[start:end]
     for name, text in blocks.items():
         (pytester.path / name).write_text(text)
     result = run(pytester, "-v")
-    result.assert_outcomes(passed=12)  # 3 formats x 2 protocols x 2 tests
+    # 3 formats x 2 protocols x 2 tests, and test_more's 2 tests x 2 protocols
+    result.assert_outcomes(passed=16)

@@ -34,7 +34,7 @@ from ..processes import die_with_parent
 from ..urls import check_host, endpoints_from, parse_url
 from .embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
 from .perf import Point, bound_search, parse_range, parse_rate_range
-from .sweep_report import judge, write_reports
+from .sweep_report import judge, sweep_verdict, write_reports
 
 # What the seeds call a sample of each zoo model.
 UNITS = {"dlrm": "rec/s", "bert": "seq/s", "resnet50": "img/s", "resnext101-32x4d": "img/s",
@@ -168,8 +168,9 @@ def run(args: argparse.Namespace) -> int:
             generator.close()
         if server is not None:
             server.stop()
-    write_reports(points, args, unit, name)
-    return judge(points, config)
+    verdict = sweep_verdict(points, config)
+    write_reports(points, args, unit, name, verdict)
+    return judge(verdict)
 
 
 def _sweep(generator: GeneratorProcess, args: argparse.Namespace, batches: Sequence[int],

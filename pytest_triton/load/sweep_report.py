@@ -27,7 +27,8 @@ def _window(data: dict[str, Any]) -> Window:
     return Window(**{k: v for k, v in data.items() if k in Window.__dataclass_fields__})
 
 
-def write_reports(points: Sequence[Point], args: argparse.Namespace, unit: str, name: str) -> None:
+def write_reports(points: Sequence[Point], args: argparse.Namespace, unit: str, name: str,
+                  verdict: dict[str, Any] | None = None) -> None:
     table = markdown_table(points, unit)
     print(table)
     lines = []
@@ -73,24 +74,42 @@ def write_reports(points: Sequence[Point], args: argparse.Namespace, unit: str, 
                                          args.latency_bound, args.percentile))
                 for b in sorted({p.batch_size for p in points}))}
             if args.latency_bound is not None else None,
+            "verdict": verdict,
         }, indent=2))
 
 
-def judge(points: Sequence[Point], config: TritonConfig) -> int:
+def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, Any] | None:
     """With targets set (--perf-* or TRITON_PERF_*), model_analyzer's reading: which points
-    meet every one; the run fails when none does."""
+    meet every one; the run passes when one does. None without targets (the gate report
+    reads it from --json)."""
     if all(config.origins.get(t.name) == "default" for t in tg.TARGET_DEFS):
-        return 0
+        return None
     targets = tg.Targets.from_config(config)
-    verdicts = [(p, tg.failures(tg.evaluate(targets, p))) for p in points]
-    passing = [p for p, failed in verdicts if not failed]
-    print(f"Targets ({targets}): {len(passing)} of {len(points)} points meet every one")
-    for p, failed in verdicts:
-        state = "PASS" if not failed else "FAIL - " + "; ".join(
-            f"{c.label} {tg.describe_failure(c)}" for c in failed)
-        print(f"  batch {p.batch_size} {p.load}: {state}")
-    print("RESULT: PASS" if passing else "RESULT: FAIL - no measured point meets every target")
-    return 0 if passing else 1
+    rows = []
+    for p in points:
+        failed = tg.failures(tg.evaluate(targets, p))
+        rows.append({"batch_size": p.batch_size, "concurrency": p.concurrency,
+                     "request_rate_asked": p.request_rate_asked, "load": p.load,
+                     "passed": not failed,
+                     "failed": [f"{c.label} {tg.describe_failure(c)}" for c in failed]})
+    return {"targets": {k: v for k, v in targets.limits.items() if v is not None},
+            "passed": any(r["passed"] for r in rows), "points": rows}
+
+
+def judge(verdict: dict[str, Any] | None) -> int:
+    """Print sweep_verdict's verdict; the exit code (1 when no point meets every target)."""
+    if verdict is None:
+        return 0
+    rows = verdict["points"]
+    targets = ", ".join(f"{k}={v}" for k, v in verdict["targets"].items())
+    print(f"Targets (Targets({targets})): {sum(r['passed'] for r in rows)} of {len(rows)} "
+          "points meet every one")
+    for r in rows:
+        state = "PASS" if r["passed"] else "FAIL - " + "; ".join(r["failed"])
+        print(f"  batch {r['batch_size']} {r['load']}: {state}")
+    print("RESULT: PASS" if verdict["passed"]
+          else "RESULT: FAIL - no measured point meets every target")
+    return 0 if verdict["passed"] else 1
 
 
 # -- reports -----------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ def measured(environment: Environment) -> tg.Measured:
         avg_ms=total.avg_response_time if any_ else nan,
         p95_ms=total.get_response_time_percentile(0.95) if any_ else nan,
         p99_ms=total.get_response_time_percentile(0.99) if any_ else nan,
+        p50_ms=total.get_response_time_percentile(0.5) if any_ else nan,
     )
 
 

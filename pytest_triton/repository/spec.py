@@ -61,8 +61,9 @@ class ModelSpec:
     `module` may be a zero-argument callable so that building a large model is deferred
     until a test needs it. `example_inputs` is one batch (the batch axis first when
     `max_batch_size > 0`); it drives tracing, export shapes and the default parity inputs.
-    `make_inputs(batch_size, seed)` may be given to generate other batches (valid indices for
-    embeddings, token ids...); without it, rows of the example batch are cycled.
+    `input_factory(batch_size, seed)` may be given to generate other batches (valid indices
+    for embeddings, token ids...), returning tensors by input name; without it, rows of the
+    example batch are cycled (see `make_inputs`).
     """
 
     name: str
@@ -124,7 +125,9 @@ class ModelSpec:
         return self._module
 
     def make_inputs(self, batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
-        """A batch of inputs as numpy arrays (what goes on the wire)."""
+        """A batch of inputs as numpy arrays (what goes on the wire): `input_factory`'s, else
+        rows `seed, seed+1, ...` of the example batch, cycled, where a row used a second time
+        gets a seeded nudge (floating inputs) so that no two requests are identical."""
         if self.input_factory is not None:
             made = self.input_factory(batch_size, seed)
             return {n: _to_numpy(made[n]) for n in self.input_names}

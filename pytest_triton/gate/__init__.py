@@ -1,0 +1,7 @@
+"""The release-gate report: what a session served and measured, in one document a reviewer
+reads (report.md, plots) and a machine compares (report.json, baselines).
+
+This package only reads and writes documents (JSON-friendly dicts): the pytest plugin feeds it
+the results it recorded per test, and load runs (Locust's --triton-report-json, triton-perf's
+--json) leave their files in the report directory. It imports neither pytest nor locust.
+"""

@@ -1,0 +1,136 @@
+"""Load results a gate report takes in: files named `load-*.json` in the report directory,
+written by a locustfile (`--triton-report-json DIR/load-NAME.json`) or by triton-perf
+(`--json DIR/load-NAME.json`).
+
+Each becomes a run with one point (Locust) or one point per batch size x concurrency
+(triton-perf). A point's figures are medians over its measurement windows when the file has a
+`windows` list (top level or under `measured`), else the run's single figures: a comparison
+never rests on one window when there are several.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+LOAD_GLOB = "load-*.json"
+METRICS = ("throughput", "avg_ms", "p50_ms", "p95_ms", "p99_ms")
+
+
+def figure(point: Mapping[str, Any], metric: str) -> float | None:
+    """The median of a metric over the point's windows, or its single value; None if absent."""
+    values = [_number(w.get(metric)) for w in point.get("windows") or ()]
+    present = [v for v in values if v is not None]
+    if present:
+        return float(statistics.median(present))
+    return _number(point.get(metric))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def read_load_files(directory: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every load-*.json of the directory as a run; unreadable ones as problems."""
+    runs: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for path in sorted(directory.glob(LOAD_GLOB)):
+        try:
+            document = json.loads(path.read_text())
+            run = load_run(path.stem.removeprefix("load-"), path.name, document)
+            run["written"] = path.stat().st_mtime
+            runs.append(run)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{path.name}: cannot be read as a load result ({exc}); write it "
+                            "with a locustfile's --triton-report-json or triton-perf --json")
+    return runs, problems
+
+
+def load_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
+    if "points" in document:
+        return _perf_run(name, source, document)
+    if "measured" in document:
+        return _locust_run(name, source, document)
+    raise ValueError("neither a Locust report (it has no 'measured') nor a triton-perf sweep "
+                     "(no 'points')")
+
+
+def _point(values: Mapping[str, Any], windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    point: dict[str, Any] = {"windows": [dict(w) for w in windows]}
+    point.update({m: _number(values.get(m)) for m in METRICS})
+    point.update({m: figure(point, m) for m in METRICS})
+    point["requests"] = int(values.get("requests") or 0)
+    point["failures"] = int(values.get("failures") or 0)
+    point["duration_s"] = _number(values.get("duration_s"))
+    return point
+
+
+def _failed(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    named = []
+    for c in checks:
+        if c.get("passed") is False:
+            sign = "<=" if c.get("kind") == "max" else ">="
+            unit = f" ({c['unit']})" if c.get("unit") else ""
+            named.append(f"{c.get('name')}{unit} measured {fmt(c.get('measured'))}, target "
+                         f"{sign} {fmt(c.get('limit'))}")
+    return named
+
+
+def fmt(value: Any) -> str:
+    """A figure as people read it: 75,000 and 82, or 0.0123."""
+    number = _number(value)
+    if number is None:
+        return "n/a"
+    return f"{number:,.0f}" if abs(number) >= 100 else f"{number:.3g}"
+
+
+def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
+    measured = document["measured"]
+    windows = document.get("windows") or measured.get("windows") or []
+    checks = list(document.get("checks", []))
+    point = {"key": name, **_point(measured, windows)}
+    server = list(document.get("server", []))
+    return {
+        "name": name, "source": source, "kind": "locust", "host": document.get("host"),
+        "model": ", ".join(str(s.get("model")) for s in server) or None,
+        "passed": document.get("passed"), "exit_code": document.get("exit_code"),
+        "checks": checks, "failed": _failed(checks), "points": [point], "server": server,
+        "warnings": list(document.get("warnings", [])),
+        "stability": (document.get("stability") or {}).get("summary"),
+    }
+
+
+def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
+    verdict = document.get("verdict") or None
+    by_point = {(v["batch_size"], v["concurrency"], v.get("request_rate_asked")): v
+                for v in (verdict or {}).get("points", [])}
+    points = []
+    for raw in document["points"]:
+        batch, concurrency = int(raw["batch_size"]), int(raw["concurrency"])
+        rate = raw.get("request_rate_asked")  # open loop: the rate, not the concurrency, varies
+        load = f"rate {rate:g}/s" if rate else f"concurrency {concurrency}"
+        point = {"key": f"{name} batch {batch} {load}",
+                 **_point(raw, raw.get("windows") or []),
+                 "batch_size": batch, "concurrency": concurrency, "request_rate_asked": rate,
+                 "avg_batch_size": _number(raw.get("server_avg_batch"))}
+        judged = by_point.get((batch, concurrency, rate))
+        point["passed"] = None if judged is None else bool(judged["passed"])
+        points.append(point)
+    failed = [] if verdict is None or verdict.get("passed") else [
+        "no measured point meets every target (" + ", ".join(
+            f"{k} {v}" for k, v in verdict.get("targets", {}).items()) + ")"]
+    return {
+        "name": name, "source": source, "kind": "triton-perf", "host": None,
+        "model": document.get("model"), "unit": document.get("unit"),
+        "passed": None if verdict is None else bool(verdict.get("passed")),
+        "checks": [], "failed": failed, "points": points, "server": [],
+        "warnings": [f"{p['key']}: {raw['stability']}" for p, raw in
+                     zip(points, document["points"], strict=True) if raw.get("stability")],
+        "targets": (verdict or {}).get("targets", {}), "stability": None,
+    }

@@ -1,0 +1,213 @@
+"""The CI files users copy stay valid: the workflow and the pre-commit config parse, and every
+command they (and tox) call exists: Makefile targets, tox envs, scripts, tools, pytest options
+and markers."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pytest_triton.config import settings_for
+from pytest_triton.plugin import MARKERS
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOW = REPO / ".github" / "workflows" / "ci.yml"
+PRE_COMMIT = REPO / ".pre-commit-config.yaml"
+TOOLS = {"pytest", "ruff", "mypy", "locust", "triton-perf", "triton-deploy", "pip", "python"}
+PYTEST_OPTIONS = {s.cli for s in settings_for("pytest")}
+
+
+def workflow() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(WORKFLOW.read_text())
+    return loaded
+
+
+def makefile_targets() -> set[str]:
+    return set(re.findall(r"^([A-Za-z][\w.-]*)\s*:(?!=)", (REPO / "Makefile").read_text(),
+                          re.MULTILINE))
+
+
+def makefile_recipe(target: str) -> str:
+    """The target's commands ('' for one that only has prerequisites)."""
+    text = (REPO / "Makefile").read_text()
+    match = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)*)", text, re.MULTILINE)
+    assert match, f"no rule for make {target}"
+    return match.group(1).replace("\\\n", " ")
+
+
+def tox() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(REPO / "tox.ini")
+    return parser
+
+
+def tox_envs() -> set[str]:
+    config = tox()
+    return {"py"} | {s.split(":", 1)[1] for s in config.sections() if s.startswith("testenv:")}
+
+
+def workflow_commands() -> Iterator[tuple[str, str]]:
+    for name, job in workflow()["jobs"].items():
+        for step in job["steps"]:
+            if "run" in step:
+                yield name, step["run"].replace("\\\n", " ")
+
+
+def tox_commands() -> Iterator[tuple[str, str]]:
+    config = tox()
+    for section in config.sections():
+        for key in ("commands", "commands_pre"):
+            text = config.get(section, key, fallback="")
+            for line in filter(None, (t.strip() for t in text.splitlines())):
+                yield section, line.replace("{toxinidir}/", "")
+
+
+def words(command: str) -> list[str]:
+    return shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "X", command), comments=True)
+
+
+SEPARATORS = {"&&", "||", ";", "|", "then", "else", "do", "if", "elif"}
+OUTPUTS = ("gate-report", "gpu-report", ".gate-baseline", "refs/")
+
+
+def simple_commands(command: str) -> Iterator[list[str]]:
+    """A shell line's simple commands: words up to each separator."""
+    current: list[str] = []
+    for word in words(command):
+        if word in SEPARATORS or word.endswith(";"):
+            if word.endswith(";") and word != ";":
+                current.append(word[:-1])
+            if current:
+                yield current
+            current = []
+        else:
+            current.append(word)
+    if current:
+        yield current
+
+
+def check_command(where: str, command: str) -> list[str]:
+    """What a shell command calls that does not exist here."""
+    problems = []
+    for tokens in simple_commands(command):
+        while len(tokens) > 1 and re.fullmatch(r"[A-Z_]+=\S*", tokens[0]):
+            tokens = tokens[1:]  # VAR=value before the program
+        program = tokens[0].rsplit("/", 1)[-1]
+        if program == "make":
+            targets = [t for t in tokens[1:] if "=" not in t and not t.startswith("-")]
+            problems += [f"{where}: make {t}: no such Makefile target" for t in targets
+                         if t not in makefile_targets() and not t.endswith(".installed")]
+        if program == "tox" and "-e" in tokens:
+            envs = tokens[tokens.index("-e") + 1].split(",")
+            problems += [f"{where}: tox -e {e}: no such env" for e in envs if e not in tox_envs()]
+        for i, token in enumerate(tokens):
+            if token.startswith((".venv/bin/", "$(BIN)/")):
+                if token.rsplit("/", 1)[1] not in TOOLS:
+                    problems.append(f"{where}: {token}: not a tool this project installs")
+            elif (re.fullmatch(r"\.?[\w-]+(/[\w.-]+)+", token) and not token.endswith("/")
+                  and not token.startswith(OUTPUTS) and not (REPO / token).exists()):
+                problems.append(f"{where}: {token}: no such file in the repository")
+            if token.startswith("--triton-") and token.split("=")[0] not in PYTEST_OPTIONS:
+                problems.append(f"{where}: {token}: not a pytest-triton option")
+            if program == "pytest" and i and tokens[i - 1] == "-m":
+                unknown = set(re.findall(r"[a-z_]+", token)) - set(MARKERS) - {"and", "or",
+                                                                                "not"}
+                if unknown:
+                    problems.append(f"{where}: -m {token!r}: unknown marker(s) "
+                                    f"{sorted(unknown)}")
+    return problems
+
+
+def test_workflow_parses_and_has_the_jobs_users_copy() -> None:
+    wf = workflow()
+    triggers = wf.get("on", wf.get(True))  # YAML 1.1 reads the bare key `on` as true
+    assert {"push", "pull_request"} <= set(triggers)
+    jobs = wf["jobs"]
+    assert {"lint", "cpu", "container", "gate", "gpu", "gpu-in-ngc-image"} <= set(jobs)
+    for name, job in jobs.items():
+        assert job.get("runs-on") and job.get("steps"), name
+        assert job.get("timeout-minutes"), f"{name}: a job without a timeout can hang for hours"
+        for need in job.get("needs", []):
+            assert need in jobs, f"{name} needs unknown job {need}"
+        for step in job["steps"]:
+            assert ("run" in step) != ("uses" in step), f"{name}: {step}"
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w.-]+)*@v\d+", step["uses"]), step
+    for name in ("gpu", "gpu-in-ngc-image"):
+        job = jobs[name]
+        assert "vars.TRITON_GPU_RUNNER" in job["if"], "GPU jobs must not wait for a runner " \
+            "that a fork does not have"
+        assert {"self-hosted", "gpu"} <= set(job["runs-on"])
+        assert any("--triton-gpu" in c for j, c in workflow_commands() if j == name)
+    ngc = jobs["gpu-in-ngc-image"]["container"]
+    assert ngc["image"].startswith("nvcr.io/nvidia/tritonserver:") and "--gpus" in ngc["options"]
+    assert any("--triton-executable /opt/tritonserver/bin/tritonserver" in c
+               for j, c in workflow_commands() if j == "gpu-in-ngc-image")
+    uploads = [s for s in jobs["gate"]["steps"] if "upload-artifact" in s.get("uses", "")]
+    assert uploads and uploads[0]["with"]["path"].startswith("gate-report")
+
+
+@pytest.mark.parametrize("source", ["workflow", "tox", "Makefile"])
+def test_every_command_called_exists(source: str) -> None:
+    if source == "workflow":
+        commands = list(workflow_commands())
+    elif source == "tox":
+        commands = list(tox_commands())
+    else:
+            commands = [(f"make {t}", makefile_recipe(t)) for t in sorted(makefile_targets())]
+    assert commands
+    problems = [p for where, command in commands for line in command.splitlines()
+                for p in check_command(where, line)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_checker_catches_what_does_not_exist() -> None:
+    assert check_command("x", "make gate test-cpu BASELINE=b.json") == []
+    assert check_command("x", "apt-get install -y make python3-venv") == []
+    assert check_command("x", "make nonsense") == ["x: make nonsense: no such Makefile target"]
+    assert check_command("x", "tox -e py,nope") == ["x: tox -e nope: no such env"]
+    assert check_command("x", "images/build-nothing") == [
+        "x: images/build-nothing: no such file in the repository"]
+    assert check_command("x", ".venv/bin/pytest --triton-gpux") == [
+        "x: --triton-gpux: not a pytest-triton option"]
+    assert check_command("x", 'A=1 $(BIN)/pytest -m "not heavy"') == [
+        "x: -m 'not heavy': unknown marker(s) ['heavy']"]
+
+
+def test_ci_jobs_match_make_targets_and_tox_envs() -> None:
+    called = {t for _, c in workflow_commands() for t in re.findall(r"\bmake (\w[\w-]*)", c)}
+    assert {"lint", "test-cpu", "test-container", "gate", "install"} <= called
+    assert {"py", "container", "gate", "gpu", "lint"} <= tox_envs()
+    config = tox()
+    assert config.get("testenv", "commands") == 'pytest -m "not container" {posargs}'
+    assert "pytest -m \"not container\"" in makefile_recipe("test-cpu")
+    assert "pytest -m container" in makefile_recipe("test-container")
+    assert "pytest -m container" in config.get("testenv:container", "commands")
+    assert "pytest examples -v --triton-report" in config.get("testenv:gate", "commands")
+
+
+def test_pre_commit_runs_the_pinned_linters_as_make_lint_does() -> None:
+    config = yaml.safe_load(PRE_COMMIT.read_text())
+    hooks = {h["id"]: h for repo in config["repos"] for h in repo["hooks"]}
+    assert set(hooks) == {"ruff", "mypy"}
+    pyproject = (REPO / "pyproject.toml").read_text()
+    dev = re.findall(r"^dev = \[(.*)\]", pyproject, re.MULTILINE)[0]
+    pins = (REPO / "constraints.txt").read_text()
+    lint = makefile_recipe("lint")
+    for name, hook in hooks.items():
+        entry = shlex.split(hook["entry"])
+        assert entry[0] == f".venv/bin/{name}" and hook["language"] == "system", hook
+        assert name in dev and re.search(rf"^{name}==", pins, re.MULTILINE), name
+        assert (Path(sys.executable).parent / name).exists(), f"{name} is not installed"
+        assert f"$(BIN)/{' '.join(entry[0].split('/')[-1:] + entry[1:])}" in lint
+    assert hooks["mypy"]["pass_filenames"] is False  # packages come from pyproject.toml
+    excluded = re.findall(r'"([^"]+)"', re.findall(r"extend-exclude = \[(.*)\]", pyproject)[0])
+    assert excluded and all(re.search(hooks["ruff"]["exclude"], path) for path in excluded)
