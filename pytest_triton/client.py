@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
 from . import health, request_errors
@@ -35,6 +36,13 @@ T = TypeVar("T")
 
 NOT_NUMBERS = frozenset({"name", "version", "versions", "platform", "backend", "datatype",
                          "data_type", "reason", "key", "string_value"})
+
+
+def _as_dict(message: Any) -> dict[str, Any]:
+    """A gRPC answer as the HTTP API writes the same answer: fields left at their defaults
+    included (protobuf's JSON drops them), 64-bit integers as ints."""
+    return dict(_intify(json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)))
 
 
 def _intify(value: Any, key: str = "") -> Any:
@@ -160,29 +168,27 @@ class TritonClient:
         self._call(model, lambda: self._client.unload_model(model))
 
     def model_config(self, model: str) -> dict[str, Any]:
+        """The model's configuration as the server completed it (the same on both
+        protocols)."""
         if self.protocol == "http":
             return dict(self._call(model, lambda: self._client.get_model_config(model)))
-        got = self._call(model, lambda: self._client.get_model_config(model, as_json=True))
-        return dict(_intify(got["config"]))
+        got = self._call(model, lambda: self._client.get_model_config(model))
+        return _as_dict(got.config)
 
     def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
         """Name, versions, platform, inputs and outputs (shapes as ints on both protocols)."""
         if self.protocol == "http":
             return dict(self._call(
                 model, lambda: self._client.get_model_metadata(model, version), version))
-        got = self._call(model, lambda: self._client.get_model_metadata(
-            model, version, as_json=True), version)
-        return dict(_intify(got))
+        got = self._call(model, lambda: self._client.get_model_metadata(model, version),
+                         version)
+        return _as_dict(got)
 
     def statistics(self, model: str, version: str = "") -> dict[str, Any]:
         """The statistics API's answer for one model, counters as ints on both protocols."""
-        if self.protocol == "http":
-            got = self._call(model, lambda: self._client.get_inference_statistics(
-                model, version), version)
-        else:
-            got = self._call(model, lambda: self._client.get_inference_statistics(
-                model, version, as_json=True), version)
-        return dict(_intify(got))
+        got = self._call(model, lambda: self._client.get_inference_statistics(model, version),
+                         version)
+        return dict(_intify(got)) if self.protocol == "http" else _as_dict(got)
 
     # -- inference -----------------------------------------------------------------------
     def output_names(self, model: str, version: str = "") -> list[str]:

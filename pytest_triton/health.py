@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Protocol
 
-LOOPBACK_ALIASES = {"localhost": "127.0.0.1", "[::1]": "127.0.0.1", "::1": "127.0.0.1"}
+LOOPBACK_ALIASES = {"localhost": "127.0.0.1"}  # our servers bind 127.0.0.1
 
 
 class ServerHealth(Protocol):
