@@ -19,6 +19,7 @@ Exit status: 0 when no request failed and neither RSS grew by more than --max-rs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import statistics
@@ -85,6 +86,7 @@ class Report:
     client_rss_growth: float
     max_rss_growth: float
     passed: bool
+    throughputs: list[float] = field(default_factory=list)  # every window from the first on
     reasons: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
 
@@ -97,6 +99,7 @@ class Report:
             f"  throughput: first window ({f.start:.0f}-{f.end:.0f} s) {f.throughput:,.1f} "
             f"req/s, last window ({la.start:.0f}-{la.end:.0f} s) {la.throughput:,.1f} req/s, "
             f"drift {self.throughput_drift:+.1%}",
+            f"  throughput per window: {', '.join(f'{t:,.0f}' for t in self.throughputs)} req/s",
             f"  server RSS (tritonserver + stubs): {f.server_rss_mb:,.1f} -> "
             f"{la.server_rss_mb:,.1f} MiB ({self.server_rss_growth:+.2%})",
             f"  client RSS (Locust): {f.client_rss_mb:,.1f} -> {la.client_rss_mb:,.1f} MiB "
@@ -153,6 +156,11 @@ def judge(samples: list[Sample], window_s: float, requests: int, failures: int,
         server_rss_growth=growth(first.server_rss_mb, last.server_rss_mb),
         client_rss_growth=growth(first.client_rss_mb, last.client_rss_mb),
         max_rss_growth=max_growth, passed=True, samples=samples, **about)
+    start = begin
+    while start + span <= end + 1e-9:  # the run window by window: is a drift steady or noise?
+        with contextlib.suppress(ValueError):
+            report.throughputs.append(window(samples, start, start + span).throughput)
+        start += span
     if failures:
         report.reasons.append(f"{failures} of {requests} requests failed")
     for side, grown in (("server", report.server_rss_growth),

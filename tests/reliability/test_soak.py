@@ -36,6 +36,7 @@ def test_a_steady_run_passes() -> None:
     assert report.first.end <= report.last.start
     assert report.first.throughput == pytest.approx(100.0)
     assert report.throughput_drift == pytest.approx(0.0)
+    assert report.throughputs == pytest.approx([100.0] * 2)  # 29 s of load: two whole windows
     assert "RESULT: PASS" in report.text()
 
 
@@ -85,6 +86,6 @@ def test_a_short_soak_reports_every_figure(tmp_path: Path) -> None:
     assert first["start"] < first["end"] <= last["start"] < last["end"]
     for w in (first, last):
         assert w["throughput"] > 0 and w["server_rss_mb"] > 50 and w["client_rss_mb"] > 50
-    assert len(report["samples"]) >= 15
+    assert len(report["samples"]) >= 15 and len(report["throughputs"]) >= 2
     assert "RESULT: " in output and "server RSS (tritonserver + stubs)" in output
     assert not left_by(soak.pid, tmp_path), left_by(soak.pid, tmp_path)
