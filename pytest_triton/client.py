@@ -15,15 +15,18 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
-from typing import Protocol as Interface
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
-from .dtypes import tensor_type
-from .errors import InferenceError, TritonTestError
+from . import health, request_errors
+from .dtypes import TYPES, tensor_type
+from .errors import ServerError, SpecError, TritonTestError
+from .health import ServerHealth
+from .request_errors import request_problem
 
 Protocol = Literal["http", "grpc"]
 PROTOCOLS: tuple[Protocol, ...] = ("http", "grpc")
@@ -33,7 +36,13 @@ T = TypeVar("T")
 
 NOT_NUMBERS = frozenset({"name", "version", "versions", "platform", "backend", "datatype",
                          "data_type", "reason", "key", "string_value"})
-SERVER_DOWN_WAIT_S = 2.0  # after a transport failure: how long the server may take to be reaped
+
+
+def _as_dict(message: Any) -> dict[str, Any]:
+    """A gRPC answer as the HTTP API writes the same answer: fields left at their defaults
+    included (protobuf's JSON drops them), 64-bit integers as ints."""
+    return dict(_intify(json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)))
 
 
 def _intify(value: Any, key: str = "") -> Any:
@@ -46,14 +55,6 @@ def _intify(value: Any, key: str = "") -> Any:
     if isinstance(value, str) and key not in NOT_NUMBERS and value.lstrip("-").isdigit():
         return int(value)
     return value
-
-
-class ServerHealth(Interface):
-    """What a client may ask about the server it talks to (a launcher's RunningServer)."""
-
-    def raise_if_dead(self) -> None: ...
-
-    def check_alive(self, wait_s: float = 0.0) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,9 @@ class TritonClient:
         self.url = url
         self.protocol: Protocol = protocol
         self.timeout_s = timeout_s
-        self.server = server
+        # A server this process started is found by its address: a client made from a bare URL
+        # still learns at once that it died.
+        self.server = server if server is not None else health.find(url)
         self._outputs: dict[tuple[str, str], list[str]] = {}
         self._mod: Any = httpclient if protocol == "http" else grpcclient
         if protocol == "http":
@@ -100,52 +103,57 @@ class TritonClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- errors --------------------------------------------------------------------------
-    def _call(self, model: str, fn: Callable[[], T], version: str = "") -> T:
-        if self.server is not None:
-            self.server.raise_if_dead()
+    # -- errors (request_errors says what each failure means) ----------------------------
+    def _call(self, model: str, fn: Callable[[], T], version: str = "",
+              request: PreparedRequest | None = None, *, named: bool = True) -> T:
+        problem = request_problem(model, version) if named else None
+        if problem is not None:
+            raise request_errors.refused(self, model, problem)
         try:
+            if self.server is not None:
+                self.server.raise_if_dead()
             return fn()
         except InferenceServerException as exc:
-            raise self._rejected(model, exc, version) from None
+            raise self._rejected(model, exc, version, request) from None
+        except ServerError as death:
+            raise request_errors.died(self, model, death) from None
         except TritonTestError:
             raise
         except Exception as exc:  # geventhttpclient and gRPC raise their own transport errors
-            raise self._unreachable(model, exc) from None
+            raise request_errors.unexpected(self, model, exc) from None
 
-    def _rejected(self, model: str, exc: InferenceServerException,
-                  version: str = "") -> Exception:
-        status = exc.status()
-        message = exc.message() or str(exc)
-        if status == "StatusCode.UNAVAILABLE" or status == "StatusCode.DEADLINE_EXCEEDED":
-            return self._unreachable(model, exc)
-        if self.server is not None:
-            self.server.check_alive()
-        if version and message.strip().lower() == "not found":
-            message = (f"Triton answered 'Not Found': model {model!r} has no version "
-                       f"{version!r} (versions are the positive integers of its repository "
-                       "directories; '' means the latest)")
-        return InferenceError(model, self.protocol, message, status)
+    def _rejected(self, model: str, exc: InferenceServerException, version: str = "",
+                  request: PreparedRequest | None = None) -> Exception:
+        shapes = {i.name(): i.shape() for i in request.inputs} if request else None
+        return request_errors.rejected(self, model, exc, version, shapes, self._versions_of,
+                                       self._repository_state)
 
-    def _unreachable(self, model: str, exc: Exception) -> Exception:
-        """A transport failure: the server's death if it died, else where and how it failed."""
-        detail = str(exc.message() if isinstance(exc, InferenceServerException) else exc)
-        timed_out = (isinstance(exc, TimeoutError) or "timed out" in detail.lower()
-                     or "deadline exceeded" in detail.lower())
-        if self.server is not None:
-            try:  # a refused or reset connection may be a server on its way out: let it go
-                self.server.check_alive(wait_s=0.0 if timed_out else SERVER_DOWN_WAIT_S)
-            except TritonTestError as death:
-                return death
-        if timed_out:
-            return InferenceError(model, self.protocol, f"no answer from the server at "
-                                  f"{self.url} within {self.timeout_s:g}s ({detail})")
-        return InferenceError(model, self.protocol, f"server at {self.url} unreachable: "
-                              f"{type(exc).__name__}: {detail}")
+    def _versions_of(self, model: str) -> list[str] | None:
+        """The versions the server has of a model, to name them after a version error."""
+        try:
+            return [str(v) for v in self.model_metadata(model).get("versions", [])]
+        except TritonTestError:
+            return None
+
+    def _repository_state(self, model: str) -> str | None:
+        """How the server's repository index lists a model it does not serve ('' for a model
+        never loaded), or None when the repository has no such model."""
+        try:
+            if self.protocol == "http":
+                index = self._call(model, self._client.get_model_repository_index)
+            else:
+                index = self._call(model, lambda: self._client.get_model_repository_index(
+                    as_json=True)).get("models", [])
+        except TritonTestError:
+            return None
+        for entry in index:
+            if entry.get("name") == model:
+                return ", ".join(str(entry[k]) for k in ("state", "reason") if entry.get(k))
+        return None
 
     # -- health and model control ---------------------------------------------------------
     def is_server_ready(self) -> bool:
-        return bool(self._call("-", self._client.is_server_ready))
+        return bool(self._call("-", self._client.is_server_ready, named=False))
 
     def is_model_ready(self, model: str, version: str = "") -> bool:
         return bool(self._call(model, lambda: self._client.is_model_ready(model, version),
@@ -166,28 +174,27 @@ class TritonClient:
         return dict(self._call("-", lambda: self._client.get_server_metadata(as_json=True)))
 
     def model_config(self, model: str) -> dict[str, Any]:
+        """The model's configuration as the server completed it (the same on both
+        protocols)."""
         if self.protocol == "http":
             return dict(self._call(model, lambda: self._client.get_model_config(model)))
-        got = self._call(model, lambda: self._client.get_model_config(model, as_json=True))
-        return dict(_intify(got["config"]))
+        got = self._call(model, lambda: self._client.get_model_config(model))
+        return _as_dict(got.config)
 
     def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
         """Name, versions, platform, inputs and outputs (shapes as ints on both protocols)."""
         if self.protocol == "http":
             return dict(self._call(
                 model, lambda: self._client.get_model_metadata(model, version), version))
-        got = self._call(model, lambda: self._client.get_model_metadata(
-            model, version, as_json=True), version)
-        return dict(_intify(got))
+        got = self._call(model, lambda: self._client.get_model_metadata(model, version),
+                         version)
+        return _as_dict(got)
 
     def statistics(self, model: str, version: str = "") -> dict[str, Any]:
         """The statistics API's answer for one model, counters as ints on both protocols."""
-        if self.protocol == "http":
-            got = self._call(model, lambda: self._client.get_inference_statistics(model, version))
-        else:
-            got = self._call(model, lambda: self._client.get_inference_statistics(
-                model, version, as_json=True))
-        return dict(_intify(got))
+        got = self._call(model, lambda: self._client.get_inference_statistics(model, version),
+                         version)
+        return dict(_intify(got)) if self.protocol == "http" else _as_dict(got)
 
     # -- inference -----------------------------------------------------------------------
     def output_names(self, model: str, version: str = "") -> list[str]:
@@ -205,7 +212,10 @@ class TritonClient:
         infer_inputs = []
         for name, array in inputs.items():
             array = np.ascontiguousarray(array)
-            item = self._mod.InferInput(name, list(array.shape), tensor_type(array.dtype).wire)
+            if array.dtype.kind == "U":  # numpy str arrays travel as BYTES, UTF-8 encoded
+                array = array.astype(object)
+            item = self._mod.InferInput(name, list(array.shape), self._wire_type(model, name,
+                                                                                 array))
             if self.protocol == "http":
                 item.set_data_from_numpy(array, binary_data=True)
             else:
@@ -218,13 +228,22 @@ class TritonClient:
             requested = [grpcclient.InferRequestedOutput(n) for n in names]
         return PreparedRequest(model, version, infer_inputs, requested, names)
 
+    def _wire_type(self, model: str, name: str, array: np.ndarray) -> str:
+        try:
+            return tensor_type(array.dtype).wire
+        except SpecError:
+            raise request_errors.refused(self, model, (
+                f"input {name!r} has numpy dtype {array.dtype}, which no Triton datatype "
+                f"matches ({', '.join(t.wire for t in TYPES)}): convert it first, e.g. "
+                "array.astype(np.float32)")) from None
+
     def send(self, request: PreparedRequest) -> dict[str, np.ndarray]:
         """Send a prepared request; its outputs by name."""
         kwargs: dict[str, Any] = {"model_version": request.version, "outputs": request.outputs}
         if self.protocol == "grpc":
             kwargs["client_timeout"] = self.timeout_s
         result = self._call(request.model, lambda: self._client.infer(
-            request.model, request.inputs, **kwargs), request.version)
+            request.model, request.inputs, **kwargs), request.version, request)
         return self._result(result, request.output_names)
 
     def _result(self, result: Any, outputs: Sequence[str] | None) -> dict[str, np.ndarray]:
@@ -264,9 +283,9 @@ class TritonClient:
             try:
                 index, result, error = done.get(timeout=self.timeout_s)
             except queue.Empty:
-                raise self._unreachable(model, TimeoutError("timed out")) from None
+                raise request_errors.transport(self, model, TimeoutError("timed out")) from None
             if error is not None:
-                raise self._rejected(model, error, version)
+                raise self._rejected(model, error, version, built[index])
             results[index] = self._result(result, names)
         return [r for r in results if r is not None]
 

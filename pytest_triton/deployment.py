@@ -82,6 +82,7 @@ class Deployment:
         with self._lock:
             if variant.model_name in self._loaded:
                 return
+            self.server.check_alive()  # a dead server says so before a minute of export
             self.repository.ensure(variant)
             self.server.check_alive()
             client = self.client("http")

@@ -56,7 +56,7 @@ def tensor_type(dtype: object) -> TensorType:
     key = dtype
     if isinstance(dtype, type) and issubclass(dtype, np.generic):
         key = np.dtype(dtype)
-    if isinstance(key, np.dtype) and key.kind in "OS":  # Python objects, or fixed-width bytes
+    if isinstance(key, np.dtype) and key.kind in "OSU":  # Python objects, bytes or str arrays
         return BYTES
     found = _BY_KEY.get(key) if not isinstance(key, str) else _BY_KEY.get(key.strip())
     if found is None:

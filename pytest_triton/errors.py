@@ -27,6 +27,7 @@ class ServerError(TritonTestError):
     """
 
     def __init__(self, message: str, log_tail: str = "") -> None:
+        self.headline = message  # the message without the log
         self.log_tail = log_tail
         text = message
         if log_tail:

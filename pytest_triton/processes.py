@@ -13,9 +13,28 @@ PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
-    """A Popen preexec_fn: the child gets SIGTERM if this process dies without cleaning up."""
+    """A Popen preexec_fn: the child gets SIGTERM if this process dies without cleaning up.
+
+    A parent killed between the fork and the prctl would never signal: the child then finds
+    itself adopted (its parent is no longer the process that forked it) and ends at once.
+    """
     with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != _forked_by:
+        os._exit(128 + signal.SIGTERM)
+
+
+_forked_by = os.getpid()
+
+
+def _note_forking_process() -> None:
+    """Runs in the parent just before every fork (Popen with a preexec_fn included), so the
+    child knows which process forked it."""
+    global _forked_by
+    _forked_by = os.getpid()
+
+
+os.register_at_fork(before=_note_forking_process)
 
 
 def process_alive(pid: int) -> bool:

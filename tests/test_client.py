@@ -4,6 +4,7 @@ that names model, protocol and server."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -35,14 +36,25 @@ def client(server: RunningServer, protocol: str, **kwargs: float) -> TritonClien
 
 
 def test_metadata_reads_the_same_on_both_protocols(server: RunningServer) -> None:
+    """Metadata, configuration and statistics: gRPC's JSON writes 64-bit integers as strings
+    and leaves out fields at their defaults; the client gives both as HTTP does."""
     http, grpc = (client(server, p).model_metadata("add_one") for p in PROTOCOLS)
     assert http == grpc
+    configs = [client(server, p).model_config("add_one") for p in PROTOCOLS]
+    assert configs[0] == configs[1]
+    assert configs[0]["max_batch_size"] == 8 and configs[0]["input"][0]["dims"] == [4]
     assert http["inputs"] == [{"name": "X", "datatype": "FP32", "shape": [-1, 4]}]
     assert http["versions"] == ["1"]
     client(server, "http").infer("add_one", {"X": np.zeros((2, 4), np.float32)})
-    stats = [client(server, p).statistics("add_one")["model_stats"][0] for p in PROTOCOLS]
-    assert stats[0]["version"] == stats[1]["version"] == "1"
-    assert stats[0]["inference_count"] == stats[1]["inference_count"] >= 2
+    deadline = time.monotonic() + 5  # statistics lag the responses: read until both agree
+    while True:
+        stats = [client(server, p).statistics("add_one")["model_stats"][0] for p in PROTOCOLS]
+        if stats[0] == stats[1] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert stats[0] == stats[1]  # every counter an int on both protocols, names strings
+    assert stats[0]["version"] == "1" and stats[0]["inference_count"] >= 2
+    assert all(isinstance(v, int) for v in stats[0]["inference_stats"]["success"].values())
     servers = [client(server, p).server_metadata() for p in PROTOCOLS]
     assert servers[0]["version"] == servers[1]["version"] == "2.51.0"  # the bundled server
     assert "statistics" in servers[0]["extensions"] and set(servers[0]["extensions"]) == set(
@@ -63,6 +75,14 @@ def test_bytes_tensors_round_trip(server: RunningServer, protocol: str, kind: st
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_str_arrays_travel_as_utf8_bytes(server: RunningServer, protocol: str) -> None:
+    text = np.array([["caf\u00e9", ""], ["a b", "z"]])  # numpy's own str dtype, <U4
+    out = client(server, protocol).infer("echo_bytes", {"TEXT": text})["UPPER"]
+    # UTF-8 on the wire; the model upper-cases bytes, which leaves the two bytes of é alone
+    assert out.tolist() == [[b"CAF\xc3\xa9", b""], [b"A B", b"Z"]]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("version", ["abc", "7", "-1"])
 def test_unknown_versions_name_model_and_version(server: RunningServer, protocol: str,
                                                  version: str) -> None:
@@ -72,6 +92,61 @@ def test_unknown_versions_name_model_and_version(server: RunningServer, protocol
     message = str(info.value)
     assert f"{protocol} request to model 'add_one' failed" in message
     assert version in message, message
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_missing_version_names_those_the_model_has(server: RunningServer,
+                                                     protocol: str) -> None:
+    with pytest.raises(InferenceError) as info:
+        client(server, protocol).model_metadata("add_one", "7")
+    assert "'add_one' version 7 is not found (the server has version(s) 1 of 'add_one'" \
+        in str(info.value), info.value
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("call", ["infer", "model_metadata", "is_model_ready", "statistics"])
+@pytest.mark.parametrize("version", ["1.5", "abc", "0", " ", "../1", "99999999999999999999"])
+def test_malformed_versions_are_refused_alike_everywhere(server: RunningServer, protocol: str,
+                                                        call: str, version: str) -> None:
+    """Over gRPC Triton read '1.5' as version 1 and over HTTP ' ' broke the URL; a version
+    that cannot exist is refused before sending, with the same words on both protocols."""
+    c = client(server, protocol)
+    args = {"infer": ("add_one", {"X": np.zeros((1, 4), np.float32)}, None, version)}.get(
+        call, ("add_one", version))
+    with pytest.raises(InferenceError) as info:
+        getattr(c, call)(*args)
+    assert str(info.value) == (
+        f"{protocol} request to model 'add_one' failed: not sent: version {version!r} of model "
+        "'add_one' is not a version number: Triton model versions are positive integers "
+        "('1', '2', ...), and '' asks for the latest")
+
+
+def test_a_client_made_from_a_bare_url_finds_its_server(server: RunningServer) -> None:
+    for protocol in PROTOCOLS:
+        for url in (server.endpoints.url(protocol),
+                    server.endpoints.url(protocol).replace("127.0.0.1", "localhost")):
+            assert TritonClient(url, protocol).server is server  # type: ignore[arg-type]
+    (port,) = free_ports(1)
+    assert TritonClient(f"127.0.0.1:{port}", "grpc").server is None
+
+
+def test_an_http_client_used_from_another_thread_says_so(server: RunningServer) -> None:
+    shared = client(server, "http")
+    shared.is_server_ready()
+    errors: list[Exception] = []
+
+    def use() -> None:
+        try:  # the 3-s model: the answer is waited for on the other thread's event loop
+            shared.infer("slow", {"X": np.zeros((1, 4), np.float32)})
+        except Exception as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=use)
+    worker.start()
+    worker.join(30)
+    (error,) = errors
+    assert isinstance(error, InferenceError)
+    assert "made in another thread" in str(error) and "one TritonClient per thread" in str(error)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -59,7 +59,7 @@ def test_gpu_settings_follow_the_seeds_docker_run_flags() -> None:
 def test_cpu_image_settings_have_no_gpu_flags() -> None:
     settings = ContainerSettings.from_config(resolve(launcher="container"))
     assert settings.image == CPU_IMAGE and settings.backends == frozenset({"python"})
-    assert set(settings.run_kwargs()) == {"shm_size", "labels"}
+    assert set(settings.run_kwargs()) == {"shm_size", "init", "labels"}
     image = ContainerSettings.from_config(resolve(launcher="container",
                                                   image="nvcr.io/nvidia/tritonserver:25.01-py3"))
     assert image.backends == NGC_BACKENDS and image.gpus is None

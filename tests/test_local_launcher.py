@@ -154,3 +154,23 @@ def test_port_taken_between_choice_and_bind_is_retried(repo: Path,
         assert len(calls) == 2
     finally:
         squatter.close()
+
+
+def test_a_request_to_a_stopped_server_says_it_was_stopped(repo: Path) -> None:
+    """Not 'exited with code 0': the server was stopped by its owner, not crashed."""
+    server = LocalLauncher().start(ServerArgs(repo, load_models=("add_one",)))
+    client = TritonClient(server.endpoints.grpc, "grpc", server=server)
+    client.infer("add_one", {"X": np.zeros((1, 4), np.float32)})
+    server.stop()
+    with pytest.raises(ServerError, match=r"at 127\.0\.0\.1:\d+ was stopped by pytest-triton"):
+        client.infer("add_one", {"X": np.zeros((1, 4), np.float32)})
+
+
+def test_addresses_name_the_same_server_however_written() -> None:
+    from pytest_triton.health import address_key
+
+    same = {address_key(u) for u in ("127.0.0.1:8000", "http://localhost:8000/",
+                                     "grpc://LOCALHOST:8000")}
+    assert same == {"127.0.0.1:8000"}
+    assert address_key("10.0.0.7:8001") == "10.0.0.7:8001"
+    assert address_key("[::1]:8000") == "[::1]:8000"  # another address than 127.0.0.1

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from .. import health
 from ..errors import ModelLoadError, ServerError
 from ..target import ServerTarget
 from ..urls import Endpoints
@@ -102,9 +103,10 @@ class RunningServer(ABC):
         return log_excerpt(self.log_text(), lines)
 
     def raise_if_dead(self) -> None:
-        """Free to call before every request: reads what the watcher found."""
+        """Free to call before every request: reads what the watcher found. Each call raises
+        a new error (one instance raised again and again would pile up tracebacks)."""
         if self.death is not None:
-            raise self.death
+            raise ServerError(self.death.headline, self.death.log_tail)
 
     def check_alive(self, wait_s: float = 0.0) -> None:
         """Ask the launcher whether the server exited, waiting up to `wait_s` for a dying one
@@ -112,9 +114,15 @@ class RunningServer(ABC):
         self.raise_if_dead()
         deadline = time.monotonic() + wait_s
         while True:
+            if self.stopping:
+                raise ServerError(
+                    f"tritonserver ({self.launcher}) at {self.endpoints.http} was stopped by "
+                    "pytest-triton (its fixture ended, or stop()/close() was called) before "
+                    "this request was answered")
             code = self.exit_code()
             if code is not None:
-                raise self.record_death(code)
+                self.record_death(code)
+                self.raise_if_dead()
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.05)
@@ -126,6 +134,8 @@ class RunningServer(ABC):
 
     # -- the watcher -------------------------------------------------------------------------
     def start_watcher(self) -> None:
+        """Watch the server from now on; clients made for its addresses will ask it."""
+        health.remember((self.endpoints.http, self.endpoints.grpc), self)
         threading.Thread(target=self._watch, name=f"tritonserver-{self.launcher}-watcher",
                          daemon=True).start()
 

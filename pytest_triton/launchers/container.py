@@ -98,7 +98,11 @@ class ContainerSettings:
         """docker-py `containers.create` keyword arguments."""
         from docker.types import Ulimit
 
-        kwargs: dict[str, Any] = {"shm_size": self.shm_size,
+        # init: Docker's tini is PID 1 and tritonserver its child, which gets signals like
+        # any process (the kernel drops signals sent to a PID 1 that has no handler for them,
+        # so a SIGSEGV sent to a bare tritonserver did nothing); tini reaps the python stubs
+        # and exits with 128 + the signal that killed the server, which names the signal.
+        kwargs: dict[str, Any] = {"shm_size": self.shm_size, "init": True,
                                   "labels": {**owner_labels(), **self.labels}}
         if self.gpus is not None:
             # The seeds' GPU flags. Unlimited memlock lets CUDA pin host memory; an unprivileged

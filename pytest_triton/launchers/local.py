@@ -167,8 +167,12 @@ class LocalServer(RunningServer):
                 cwd=workdir, start_new_session=True,
                 preexec_fn=die_with_parent,
             )
-        LIVE_SERVERS.add(self)
-        self.start_watcher()
+        try:
+            LIVE_SERVERS.add(self)
+            self.start_watcher()
+        except BaseException:
+            self.stop()
+            raise
 
     def _stage_backends(self, install: Installation) -> Path | None:
         """Bundled builds need the stub for this Python next to libtriton_python.so."""
@@ -293,7 +297,11 @@ class LocalLauncher:
         env = self.environment()
         for attempt in range(1, PORT_ATTEMPTS + 1):
             workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
-            server = LocalServer(self.install, args, workdir, env=env)
+            try:
+                server = LocalServer(self.install, args, workdir, env=env)
+            except BaseException:  # Ctrl-C while staging the backends or spawning the server
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise
             try:
                 wait_until_ready(server, args.startup_timeout_s)
                 return server

@@ -17,13 +17,16 @@ MONITOR_PERIOD_S = 0.25
 
 class RunMonitor:
     """A greenlet that samples the workers' CPU (on a master) and ends the run once
-    --triton-max-requests requests were sent; plus this process's own CPU over the run."""
+    --triton-max-requests requests were sent or the server died (`server_death` says how);
+    plus this process's own CPU over the run."""
 
     def __init__(self, environment: Any, max_requests: int | None,
-                 end_run: Callable[[str], None]) -> None:
+                 end_run: Callable[[str], None],
+                 server_death: Callable[[], str | None] = lambda: None) -> None:
         self.environment = environment
         self.max_requests = max_requests
         self.end_run = end_run
+        self.server_death = server_death
         self.worker_samples: list[float] = []
         self.cpu_warning = False
         self._greenlet: gevent.Greenlet | None = None
@@ -44,10 +47,16 @@ class RunMonitor:
                 if reported is not None or usage:
                     self.worker_samples.append(reported if reported is not None
                                                else max(usage))
+            reason = None
             if self.max_requests and \
                     self.environment.stats.total.num_requests >= self.max_requests:
+                reason = f"--triton-max-requests {self.max_requests} reached"
+            death = self.server_death()
+            if death:  # every request fails at once from now on: nothing left to measure
+                reason = f"the server died: {death}"
+            if reason:
                 # Not from this greenlet: stopping the run kills it.
-                gevent.spawn(self.end_run, f"--triton-max-requests {self.max_requests} reached")
+                gevent.spawn(self.end_run, reason)
                 return
 
     def stop(self) -> float | None:

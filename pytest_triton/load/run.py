@@ -154,8 +154,14 @@ class LoadRun:
         self.tracker.start()
         for error in self.tracker.errors:
             log.warning("pytest-triton: %s", error)
-        self.monitor = RunMonitor(environment, config.max_requests, self.end)
+        self.monitor = RunMonitor(environment, config.max_requests, self.end, self.server_death)
         self.monitor.start()
+
+    def server_death(self) -> str | None:
+        """How the embedded server died, if it did."""
+        deployment = self.server.deployment if self.server is not None else None
+        death = deployment.server.death if deployment is not None else None
+        return death.headline if death is not None else None
 
     def end(self, reason: str) -> None:
         """Stop the run as -t does: quit when headless, stop (keep the UI) otherwise."""

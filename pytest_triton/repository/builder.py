@@ -6,6 +6,7 @@ every model of the zoo to be exported.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -34,6 +35,18 @@ Progress = Callable[[str], None]
 def reap_orphaned_repositories() -> list[Path]:
     """Remove temporary repositories of processes that were killed outright."""
     return reap_orphaned(tempfile.gettempdir(), TEMPORARY_PREFIX, "-")
+
+
+_TEMPORARY: set[Path] = set()  # temporary repositories not yet removed
+
+
+@atexit.register
+def _remove_temporaries() -> None:
+    """Whatever a teardown did not reach: a Ctrl-C during the teardown of the fixture before
+    (a server's stop) skips the repository fixture's own teardown."""
+    for root in list(_TEMPORARY):
+        shutil.rmtree(root, ignore_errors=True)
+        _TEMPORARY.discard(root)
 
 
 class Repository:
@@ -74,18 +87,22 @@ class Repository:
             return make(Path(directory))
         reap_orphaned_repositories()
         root = Path(tempfile.mkdtemp(prefix=f"{TEMPORARY_PREFIX}{os.getpid()}-"))
+        _TEMPORARY.add(root)
         try:
             repository = make(root)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
+            _TEMPORARY.discard(root)
             raise
         repository.temporary = True
         return repository
 
     def remove(self) -> None:
-        """Delete the directory if this repository made it for itself."""
+        """Delete the directory if this repository made it for itself (an interrupted
+        removal is finished at exit)."""
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
+            _TEMPORARY.discard(self.root)
 
     def plan(self, target: ServerTarget | Iterable[str]) -> list[Variant]:
         """Decide native or hosted per format (and the device) for this server; accepts a

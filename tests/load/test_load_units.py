@@ -49,6 +49,39 @@ def test_nothing_here_imports_locust() -> None:
     assert done.returncode == 0, done.stderr
 
 
+LOOP_CLOCK = """
+import time
+import gevent
+from pytest_triton.load.hooks import _sync_loop_clock  # imports locust: the hub's loop exists
+
+def run_time_timer_after_a_slow_start(sync):
+    busy = time.monotonic()
+    while time.monotonic() - busy < 1.5:  # the locustfile's imports: the loop does not run
+        pass
+    if sync:
+        _sync_loop_clock()
+    armed = time.monotonic()
+    gevent.spawn_later(1.0, lambda: None).join()  # how Locust arms --run-time
+    return time.monotonic() - armed
+
+stale = run_time_timer_after_a_slow_start(False)
+gevent.sleep(0.01)
+print(stale, run_time_timer_after_a_slow_start(True))
+"""
+
+
+def test_run_time_counts_from_the_start_of_the_load() -> None:
+    """The cause of the flaky 0-request CSV: libev measures a timer from the loop's cached
+    clock, which stands still while the process works without yielding (imports, exports),
+    so Locust's -t timer fired early by that long. hooks syncs the clock after init."""
+    done = subprocess.run([sys.executable, "-c", LOOP_CLOCK], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    stale, synced = map(float, done.stdout.split())
+    assert stale < 0.5, f"gevent's timers no longer start from a stale clock ({stale:.2f}s)"
+    assert 0.95 < synced < 1.5, synced
+
+
 # -- targets ----------------------------------------------------------------------------------
 def measured(**overrides: float) -> tg.Measured:
     values: dict[str, float] = dict(requests=1000, failures=0, samples=2000, duration_s=10.0,

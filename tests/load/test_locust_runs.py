@@ -102,6 +102,25 @@ def test_sigterm_stops_grpc_load_and_the_embedded_server(tmp_path: Path) -> None
     assert not Path(repository).exists(), "the embedded repository was left behind"
 
 
+def test_a_dead_embedded_server_ends_the_run_at_once(tmp_path: Path) -> None:
+    """Once the server is dead every request fails at once: the run stops (instead of
+    spinning on failures until -t), says why, and fails."""
+    report = tmp_path / "report.json"
+    run = Locust(locust_args(PROBE_LOCUSTFILE, "--headless", "-u", "4", "-r", "4", "-t", "300s",
+                             report=report), report)
+    run.wait_for("All users spawned", timeout=120)
+    (server,) = tritonservers(run.descendants())
+    killed = time.monotonic()
+    server.send_signal(signal.SIGKILL)
+    finished = run.finish(timeout=90)
+    assert time.monotonic() - killed < 30, "the run went on after its server died"
+    assert finished.code == 1, finished.tail()
+    assert ("the server died: tritonserver (local) exited with code -9 (killed by SIGKILL), "
+            "stopping the test") in finished.output, finished.tail()
+    assert "RESULT: FAIL" in finished.stdout
+    assert finished.report is not None and finished.report["measured"]["failures"] > 0
+
+
 def test_processes_mode_with_embedded_server(tmp_path: Path) -> None:
     """--processes forks workers after the locustfile import: gRPC's gevent mode, set at import,
     must hold in every child, and only the master may start the server. The master listens
