@@ -114,7 +114,7 @@ def test_onnx_tensorrt_accelerator_config(tmp_path: Path) -> None:
 def test_fp16_variants_take_half_inputs(tmp_path: Path) -> None:
     repo = Repository(tmp_path, [scorer_spec(formats=["onnx"], fp16=True)])
     variants = repo.plan(ServerTarget(NGC_BACKENDS, "KIND_GPU", tensorrt_problem=None))
-    assert [v.id for v in variants] == ["scorer-onnx-native", "scorer-onnx-fp16-native"]
+    assert [v.id for v in variants] == ["scorer-onnx-native-gpu", "scorer-onnx-fp16-native-gpu"]
     config = pbtxt.model_config(variants[1], repo.signature(variants[1].spec))
     assert config.name == "scorer_onnx_fp16"
     types = [(t.name, pbtxt.mc.DataType.Name(t.data_type)) for t in config.input]
