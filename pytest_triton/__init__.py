@@ -8,6 +8,7 @@ from .errors import (
                      InferenceError,
                      ModelLoadError,
                      ServerError,
+                     SharedMemoryError,
                      SpecError,
                      TritonTestError,
 )
@@ -29,6 +30,7 @@ __all__ = [
                      "Repository",
                      "ServedModel",
                      "ServerError",
+                     "SharedMemoryError",
                      "SpecError",
                      "StatsWindow",
                      "TensorSpec",

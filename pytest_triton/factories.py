@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from .client import Protocol, TritonClient
-from .config import TritonConfig, check_names
+from .client import Protocol, Transport, TritonClient
+from .config import TritonConfig, check_names, parse_shared_memory
 from .deployment import Deployment, ServedModel
 from .errors import ConfigError
 from .repository.builder import Repository
@@ -51,6 +51,7 @@ class ServerRole:
 class ClientRole:
     server: str
     protocols: tuple[str, ...] | None
+    shared_memory: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,15 +118,20 @@ def server(*, repository: str = "triton_repository", scope: str = "session",
 
 
 def client(*, server: str = "triton_server", protocols: Sequence[str] | None = None,
-           scope: str = "function") -> Any:
+           shared_memory: Sequence[str] | None = None, scope: str = "function") -> Any:
     """A TritonClient of the named server, parametrized over --triton-protocol (or
-    `protocols`)."""
-    role = ClientRole(server, tuple(protocols) if protocols else None)
+    `protocols`) times --triton-shared-memory (or `shared_memory`: none, system, cuda)."""
+    if shared_memory is not None:
+        shared_memory = parse_shared_memory(",".join(shared_memory))
+    role = ClientRole(server, tuple(protocols) if protocols else None,
+                      tuple(shared_memory) if shared_memory else None)
 
     def fixture(request: pytest.FixtureRequest) -> TritonClient:
         deployment: Deployment = request.getfixturevalue(role.server)
-        protocol: Protocol = getattr(request, "param", None) or "http"
-        return deployment.client(protocol)
+        protocol: Protocol
+        transport: Transport
+        protocol, transport = getattr(request, "param", None) or ("http", "none")
+        return deployment.client(protocol, transport)
 
     return _fixture(fixture, role, scope)
 

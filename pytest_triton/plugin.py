@@ -21,6 +21,7 @@ from .launchers.base import LIVE_SERVERS
 from .repository.spec import ModelSpec
 from .repository.variants import plan_variants
 from .session import server_target
+from .wire.shm import ID_SUFFIX, cuda_problem
 
 CONFIG = pytest.StashKey[TritonConfig]()
 MARKERS = {
@@ -88,6 +89,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             preflight(triton)
         except ConfigError as exc:
             raise pytest.UsageError(f"pytest-triton --triton-gpu: {exc}") from None
+    if "cuda" in triton.shared_memory:
+        problem = cuda_problem()  # what the server offers is checked when a client is made
+        if problem is not None:
+            raise pytest.UsageError(f"pytest-triton --triton-shared-memory cuda: {problem}")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -95,7 +100,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if triton is None:
         return []
     return [f"triton: launcher={triton.launcher}, protocols={','.join(triton.protocols)}, "
-            f"formats={','.join(triton.formats)}" + (", gpu" if triton.gpu else "")]
+            f"formats={','.join(triton.formats)}" + (", gpu" if triton.gpu else "")
+            + (f", shared memory={','.join(triton.shared_memory)}"
+               if triton.shared_memory != ("none",) else "")]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -184,6 +191,16 @@ def variant_params(roles: dict[str, factories.Role], base: TritonConfig,
         for u in plan.unavailable]
 
 
+def client_params(roles: dict[str, factories.Role], base: TritonConfig,
+                  role: factories.ClientRole) -> list[Any]:
+    """(protocol, transport) pairs: ids `http`, `grpc` without shared memory (as ever),
+    `http-shm`, `grpc-cuda-shm` with it."""
+    server_config = _server_config(roles, base, role.server)[0]
+    protocols: Sequence[str] = role.protocols or server_config.protocols
+    transports: Sequence[str] = role.shared_memory or server_config.shared_memory
+    return [pytest.param((p, t), id=p + ID_SUFFIX[t]) for t in transports for p in protocols]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     roles = _roles(metafunc)
     base = metafunc.config.stash[CONFIG]
@@ -191,9 +208,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         role = roles.get(name)
         try:
             if isinstance(role, factories.ClientRole):
-                protocols: Sequence[str] = (
-                    role.protocols or _server_config(roles, base, role.server)[0].protocols)
-                metafunc.parametrize(name, list(protocols), indirect=True, ids=list(protocols))
+                metafunc.parametrize(name, client_params(roles, base, role), indirect=True)
             elif isinstance(role, factories.ModelRole):
                 metafunc.parametrize(name, variant_params(roles, base, role.server),
                                      indirect=True)

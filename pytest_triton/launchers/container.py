@@ -10,9 +10,12 @@ owners are removed when the next launcher starts.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 from testcontainers.core.container import DockerContainer
@@ -50,7 +53,9 @@ REPOSITORY_MOUNT = "/models"
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 # The seeds' `docker run` flags: --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864
 SHM_SIZE = "1g"
+HOST_SHM = "/dev/shm"  # mounted over the container's own for --triton-shared-memory system
 STACK_BYTES = 67108864
+_CONTAINER_NUMBERS = itertools.count()
 
 __all__ = ["CPU_IMAGE", "NGC_BACKENDS", "NGC_IMAGE", "OWNER_LABEL", "ContainerLauncher",
            "ContainerServer", "ContainerSettings", "command", "docker_client", "reap_orphans"]
@@ -65,6 +70,7 @@ class ContainerSettings:
     backends: frozenset[str] = CPU_IMAGE_BACKENDS
     shm_size: str = SHM_SIZE
     labels: dict[str, str] = field(default_factory=dict)
+    host_shm: bool = False  # mount this machine's /dev/shm (system shared memory transport)
 
     @classmethod
     def from_config(cls, config: TritonConfig) -> ContainerSettings:
@@ -75,7 +81,8 @@ class ContainerSettings:
             backends = NGC_BACKENDS
         else:
             backends = CPU_IMAGE_BACKENDS
-        return cls(image=image, gpus=config.gpus if config.gpu else None, backends=backends)
+        return cls(image=image, gpus=config.gpus if config.gpu else None, backends=backends,
+                   host_shm="system" in config.shared_memory)
 
     def device_requests(self) -> list[Any]:
         if self.gpus is None:
@@ -91,8 +98,9 @@ class ContainerSettings:
         """docker-py `containers.create` keyword arguments."""
         from docker.types import Ulimit
 
-        kwargs: dict[str, Any] = {"shm_size": self.shm_size,
-                                  "labels": {**owner_labels(), **self.labels}}
+        kwargs: dict[str, Any] = {"labels": {**owner_labels(), **self.labels}}
+        if not self.host_shm:  # else /dev/shm is the host's, mounted over the container's
+            kwargs["shm_size"] = self.shm_size
         if self.gpus is not None:
             # The seeds' GPU flags. Unlimited memlock lets CUDA pin host memory; an unprivileged
             # CPU container may not raise it (runc: "error setting rlimit type 8"), and the
@@ -176,9 +184,17 @@ class ContainerServer(RunningServer):
         self.settings = settings
         self.backends = settings.backends
         self.gpu = settings.gpus is not None
+        self.host_memory = settings.host_shm
+        self.cuda_memory = None if self.gpu else False
         self.model_control_mode = args.model_control_mode
         self.repository_path = args.model_repository
         self.command = command(args)
+        # With the host's /dev/shm mounted, the python backend's own regions land there: a
+        # prefix with our pid lets stop() (or the next run, if we are killed) remove them.
+        self.shm_prefix = f"pytest_triton_{os.getpid()}_k{next(_CONTAINER_NUMBERS)}_"
+        if settings.host_shm and "python" in settings.backends:
+            self.command.append(f"--backend-config=python,shm-region-prefix-name="
+                                f"{self.shm_prefix}")
         self._final_log: str | None = None  # set once stopped
         self._stop_lock = threading.RLock()
         self.container = (
@@ -188,6 +204,8 @@ class ContainerServer(RunningServer):
             .with_volume_mapping(str(args.model_repository), REPOSITORY_MOUNT, "ro")
             .with_kwargs(**settings.run_kwargs())
             .waiting_for(TritonReady(args.startup_timeout_s)))
+        if settings.host_shm:
+            self.container.with_volume_mapping(HOST_SHM, HOST_SHM, "rw")
         self.endpoints = Endpoints("", "")
 
     def start(self) -> None:
@@ -257,6 +275,10 @@ class ContainerServer(RunningServer):
                 with contextlib.suppress(Exception):  # already gone, or never created
                     self.container.stop(force=True, delete_volume=True)
                 self._final_log = log
+                if self.settings.host_shm:
+                    for region in Path(HOST_SHM).glob(f"{self.shm_prefix}*"):
+                        with contextlib.suppress(OSError):
+                            region.unlink()
             LIVE_SERVERS.discard(self)
 
 

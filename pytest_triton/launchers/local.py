@@ -106,6 +106,7 @@ def find_installation(executable: str | None = None) -> Installation:
 
 class LocalServer(RunningServer):
     launcher = "local"
+    host_memory = True  # a child process on this machine maps our /dev/shm
 
     def __init__(self, install: Installation, args: ServerArgs, workdir: Path) -> None:
         self.workdir = workdir

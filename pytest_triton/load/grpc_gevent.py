@@ -35,16 +35,21 @@ def init() -> None:
 
 
 def close_clients() -> None:
-    """Close every tritonclient gRPC client now, while gevent still runs, and make their later
-    close a no-op. tritonclient closes its channel in __del__; when that runs in a garbage
-    collection during interpreter teardown, grpc's gevent poller is gone and the close blocks
-    on a mutex forever (seen under CPU contention: the locust process printed its verdict and
-    never exited)."""
+    """Close every gRPC channel of tritonclient's and of prepared requests (GrpcInfer) now,
+    while gevent still runs, and make their later close a no-op. tritonclient closes its
+    channel in __del__; when that runs in a garbage collection during interpreter teardown,
+    grpc's gevent poller is gone and the close blocks on a mutex forever (seen under CPU
+    contention: the locust process printed its verdict and never exited)."""
     import tritonclient.grpc as grpcclient
+
+    from ..wire.grpc_call import GrpcInfer
 
     gc.collect()
     for obj in gc.get_objects():
-        if isinstance(obj, grpcclient.InferenceServerClient):
+        if isinstance(obj, GrpcInfer):  # its close() is idempotent
+            with contextlib.suppress(Exception):
+                obj.close()
+        elif isinstance(obj, grpcclient.InferenceServerClient):
             with contextlib.suppress(Exception):
                 obj.close()
             obj.close = _closed

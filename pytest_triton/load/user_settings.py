@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client import Protocol
+from ..client import Protocol, Transport
 from ..config import TritonConfig
 from ..errors import ConfigError
 from ..urls import Endpoints, endpoints_from, parse_url
@@ -72,3 +72,13 @@ def stats_protocol(host: str, config: TritonConfig) -> Protocol:
     if scheme == "http" or (known is not None and hostport in (known.http, known.grpc)):
         return "http"
     return "grpc"
+
+
+def user_shared_memory(config: TritonConfig) -> Transport:
+    """--triton-shared-memory: one transport for every user of a run."""
+    transports = config.shared_memory
+    if len(transports) != 1:
+        raise ConfigError(f"a load test uses one --triton-shared-memory transport, got "
+                          f"{','.join(transports)}: pass none, system or cuda")
+    return "system" if transports[0] == "system" else "cuda" if transports[0] == "cuda" \
+        else "none"

@@ -26,12 +26,18 @@ from locust import User, constant, task
 from locust.exception import StopUser
 
 from ..client import PreparedRequest, Protocol, TritonClient
-from ..errors import ConfigError
+from ..errors import ConfigError, InferenceError, SharedMemoryError
 from ..urls import check_host
 from . import grpc_gevent, hooks
 from .embedded import EmbeddedModel, zoo_model
 from .options import default_targets, run_config
-from .user_settings import user_batch_size, user_endpoint, user_model, user_protocol
+from .user_settings import (
+    user_batch_size,
+    user_endpoint,
+    user_model,
+    user_protocol,
+    user_shared_memory,
+)
 
 grpc_gevent.init()
 hooks.install(locust.events)
@@ -97,12 +103,13 @@ class TritonUser(User):
             first = number * self.distinct_inputs
             batches = [{n: _numpy(v) for n, v in factory(self._batch, first + i).items()}
                        for i in range(self.distinct_inputs)]
-            self._client = TritonClient(url, self._protocol, timeout_s=self.timeout_s,
-                                        concurrency=1)
+            self._client = TritonClient(
+                url, self._protocol, timeout_s=self.timeout_s, concurrency=1,
+                shared_memory=user_shared_memory(config),
+                output_shared_memory_size=config.output_shared_memory_size)
             self._requests: Iterator[PreparedRequest] = itertools.cycle(
-                [self._client.prepare(self._model, b, self.outputs, self.version)
-                 for b in batches])
-        except ConfigError as exc:
+                self._client.prepare_all(self._model, batches, self.outputs, self.version))
+        except (ConfigError, SharedMemoryError, InferenceError) as exc:
             if str(exc) not in _refused:  # once per process, not once per user
                 _refused.add(str(exc))
                 log.error("pytest-triton: %s", exc)
@@ -115,7 +122,7 @@ class TritonUser(User):
         error: Exception | None = None
         start = time.perf_counter()
         try:
-            self._client.send(request)
+            self._client.send_status(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
         elapsed_ms = (time.perf_counter() - start) * 1e3
