@@ -106,6 +106,13 @@ class TritonClient:
     def __repr__(self) -> str:
         return f"TritonClient({self.protocol}://{self.url}, shared_memory={self.shared_memory})"
 
+    @property
+    def shared_memory_regions(self) -> list[str]:
+        """Names of the regions this client holds registered (none before its first request
+        over shared memory and after close())."""
+        memory = self._memory
+        return memory.region_names if memory is not None else []
+
     def close(self) -> None:
         """Unregister and unlink its shared memory, close its connections; idempotent."""
         with self._lock:

@@ -56,7 +56,7 @@ def test_parity_over_shared_memory(zoo_model: ServedModel, zoo_shm_client: Trito
     assert zoo_shm_client.shared_memory == "system" and zoo_shm_client.id.endswith("-shm")
     report = zoo_model.assert_parity(zoo_shm_client, batch_size=3)
     assert report.ok and {d.name for d in report.diffs} == set(zoo_model.variant.spec.output_names)
-    assert our_regions(), "the client's regions stay registered between requests"
+    assert zoo_shm_client.shared_memory_regions, "its regions stay registered between requests"
 
 
 @pytest.mark.triton
@@ -92,8 +92,10 @@ def server_regions(client: TritonClient) -> list[str]:
     return sorted(status.get("regions", {}))
 
 
-def ours(client: TritonClient) -> list[str]:
-    return [n for n in server_regions(client) if n.startswith(f"pytest_triton_{os.getpid()}_")]
+def left(names: list[str], server: RunningServer) -> list[str]:
+    """Which of these regions are still in /dev/shm or registered on the server."""
+    registered = server_regions(TritonClient(server.endpoints.http, "http"))
+    return [n for n in names if (shm.SHM_ROOT / n).exists() or n in registered]
 
 
 @pytest.mark.triton
@@ -103,15 +105,16 @@ def test_a_load_users_batches_share_one_registered_region(server: RunningServer,
     client = shm_client(server, protocol)
     batches = [{"X": np.full((16, 4), i, np.float32)} for i in range(4)]
     requests = client.prepare_all("add_one", batches)
-    regions = ours(client)
-    assert len(regions) == 1 and our_regions() == regions
+    regions = client.shared_memory_regions
+    assert len(regions) == 1 and left(regions, server) == regions
+    assert regions[0].startswith(f"pytest_triton_{os.getpid()}_c")
     for _ in range(3):
         for i, request in enumerate(requests):
             client.send_status(request)
             np.testing.assert_array_equal(client.send(request)["Y"], np.full((16, 4), i + 1))
-    assert ours(client) == regions, "sending registers nothing more"
+    assert client.shared_memory_regions == regions, "sending registers nothing more"
     client.close()
-    assert our_regions() == [] and ours(TritonClient(server.endpoints.http, "http")) == []
+    assert left(regions, server) == [] and client.shared_memory_regions == []
 
 
 @pytest.mark.triton
@@ -120,14 +123,14 @@ def test_a_larger_request_grows_the_region_and_the_old_one_goes(server: RunningS
                                                                 protocol: str) -> None:
     with shm_client(server, protocol) as client:
         small = client.infer("add_one", {"X": np.zeros((1, 4), np.float32)})
-        first = our_regions()
+        first = client.shared_memory_regions
         big = np.arange(4096 * 4, dtype=np.float32).reshape(4096, 4)  # 64 KiB each way
         np.testing.assert_array_equal(client.infer("add_one", {"X": big})["Y"], big + 1)
-        second = our_regions()
+        second = client.shared_memory_regions
         assert len(first) == len(second) == 1 and first != second, (first, second)
-        assert ours(client) == second
+        assert left(first, server) == [] and left(second, server) == second
         np.testing.assert_array_equal(small["Y"], np.ones((1, 4)))
-    assert our_regions() == []
+    assert left(second, server) == []
 
 
 @pytest.mark.triton
@@ -136,8 +139,9 @@ def test_bytes_tensors_over_shared_memory(server: RunningServer, protocol: str) 
     words = np.array([[b"triton", b"caf\xc3\xa9"], [b"a b", b"z"]], dtype=object)
     with shm_client(server, protocol) as client:
         out = client.infer("echo_bytes", {"TEXT": words})["UPPER"]
+        regions = client.shared_memory_regions
     assert out.tolist() == [[b"TRITON", b"CAF\xc3\xa9"], [b"A B", b"Z"]]
-    assert our_regions() == []
+    assert regions and left(regions, server) == []
 
 
 @pytest.mark.triton
@@ -147,10 +151,11 @@ def test_an_output_larger_than_its_block_names_the_setting(server: RunningServer
     """BYTES outputs have no size in the metadata: they get --triton-output-shared-memory-size
     bytes, and an answer that does not fit says which setting to raise."""
     words = np.array([[b"x" * 100]], dtype=object)
-    with shm_client(server, protocol, output_shared_memory_size=16) as client, \
-            pytest.raises(SharedMemoryError, match="--triton-output-shared-memory-size"):
-        client.infer("echo_bytes", {"TEXT": words})
-    assert our_regions() == []
+    with shm_client(server, protocol, output_shared_memory_size=16) as client:
+        with pytest.raises(SharedMemoryError, match="--triton-output-shared-memory-size"):
+            client.infer("echo_bytes", {"TEXT": words})
+        regions = client.shared_memory_regions
+    assert regions and left(regions, server) == []
 
 
 @pytest.mark.triton
@@ -163,7 +168,8 @@ def test_a_rejected_request_over_shared_memory_keeps_triton_s_words(server: Runn
         request = client.prepare("add_one", {"X": np.zeros((2, 5), np.float32)}, ["Y"])
         with pytest.raises(InferenceError, match="unexpected shape"):
             client.send_status(request)  # the load path counts it as a failure too
-    assert our_regions() == []
+        regions = client.shared_memory_regions
+    assert regions and left(regions, server) == []
 
 
 @pytest.mark.triton
@@ -186,7 +192,8 @@ def test_a_region_the_server_cannot_map_is_named_and_unlinked(
     message = str(info.value)
     assert "the server could not map system shared memory region 'pytest_triton_" in message
     assert "-v /dev/shm:/dev/shm" in message
-    assert our_regions() == [] and ours(TritonClient(server.endpoints.http, "http")) == []
+    name = message.split("region '", 1)[1].split("'", 1)[0]
+    assert client.shared_memory_regions == [] and left([name], server) == []
 
 
 ORPHAN_SCRIPT = '''

@@ -12,7 +12,10 @@ from ..client import Protocol, Transport
 from ..config import TritonConfig
 from ..errors import ConfigError
 from ..urls import Endpoints, endpoints_from, parse_url
+from ..wire.shm import check_offered
 from .embedded import EmbeddedModel
+
+EMBEDDED = "127.0.0.1:0"  # where an embedded server runs, for the loopback rule
 
 
 def embedded_endpoints(config: TritonConfig) -> Endpoints | None:
@@ -72,6 +75,14 @@ def stats_protocol(host: str, config: TritonConfig) -> Protocol:
     if scheme == "http" or (known is not None and hostport in (known.http, known.grpc)):
         return "http"
     return "grpc"
+
+
+def checked_shared_memory(config: TritonConfig, host: str | None) -> Transport:
+    """The run's transport, refused before any load when the server at `host` (None: the
+    embedded server, on this machine) cannot use it."""
+    transport = user_shared_memory(config)
+    check_offered(transport, host or EMBEDDED)
+    return transport
 
 
 def user_shared_memory(config: TritonConfig) -> Transport:
