@@ -115,6 +115,7 @@ class TritonUser(User):
                 log.error("pytest-triton: %s", exc)
             raise StopUser() from None
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
+        self._context = {"batch_size": self._batch, "protocol": self._protocol}
 
     @task
     def infer(self) -> None:
@@ -129,7 +130,7 @@ class TritonUser(User):
         self.environment.events.request.fire(
             request_type=self._request_type, name=self._model, response_time=elapsed_ms,
             response_length=0 if error else self._batch, exception=error,
-            context={"batch_size": self._batch, "protocol": self._protocol})
+            context=self._context)
 
     def on_stop(self) -> None:
         client = getattr(self, "_client", None)

@@ -54,7 +54,11 @@ class _Connection:
         """Send one request and read its reply; (reply, whether the server keeps the
         connection open)."""
         self.answered = False
-        self.sock.sendall(data)
+        # One send() takes a small request whole; gevent's sendall() would first ask the
+        # kernel for the send buffer size (one more syscall per request).
+        sent = self.sock.send(data)
+        if sent < len(data):
+            self.sock.sendall(memoryview(data)[sent:])
         buffer = bytearray()
         while (end := buffer.find(HEADER_END)) < 0:
             if len(buffer) > MAX_HEADER_BYTES:
