@@ -18,7 +18,6 @@ from tritonclient.utils import InferenceServerException
 
 HEADER_END = b"\r\n\r\n"
 RECV_BYTES = 65536
-MAX_HEADER_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -42,72 +41,82 @@ def request_bytes(hostport: str, path: str, body: bytes, json_size: int | None) 
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+def _field(head: bytes, name: bytes) -> bytes | None:
+    """A header's value from the lower-cased header block, or None."""
+    at = head.find(b"\r\n" + name + b":")
+    if at < 0:
+        return None
+    at += len(name) + 3
+    stop = head.find(b"\r\n", at)
+    return head[at:stop if stop >= 0 else len(head)].strip()
+
+
 class _Connection:
     def __init__(self, hostport: str, timeout_s: float) -> None:
         host, port = hostport.rsplit(":", 1)
         self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = bytearray(RECV_BYTES)  # reused: what a reply's first reads land in
+        self.view = memoryview(self.buffer)
         self.reused = False  # came back from the idle list: the server may have closed it
         self.answered = False  # some of a reply arrived
 
     def exchange(self, data: bytes) -> tuple[HttpReply, bool]:
         """Send one request and read its reply; (reply, whether the server keeps the
         connection open)."""
+        sock, buffer, view = self.sock, self.buffer, self.view
         self.answered = False
         # One send() takes a small request whole; gevent's sendall() would first ask the
         # kernel for the send buffer size (one more syscall per request).
-        sent = self.sock.send(data)
+        sent = sock.send(data)
         if sent < len(data):
-            self.sock.sendall(memoryview(data)[sent:])
-        buffer = bytearray()
-        while (end := buffer.find(HEADER_END)) < 0:
-            if len(buffer) > MAX_HEADER_BYTES:
-                raise ConnectionError("malformed HTTP reply: no end of headers")
-            self._recv_into(buffer)
-        head = bytes(buffer[:end]).decode("latin-1")
-        status_line, _, header_text = head.partition("\r\n")
+            sock.sendall(memoryview(data)[sent:])
+        filled = 0
+        while True:
+            n = sock.recv_into(view[filled:])
+            if n == 0:
+                raise ConnectionResetError("the server closed the connection")
+            self.answered = True
+            filled += n
+            end = buffer.find(HEADER_END, 0, filled)
+            if end >= 0:
+                break
+            if filled == len(buffer):
+                raise ConnectionError(f"malformed HTTP reply: no end of headers in "
+                                      f"{len(buffer)} bytes")
+        head = bytes(buffer[:end]).lower()
         try:
-            status = int(status_line.split(" ", 2)[1])
-        except (IndexError, ValueError):
-            raise ConnectionError(f"malformed HTTP status line {status_line[:80]!r}") from None
-        length = header_length = None
-        encoding = connection = None
-        for line in header_text.split("\r\n"):
-            name, _, value = line.partition(":")
-            key = name.strip().lower()
-            if key == "content-length":
-                length = int(value)
-            elif key == "inference-header-content-length":
-                header_length = int(value)
-            elif key == "content-encoding":
-                encoding = value.strip()
-            elif key == "connection":
-                connection = value.strip().lower()
-            elif key == "transfer-encoding" and value.strip().lower() != "identity":
-                raise ConnectionError(f"unexpected Transfer-Encoding {value.strip()!r} in a "
-                                      "Triton reply (expected a Content-Length)")
+            status = int(head[9:12]) if head.startswith(b"http/1.") else None
+        except ValueError:
+            status = None
+        if status is None:
+            raise ConnectionError(f"malformed HTTP status line {head[:80]!r}")
+        length = _field(head, b"content-length")
         if length is None:
             raise ConnectionError("HTTP reply without Content-Length")
+        transfer = _field(head, b"transfer-encoding")
+        if transfer not in (None, b"identity"):
+            raise ConnectionError(f"unexpected Transfer-Encoding {transfer!r} in a Triton reply "
+                                  "(expected a Content-Length)")
+        size = int(length)
         start = end + len(HEADER_END)
-        got = len(buffer) - start
-        if got > length:
+        got = filled - start
+        if got > size:
             raise ConnectionError("HTTP reply longer than its Content-Length")
-        body = bytearray(length)
-        body[:got] = buffer[start:]
-        view = memoryview(body)
-        while got < length:
-            n = self.sock.recv_into(view[got:])
-            if n == 0:
-                raise ConnectionResetError("the server closed the connection mid-reply")
-            got += n
-        return HttpReply(status, body, header_length, encoding), connection != "close"
-
-    def _recv_into(self, buffer: bytearray) -> None:
-        chunk = self.sock.recv(RECV_BYTES)
-        if not chunk:
-            raise ConnectionResetError("the server closed the connection")
-        self.answered = True
-        buffer += chunk
+        body = bytearray(size)
+        body[:got] = view[start:filled]
+        if got < size:
+            rest = memoryview(body)
+            while got < size:
+                n = sock.recv_into(rest[got:])
+                if n == 0:
+                    raise ConnectionResetError("the server closed the connection mid-reply")
+                got += n
+        json_size = _field(head, b"inference-header-content-length")
+        encoding = _field(head, b"content-encoding")
+        reply = HttpReply(status, body, int(json_size) if json_size is not None else None,
+                          encoding.decode("latin-1") if encoding is not None else None)
+        return reply, _field(head, b"connection") != b"close"
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
