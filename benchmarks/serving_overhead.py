@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import threading
 import time
@@ -158,25 +159,35 @@ def run_model(name: str, batch: int, fp16: bool, args: argparse.Namespace,
         artifact = repo.model_dir(variant) / str(spec.version) / variant.artifact
         inputs = variant_inputs(deployment, variant, batch, seed=0)
         label = f"{name}{'-fp16' if fp16 else ''}"
-        progress(f"{label} b{batch}: in-process")
-        rate, p99, count = measure([in_process(variant, artifact, inputs, args.device)],
-                                   batch, args.warmup, args.duration)
-        points.append(Point(label, batch, "in-process", 1, rate, p99, count))
-        for transport in transports:
-            for n in clients:
-                progress(f"{label} b{batch}: {args.protocol} {transport}, {n} client(s)")
-                opened: list[TritonClient] = []
-                try:
-                    calls = served(deployment, variant, args.protocol, transport, opened, n,
-                                   batch)
-                    rate, p99, count = measure(calls, batch, args.warmup, args.duration)
-                except ConfigError as exc:  # a transport this machine or server cannot use
-                    points.append(Point(label, batch, transport, n, refused=str(exc)))
-                    continue
-                finally:
-                    for client in opened:
-                        client.close()
-                points.append(Point(label, batch, transport, n, rate, p99, count))
+        local = in_process(variant, artifact, inputs, args.device)
+        measured: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+        refused: dict[str, str] = {}
+        for round_ in range(1, args.repeat + 1):  # rounds alternate: drift hits all alike
+            progress(f"{label} b{batch}, round {round_}/{args.repeat}: in-process")
+            measured.setdefault(("in-process", 1), []).append(
+                measure([local], batch, args.warmup, args.duration))
+            for transport in (t for t in transports if t not in refused):
+                for n in clients:
+                    progress(f"{label} b{batch}, round {round_}/{args.repeat}: "
+                             f"{args.protocol} {transport}, {n} client(s)")
+                    opened: list[TritonClient] = []
+                    try:
+                        calls = served(deployment, variant, args.protocol, transport, opened,
+                                       n, batch)
+                        measured.setdefault((transport, n), []).append(
+                            measure(calls, batch, args.warmup, args.duration))
+                    except ConfigError as exc:  # a transport this machine cannot use
+                        refused[transport] = str(exc)
+                        break
+                    finally:
+                        for client in opened:
+                            client.close()
+        for (mode, n), results in measured.items():
+            points.append(Point(label, batch, mode, n,
+                                statistics.median(r[0] for r in results),
+                                statistics.median(r[1] for r in results),
+                                sum(r[2] for r in results)))
+        points += [Point(label, batch, t, 0, refused=reason) for t, reason in refused.items()]
     finally:
         if deployment is not None:
             deployment.close()
@@ -195,8 +206,8 @@ def table(points: list[Point], protocol: str) -> str:
     for p in points:
         unit = UNITS.get(p.model.removesuffix("-fp16"), "samples/s")
         if p.refused:
-            lines.append(f"| {p.model} | {p.batch} | {p.mode} | {p.clients} | refused: "
-                         f"{p.refused} | | |")
+            lines.append(f"| {p.model} | {p.batch} | {p.mode} | - | refused: {p.refused} "
+                         "| | |")
             continue
         ratio = p.samples_per_s / base[p.model].samples_per_s if p.model in base else 1.0
         clients = p.clients if p.mode != "in-process" else "-"
@@ -223,6 +234,8 @@ def main() -> int:
     parser.add_argument("--instances", type=int, default=1, help="server instances")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per point")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of every point; medians are reported")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     models = args.model or ["dlrm:4096", "resnet50:64"]
@@ -235,8 +248,9 @@ def main() -> int:
         points += run_model(name, int(batch), rest == ["fp16"], args, transports, clients)
     load = os.getloadavg()
     print(f"\n{args.size} models, {args.format} hosted by the python backend on "
-          f"{args.device}, {args.instances} instance(s), {args.protocol}, {args.duration:g} s "
-          f"per point; {os.cpu_count()} cores, load average {load[0]:.1f} at the end\n")
+          f"{args.device}, {args.instances} instance(s), {args.protocol}, median of "
+          f"{args.repeat} x {args.duration:g} s per point; {os.cpu_count()} cores, load "
+          f"average {load[0]:.1f} at the end\n")
     print(table(points, args.protocol))
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
