@@ -42,6 +42,7 @@ from pytest_triton.models import zoo_spec
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.variants import Variant
 from pytest_triton.session import start_deployment
+from pytest_triton.stats import read_stats
 
 UNITS = {"dlrm": "rec/s", "resnet50": "img/s", "resnext101-32x4d": "img/s",
          "se-resnext101-32x4d": "img/s", "bert": "seq/s", "mnist": "img/s",
@@ -58,6 +59,8 @@ class Point:
     p99_ms: float = float("nan")
     requests: int = 0
     refused: str = ""
+    server_infer_ms: float = float("nan")  # the model's own compute per execution, server side
+    server_request_ms: float = float("nan")  # a request's time in the server
 
 
 def measure(calls: list[Callable[[], Any]], batch: int, warmup_s: float,
@@ -160,7 +163,7 @@ def run_model(name: str, batch: int, fp16: bool, args: argparse.Namespace,
         inputs = variant_inputs(deployment, variant, batch, seed=0)
         label = f"{name}{'-fp16' if fp16 else ''}"
         local = in_process(variant, artifact, inputs, args.device)
-        measured: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+        measured: dict[tuple[str, int], list[tuple[float, ...]]] = {}
         refused: dict[str, str] = {}
         for round_ in range(1, args.repeat + 1):  # rounds alternate: drift hits all alike
             progress(f"{label} b{batch}, round {round_}/{args.repeat}: in-process")
@@ -174,8 +177,12 @@ def run_model(name: str, batch: int, fp16: bool, args: argparse.Namespace,
                     try:
                         calls = served(deployment, variant, args.protocol, transport, opened,
                                        n, batch)
+                        before = read_stats(deployment.client("http"), variant.model_name)
+                        result = measure(calls, batch, args.warmup, args.duration)
+                        delta = read_stats(deployment.client("http"), variant.model_name) - before
+                        times = delta.latency_breakdown_us()
                         measured.setdefault((transport, n), []).append(
-                            measure(calls, batch, args.warmup, args.duration))
+                            (*result, times["compute_infer"] / 1e3, times["request"] / 1e3))
                     except ConfigError as exc:  # a transport this machine cannot use
                         refused[transport] = str(exc)
                         break
@@ -183,10 +190,13 @@ def run_model(name: str, batch: int, fp16: bool, args: argparse.Namespace,
                         for client in opened:
                             client.close()
         for (mode, n), results in measured.items():
+            infer, request = (statistics.median(r[i] for r in results)
+                              if len(results[0]) > 3 else float("nan") for i in (3, 4))
             points.append(Point(label, batch, mode, n,
                                 statistics.median(r[0] for r in results),
                                 statistics.median(r[1] for r in results),
-                                sum(r[2] for r in results)))
+                                int(sum(r[2] for r in results)),
+                                server_infer_ms=infer, server_request_ms=request))
         points += [Point(label, batch, t, 0, refused=reason) for t, reason in refused.items()]
     finally:
         if deployment is not None:
@@ -201,18 +211,22 @@ def progress(message: str) -> None:
 
 def table(points: list[Point], protocol: str) -> str:
     lines = [f"| model | batch | transport ({protocol}) | clients | throughput | "
-             "/ in-process | p99 latency |", "|---|---|---|---|---|---|---|"]
+             "/ in-process | p99 latency | server: request / compute |",
+             "|---|---|---|---|---|---|---|---|"]
     base = {p.model: p for p in points if p.mode == "in-process"}
     for p in points:
         unit = UNITS.get(p.model.removesuffix("-fp16"), "samples/s")
         if p.refused:
             lines.append(f"| {p.model} | {p.batch} | {p.mode} | - | refused: {p.refused} "
-                         "| | |")
+                         "| | | |")
             continue
         ratio = p.samples_per_s / base[p.model].samples_per_s if p.model in base else 1.0
         clients = p.clients if p.mode != "in-process" else "-"
+        server = ("" if p.server_request_ms != p.server_request_ms else
+                  f"{p.server_request_ms:.1f} / {p.server_infer_ms:.1f} ms")
         lines.append(f"| {p.model} | {p.batch} | {p.mode} | {clients} | "
-                     f"{p.samples_per_s:,.0f} {unit} | {ratio:.2f} | {p.p99_ms:.1f} ms |")
+                     f"{p.samples_per_s:,.0f} {unit} | {ratio:.2f} | {p.p99_ms:.1f} ms | "
+                     f"{server} |")
     return "\n".join(lines)
 
 

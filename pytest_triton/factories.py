@@ -128,9 +128,12 @@ def client(*, server: str = "triton_server", protocols: Sequence[str] | None = N
 
     def fixture(request: pytest.FixtureRequest) -> TritonClient:
         deployment: Deployment = request.getfixturevalue(role.server)
+        param: Any = getattr(request, "param", None) or ("http", "none")
+        if isinstance(param, str):  # a bare protocol, from a user's own parametrize
+            param = (param, "none")
         protocol: Protocol
         transport: Transport
-        protocol, transport = getattr(request, "param", None) or ("http", "none")
+        protocol, transport = param
         return deployment.client(protocol, transport)
 
     return _fixture(fixture, role, scope)
