@@ -246,6 +246,11 @@ def main() -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the server's instances and the in-process run compute")
     parser.add_argument("--instances", type=int, default=1, help="server instances")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads of the in-process run and of each hosted "
+                             "instance (OMP_NUM_THREADS in the server's environment; default 1: "
+                             "on a shared CPU, two OpenMP threads per instance made the hosted "
+                             "model 4-6x slower than in-process)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per point")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each")
     parser.add_argument("--repeat", type=int, default=1,
@@ -255,14 +260,16 @@ def main() -> int:
     models = args.model or ["dlrm:4096", "resnet50:64"]
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     clients = [int(c) for c in args.clients.split(",")]
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the local server's python stubs inherit it
     points: list[Point] = []
     for entry in models:
         name, batch, *rest = entry.split(":")
         points += run_model(name, int(batch), rest == ["fp16"], args, transports, clients)
     load = os.getloadavg()
     print(f"\n{args.size} models, {args.format} hosted by the python backend on "
-          f"{args.device}, {args.instances} instance(s), {args.protocol}, median of "
+          f"{args.device}, {args.instances} instance(s) x {args.threads} thread(s) (and "
+          f"{args.threads} in-process), {args.protocol}, median of "
           f"{args.repeat} x {args.duration:g} s per point; {os.cpu_count()} cores, load "
           f"average {load[0]:.1f} at the end\n")
     print(table(points, args.protocol))
