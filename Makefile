@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: gate test lint install clean bench bench-loadgen
+.PHONY: gate test lint install clean bench bench-loadgen bench-serving
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ bench: $(STAMP)
 bench-loadgen: $(STAMP)
 	command -v wrk >/dev/null || apt-get install -y wrk
 	$(BIN)/python benchmarks/loadgen_vs_wrk.py --duration 10 --repeat 3
+
+# The same artifact in-process vs served (1 and 8 clients, per shared-memory transport)
+bench-serving: $(STAMP)
+	$(BIN)/python benchmarks/serving_overhead.py --repeat 3 --duration 5
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

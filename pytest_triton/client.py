@@ -238,7 +238,7 @@ class TritonClient:
             self._signatures[key] = (list(outputs), batched)
         return self._signatures[key]
 
-    def _memory_for_model(self, model: str) -> SharedMemory:
+    def _shared_memory(self) -> SharedMemory:
         with self._lock:
             if self._memory is None:
                 kwargs = {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
@@ -277,7 +277,7 @@ class TritonClient:
                            outputs: Sequence[str] | None,
                            version: str) -> list[PreparedRequest]:
         names = list(outputs) if outputs is not None else self.output_names(model, version)
-        memory = self._memory_for_model(model)
+        memory = self._shared_memory()
         sizes = [self._output_sizes(model, version, names, b) for b in batches]
         wire.reserve(memory, batches, sizes[0] if sizes else None)
         built: list[PreparedRequest] = []
