@@ -250,7 +250,7 @@ def main() -> int:
                         help="intra-op threads of the in-process run and of each hosted "
                              "instance (OMP_NUM_THREADS in the server's environment; default 1: "
                              "on a shared CPU, two OpenMP threads per instance made the hosted "
-                             "model 4-6x slower than in-process)")
+                             "model 4-10x slower than in-process)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per point")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each")
     parser.add_argument("--repeat", type=int, default=1,
