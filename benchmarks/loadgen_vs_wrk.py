@@ -120,13 +120,20 @@ def run_wrk(url: str, script: Path, args: argparse.Namespace, client: TritonClie
             "cpu_us_per_request": 1e6 * cpu / max(total, 1)}
 
 
+def py_spy() -> Path | None:
+    """py-spy on PATH, or next to this interpreter (a virtual environment not activated)."""
+    found = shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"
+    return Path(found) if found else beside if beside.exists() else None
+
+
 def run_locust(host: str, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     report = workdir / f"locust-{time.monotonic_ns()}.json"
     profile: list[str] = []
     if args.py_spy is not None:  # a flame graph of the generator (py-spy slows it a little)
         args.py_spy.mkdir(parents=True, exist_ok=True)
         svg = args.py_spy / f"locust-{host.split(':', 1)[0]}-{time.strftime('%H%M%S')}.svg"
-        profile = ["py-spy", "record", "--rate", "100", "--format", "flamegraph", "-o",
+        profile = [str(py_spy()), "record", "--rate", "100", "--format", "flamegraph", "-o",
                    str(svg), "--"]
     cmd = [*profile, sys.executable, "-m", "locust", "-f", str(HERE / "trivial_locustfile.py"),
            "--headless", "-u", str(args.concurrency), "-r", str(args.concurrency),
@@ -159,7 +166,7 @@ def main() -> int:
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
         return 2
-    if args.py_spy is not None and shutil.which("py-spy") is None:
+    if args.py_spy is not None and py_spy() is None:
         print("py-spy is not installed: pip install py-spy (in the dev extra)", file=sys.stderr)
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="pytest-triton-wrk-"))
