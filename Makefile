@@ -13,8 +13,8 @@ BASELINE ?=
 SAVE_BASELINE ?=
 GATE_ARGS ?=
 
-.PHONY: gate test test-cpu test-container lint install clean bench bench-loadgen chromium \
-	screenshots
+.PHONY: gate test test-cpu test-container lint install clean bench bench-loadgen \
+	bench-serving chromium screenshots
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,10 @@ bench: $(STAMP)
 bench-loadgen: $(STAMP)
 	command -v wrk >/dev/null || apt-get install -y wrk
 	$(BIN)/python benchmarks/loadgen_vs_wrk.py --duration 10 --repeat 3
+
+# The same artifact in-process vs served (1 and 8 clients, per shared-memory transport)
+bench-serving: $(STAMP)
+	$(BIN)/python benchmarks/serving_overhead.py --repeat 3 --duration 5
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(GATE_REPORT)

@@ -3,11 +3,13 @@
 Both tools drive the same trivial python-backend model (Y = X, dynamic batching without delay,
 so the server outpaces the generator) at the same concurrency, with the same HTTP request
 bytes (tritonclient's binary-tensor body), each from one process. Reported: Locust samples/s
-divided by wrk requests/s (batch 1: a request is a sample), and each tool's client-side
-overhead: its average latency minus the server's average request latency (statistics API).
+divided by wrk requests/s (batch 1: a request is a sample), each tool's client-side
+overhead (its average latency minus the server's average request latency, from the statistics
+API) and the generator's CPU per request.
 
     apt-get install wrk                       # Debian's wrk
     python benchmarks/loadgen_vs_wrk.py --duration 10 --concurrency 8 --repeat 3
+    python benchmarks/loadgen_vs_wrk.py --repeat 1 --py-spy profiles/   # + flame graphs
 """
 
 from __future__ import annotations
@@ -114,12 +116,26 @@ def run_wrk(url: str, script: Path, args: argparse.Namespace, client: TritonClie
     avg_ms = float(avg.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[avg.group(2)]
     server = stats_delta(client, before, total)
     return {"rate": rate, "avg_ms": avg_ms, "server_ms": server.success.avg_us / 1e3,
-            "cpu_percent": 100 * cpu / args.duration, "requests": total}
+            "cpu_percent": 100 * cpu / args.duration, "requests": total,
+            "cpu_us_per_request": 1e6 * cpu / max(total, 1)}
+
+
+def py_spy() -> Path | None:
+    """py-spy on PATH, or next to this interpreter (a virtual environment not activated)."""
+    found = shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"
+    return Path(found) if found else beside if beside.exists() else None
 
 
 def run_locust(host: str, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     report = workdir / f"locust-{time.monotonic_ns()}.json"
-    cmd = [sys.executable, "-m", "locust", "-f", str(HERE / "trivial_locustfile.py"),
+    profile: list[str] = []
+    if args.py_spy is not None:  # a flame graph of the generator (py-spy slows it a little)
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+        svg = args.py_spy / f"locust-{host.split(':', 1)[0]}-{time.strftime('%H%M%S')}.svg"
+        profile = [str(py_spy()), "record", "--rate", "100", "--format", "flamegraph", "-o",
+                   str(svg), "--"]
+    cmd = [*profile, sys.executable, "-m", "locust", "-f", str(HERE / "trivial_locustfile.py"),
            "--headless", "-u", str(args.concurrency), "-r", str(args.concurrency),
            "-t", f"{args.duration}s", "--host", host, "--only-summary",
            "--triton-report-json", str(report)]
@@ -129,10 +145,12 @@ def run_locust(host: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         raise SystemExit(f"locust failed ({done.returncode}):\n{done.stderr[-3000:]}")
     result = json.loads(report.read_text())
     (server,) = result["server"]
-    return {"rate": result["measured"]["throughput"], "avg_ms": result["measured"]["avg_ms"],
-            "server_ms": server["latency_us"]["request"] / 1e3,
-            "cpu_percent": result["generator_cpu_percent"],
-            "requests": result["measured"]["requests"]}
+    rate = result["measured"]["throughput"]
+    cpu = result["generator_cpu_percent"]
+    return {"rate": rate, "avg_ms": result["measured"]["avg_ms"],
+            "server_ms": server["latency_us"]["request"] / 1e3, "cpu_percent": cpu,
+            "requests": result["measured"]["requests"],
+            "cpu_us_per_request": 1e4 * cpu / max(rate, 1e-9)}
 
 
 def main() -> int:
@@ -142,9 +160,14 @@ def main() -> int:
                         help="wrk connections = Locust users")
     parser.add_argument("--repeat", type=int, default=3, help="alternating runs per tool")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                        help="record each Locust run with py-spy into DIR (flame graphs)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
+        return 2
+    if args.py_spy is not None and py_spy() is None:
+        print("py-spy is not installed: pip install py-spy (in the dev extra)", file=sys.stderr)
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="pytest-triton-wrk-"))
     try:
@@ -171,12 +194,17 @@ def main() -> int:
     print(f"\nconcurrency {args.concurrency}, {args.duration} s runs, median of "
           f"{args.repeat}, trivial model, batch 1\n")
     print("| generator | throughput | / wrk | avg latency | server request latency | "
-          "client overhead | generator CPU |")
-    print("|---|---|---|---|---|---|---|")
+          "client overhead | generator CPU | CPU per request |")
+    print("|---|---|---|---|---|---|---|---|")
     for tool, m in median.items():
         print(f"| {tool} | {m['rate']:,.0f} req/s | {m['rate'] / wrk_rate:.2f} | "
               f"{m['avg_ms']:.2f} ms | {m['server_ms']:.2f} ms | "
-              f"{m['avg_ms'] - m['server_ms']:.2f} ms | {m['cpu_percent']:.0f}% |")
+              f"{m['avg_ms'] - m['server_ms']:.2f} ms | {m['cpu_percent']:.0f}% | "
+              f"{m['cpu_us_per_request']:.0f} µs |")
+    print("\nratios per round: " + "; ".join(
+        f"{tool} " + ", ".join(f"{r['rate'] / w['rate']:.2f}" for r, w in
+                               zip(runs[tool], runs["wrk"], strict=True))
+        for tool in runs if tool != "wrk"))
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
                                          "runs": runs, "median": median}, indent=2))

@@ -9,6 +9,7 @@ from .errors import (
                      InferenceError,
                      ModelLoadError,
                      ServerError,
+                     SharedMemoryError,
                      SpecError,
                      TritonTestError,
 )
@@ -32,6 +33,7 @@ __all__ = [
                      "Repository",
                      "ServedModel",
                      "ServerError",
+                     "SharedMemoryError",
                      "SpecError",
                      "StatsWindow",
                      "TensorSpec",

@@ -1,35 +1,43 @@
-"""tritonclient's HTTP and gRPC clients behind one small interface.
+"""One client for one server, protocol and transport: the one request path.
 
-Tests parametrized over protocols call the same methods; every server-side rejection
-becomes an InferenceError naming the model, the protocol and Triton's own message, every
-transport failure (refused, reset, timed out) an InferenceError naming the server, and any
-failure of a request to a server that died the ServerError saying how it died.
+Tests parametrized over protocols and transports call the same methods. Inference goes
+`prepare()` (built once, see wire/request.py) then `send()` (every output, for parity) or
+`send_status()` (the status only, for load); health, model control, metadata and statistics
+go through tritonclient's own clients. Every server-side rejection becomes an InferenceError
+naming the model, the protocol and Triton's own message, every transport failure (refused,
+reset, timed out) an InferenceError naming the server, and any failure of a request to a
+server that died the ServerError saying how it died.
 """
 
 from __future__ import annotations
 
 import functools
-import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
+import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from google.protobuf import json_format
-from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+from tritonclient.utils import InferenceServerException
 
 from . import health, request_errors
 from .dtypes import TYPES, tensor_type
-from .errors import ServerError, SpecError, TritonTestError
+from .errors import InferenceError, ServerError, SharedMemoryError, SpecError, TritonTestError
 from .health import ServerHealth
 from .request_errors import request_problem
+from .wire import request as wire
+from .wire.grpc_call import GrpcInfer, rejected
+from .wire.http_conn import HttpConnections, raise_for_status
+from .wire.request import PreparedRequest, Protocol
+from .wire.shm import DEFAULT_OUTPUT_BYTES, ID_SUFFIX, SharedMemory, Transport, check_offered
 
-Protocol = Literal["http", "grpc"]
 PROTOCOLS: tuple[Protocol, ...] = ("http", "grpc")
+__all__ = ["PROTOCOLS", "PreparedRequest", "Protocol", "ServerHealth", "Transport",
+           "TritonClient"]
 Tensors = Mapping[str, np.ndarray]
 T = TypeVar("T")
 
@@ -57,45 +65,70 @@ def _intify(value: Any, key: str = "") -> Any:
     return value
 
 
-@dataclass(frozen=True)
-class PreparedRequest:
-    """An inference request built once (tensors serialized, outputs named), to be sent as
-    often as wanted: parity checks send it once, load generators in a loop."""
-
-    model: str
-    version: str
-    inputs: list[Any]  # tritonclient InferInput, data already attached
-    outputs: list[Any] | None  # tritonclient InferRequestedOutput; None: all the model has
-    output_names: list[str] | None
-
-
 class TritonClient:
-    """One protocol's client for one server."""
+    """One protocol's client for one server, sending tensors in the request (transport
+    "none") or through shared memory ("system", "cuda": servers on this machine only)."""
 
     def __init__(self, url: str, protocol: Protocol = "http", *, timeout_s: float = 120.0,
-                 concurrency: int = 16, server: ServerHealth | None = None) -> None:
+                 concurrency: int = 16, server: ServerHealth | None = None,
+                 shared_memory: Transport = "none",
+                 output_shared_memory_size: int = DEFAULT_OUTPUT_BYTES) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+        # A server this process started is found by its address: a client made from a bare URL
+        # still learns at once that it died (and whether it maps this machine's memory).
+        server = server if server is not None else health.find(url)
+        check_offered(shared_memory, url, host_memory=getattr(server, "host_memory", None),
+                      server_gpu=getattr(server, "cuda_memory", None))
         self.url = url
         self.protocol: Protocol = protocol
+        self.shared_memory: Transport = shared_memory
+        self.output_shared_memory_size = output_shared_memory_size
         self.timeout_s = timeout_s
-        # A server this process started is found by its address: a client made from a bare URL
-        # still learns at once that it died.
-        self.server = server if server is not None else health.find(url)
+        self.server = server
         self._outputs: dict[tuple[str, str], list[str]] = {}
-        self._mod: Any = httpclient if protocol == "http" else grpcclient
+        self._signatures: dict[tuple[str, str], tuple[list[dict[str, Any]], bool]] = {}
+        self._memory: SharedMemory | None = None
+        self._lock = threading.Lock()
+        self._http: HttpConnections | None = None
+        self._grpc: GrpcInfer | None = None
         if protocol == "http":
             self._client: Any = httpclient.InferenceServerClient(
                 url, concurrency=concurrency, connection_timeout=timeout_s,
                 network_timeout=timeout_s)
+            self._http = HttpConnections(url, timeout_s)
         else:
             self._client = grpcclient.InferenceServerClient(url)
+            self._grpc = GrpcInfer(url)
+
+    @property
+    def id(self) -> str:
+        """The test id: `http`, `grpc`, `http-shm`, `grpc-cuda-shm`."""
+        return self.protocol + ID_SUFFIX[self.shared_memory]
 
     def __repr__(self) -> str:
-        return f"TritonClient({self.protocol}://{self.url})"
+        return f"TritonClient({self.protocol}://{self.url}, shared_memory={self.shared_memory})"
+
+    @property
+    def shared_memory_regions(self) -> list[str]:
+        """Names of the regions this client holds registered (none before its first request
+        over shared memory and after close())."""
+        memory = self._memory
+        return memory.region_names if memory is not None else []
 
     def close(self) -> None:
-        self._client.close()
+        """Unregister and unlink its shared memory, close its connections; idempotent."""
+        with self._lock:
+            memory, self._memory = self._memory, None
+        try:
+            if memory is not None:
+                memory.close()
+        finally:
+            if self._http is not None:
+                self._http.close()
+            if self._grpc is not None:
+                self._grpc.close()
+            self._client.close()
 
     def __enter__(self) -> TritonClient:
         return self
@@ -119,12 +152,18 @@ class TritonClient:
             raise request_errors.died(self, model, death) from None
         except TritonTestError:
             raise
-        except Exception as exc:  # geventhttpclient and gRPC raise their own transport errors
+        except Exception as exc:  # sockets and gRPC raise their own transport errors
             raise request_errors.unexpected(self, model, exc) from None
 
     def _rejected(self, model: str, exc: InferenceServerException, version: str = "",
                   request: PreparedRequest | None = None) -> Exception:
-        shapes = {i.name(): i.shape() for i in request.inputs} if request else None
+        message = exc.message() or str(exc)
+        if self.shared_memory != "none" and "shared memory size specified" in message:
+            return SharedMemoryError(
+                f"{self.protocol} request to model {model!r}: {message} (raise "
+                "--triton-output-shared-memory-size, the bytes each output gets when the "
+                "model's metadata does not fix its size)")
+        shapes = request.input_shapes if request is not None else None
         return request_errors.rejected(self, model, exc, version, shapes, self._versions_of,
                                        self._repository_state)
 
@@ -170,8 +209,9 @@ class TritonClient:
     def server_metadata(self) -> dict[str, Any]:
         """Triton's name, version and extensions (the same keys on both protocols)."""
         if self.protocol == "http":
-            return dict(self._call("-", self._client.get_server_metadata))
-        return dict(self._call("-", lambda: self._client.get_server_metadata(as_json=True)))
+            return dict(self._call("-", self._client.get_server_metadata, named=False))
+        return dict(self._call("-", lambda: self._client.get_server_metadata(as_json=True),
+                               named=False))
 
     def model_config(self, model: str) -> dict[str, Any]:
         """The model's configuration as the server completed it (the same on both
@@ -204,61 +244,140 @@ class TritonClient:
             self._outputs[key] = [o["name"] for o in meta.get("outputs", [])]
         return self._outputs[key]
 
+    def _signature(self, model: str, version: str) -> tuple[list[dict[str, Any]], bool]:
+        """The model's outputs (metadata) and whether it batches (config), asked once."""
+        key = (model, version)
+        if key not in self._signatures:
+            outputs = self.model_metadata(model, version).get("outputs", [])
+            batched = int(self.model_config(model).get("max_batch_size", 0) or 0) > 0
+            self._signatures[key] = (list(outputs), batched)
+        return self._signatures[key]
+
+    def _shared_memory(self) -> SharedMemory:
+        with self._lock:
+            if self._memory is None:
+                kwargs = {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
+                self._memory = SharedMemory(self.shared_memory, self._client, **kwargs)
+            return self._memory
+
+    def _output_sizes(self, model: str, version: str, names: Sequence[str],
+                      inputs: Tensors) -> dict[str, int]:
+        outputs, batched = self._signature(model, version)
+        batch = next(iter(inputs.values())).shape[0] if batched and inputs else None
+        sizes = wire.output_bytes(outputs, batch, self.output_shared_memory_size)
+        missing = [n for n in names if n not in sizes]
+        if missing:
+            raise InferenceError(model, self.protocol, f"model {model!r} has no output(s) "
+                                 f"{missing}; it has {sorted(sizes)}")
+        return {n: sizes[n] for n in names}
+
     def prepare(self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None,
                 version: str = "") -> PreparedRequest:
-        """Build a request once; outputs None asks for all the model has (without a metadata
-        round trip)."""
-        names = list(outputs) if outputs is not None else None
-        infer_inputs = []
+        """Build a request once; outputs None asks for all the model has (over shared memory
+        that takes the model's metadata, asked once per model)."""
+        return self.prepare_all(model, [inputs], outputs, version)[0]
+
+    def prepare_all(self, model: str, batches: Sequence[Tensors],
+                    outputs: Sequence[str] | None = None,
+                    version: str = "") -> list[PreparedRequest]:
+        """Several requests of one model; over shared memory their blocks share one
+        registered region (a load user's distinct batches)."""
+        problem = request_problem(model, version)
+        if problem is not None:
+            raise request_errors.refused(self, model, problem)
+        batches = [self._wire_ready(model, b) for b in batches]
+        if self.shared_memory == "none":
+            return [wire.build(self.protocol, self.url, model, b, outputs, version)
+                    for b in batches]
+        return self._call(model, lambda: self._prepare_in_memory(model, batches, outputs,
+                                                                  version), version)
+
+    def _wire_ready(self, model: str, inputs: Tensors) -> dict[str, np.ndarray]:
+        """Contiguous arrays Triton has a datatype for (numpy str arrays travel as BYTES,
+        UTF-8 encoded); any other dtype is refused naming the input."""
+        ready = {}
         for name, array in inputs.items():
             array = np.ascontiguousarray(array)
-            if array.dtype.kind == "U":  # numpy str arrays travel as BYTES, UTF-8 encoded
+            if array.dtype.kind == "U":
                 array = array.astype(object)
-            item = self._mod.InferInput(name, list(array.shape), self._wire_type(model, name,
-                                                                                 array))
-            if self.protocol == "http":
-                item.set_data_from_numpy(array, binary_data=True)
-            else:
-                item.set_data_from_numpy(array)
-            infer_inputs.append(item)
-        requested: list[Any] | None = None
-        if names is not None and self.protocol == "http":
-            requested = [httpclient.InferRequestedOutput(n, binary_data=True) for n in names]
-        elif names is not None:
-            requested = [grpcclient.InferRequestedOutput(n) for n in names]
-        return PreparedRequest(model, version, infer_inputs, requested, names)
+            try:
+                tensor_type(array.dtype)
+            except SpecError:
+                raise request_errors.refused(self, model, (
+                    f"input {name!r} has numpy dtype {array.dtype}, which no Triton datatype "
+                    f"matches ({', '.join(t.wire for t in TYPES)}): convert it first, e.g. "
+                    "array.astype(np.float32)")) from None
+            ready[name] = array
+        return ready
 
-    def _wire_type(self, model: str, name: str, array: np.ndarray) -> str:
+    def _prepare_in_memory(self, model: str, batches: Sequence[Tensors],
+                           outputs: Sequence[str] | None,
+                           version: str) -> list[PreparedRequest]:
+        names = list(outputs) if outputs is not None else self.output_names(model, version)
+        memory = self._shared_memory()
+        sizes = [self._output_sizes(model, version, names, b) for b in batches]
+        wire.reserve(memory, batches, sizes[0] if sizes else None)
+        built: list[PreparedRequest] = []
         try:
-            return tensor_type(array.dtype).wire
-        except SpecError:
-            raise request_errors.refused(self, model, (
-                f"input {name!r} has numpy dtype {array.dtype}, which no Triton datatype "
-                f"matches ({', '.join(t.wire for t in TYPES)}): convert it first, e.g. "
-                "array.astype(np.float32)")) from None
+            for batch, size in zip(batches, sizes, strict=True):
+                built.append(wire.build(self.protocol, self.url, model, batch, names, version,
+                                        memory=memory, output_sizes=size))
+        except BaseException:
+            for request in built:
+                request.release()
+            raise
+        return built
 
     def send(self, request: PreparedRequest) -> dict[str, np.ndarray]:
-        """Send a prepared request; its outputs by name."""
-        kwargs: dict[str, Any] = {"model_version": request.version, "outputs": request.outputs}
-        if self.protocol == "grpc":
-            kwargs["client_timeout"] = self.timeout_s
-        result = self._call(request.model, lambda: self._client.infer(
-            request.model, request.inputs, **kwargs), request.version, request)
-        return self._result(result, request.output_names)
+        """Send a prepared request; every output it asked for, by name."""
+        http = self._http
+        if http is not None:
+            reply = self._call(request.model, lambda: http.exchange(request.wire),
+                               request.version, request)
+            return self._call(request.model, lambda: wire.read_http(request, reply),
+                              request.version, request)
+        answer = self._call(request.model, lambda: self._grpc_exchange(request),
+                            request.version, request)
+        return self._call(request.model, lambda: wire.read_grpc(request, answer),
+                          request.version, request)
 
-    def _result(self, result: Any, outputs: Sequence[str] | None) -> dict[str, np.ndarray]:
-        if outputs is None:
-            response = result.get_response()
-            outputs = ([o["name"] for o in response.get("outputs", [])]
-                       if self.protocol == "http" else [o.name for o in response.outputs])
-        return {n: _as_numpy(result, n) for n in outputs}
+    def send_status(self, request: PreparedRequest) -> int:
+        """Send a prepared request and read no more of the answer than whether it succeeded
+        (the HTTP status and Triton's error, or the gRPC status): what a load generator's
+        verdict needs. Returns the answer's size in bytes as it came over the wire (the HTTP
+        body, the gRPC message; over shared memory the outputs are not in it). Failures raise
+        as send()'s do."""
+        http = self._http
+        if http is not None:
+            reply = self._call(request.model, lambda: http.exchange(request.wire),
+                               request.version, request)
+            if not reply.ok:
+                self._call(request.model, lambda: raise_for_status(reply), request.version,
+                           request)
+            return len(reply.body)
+        answer = self._call(request.model, lambda: self._grpc_exchange(request),
+                            request.version, request)
+        return len(answer)
+
+    def _grpc_exchange(self, request: PreparedRequest) -> bytes:
+        assert self._grpc is not None
+        return self._grpc.exchange(request.wire, self.timeout_s)
+
+    def _read_answer(self, request: PreparedRequest, call: Any) -> dict[str, np.ndarray]:
+        """The outputs of a gRPC request in flight, its failure in tritonclient's form."""
+        try:
+            answer: bytes = call.result()
+        except grpc.RpcError as exc:
+            raise rejected(exc) from None
+        return wire.read_grpc(request, answer)
 
     def infer(self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None,
               version: str = "") -> dict[str, np.ndarray]:
         """One request; returns every requested output (all the model's outputs by default,
         in the order its metadata lists them)."""
         names = list(outputs) if outputs is not None else self.output_names(model, version)
-        return self.send(self.prepare(model, inputs, names, version))
+        with self.prepare(model, inputs, names, version) as request:
+            return self.send(request)
 
     def infer_many(self, model: str, requests: Sequence[Tensors],
                    outputs: Sequence[str] | None = None,
@@ -268,68 +387,29 @@ class TritonClient:
         names = list(outputs) if outputs is not None else self.output_names(model, version)
         if self.protocol == "http":
             return self._infer_many_http(model, requests, names, version)
-        built = [self.prepare(model, r, names, version) for r in requests]
-        done: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
-
-        def callback_for(index: int) -> Callable[[Any, Any], None]:
-            return lambda result, error: done.put((index, result, error))
-
-        for index, request in enumerate(built):
-            self._call(model, functools.partial(
-                self._client.async_infer, model, request.inputs, callback_for(index),
-                model_version=version, outputs=request.outputs, client_timeout=self.timeout_s))
-        results: list[dict[str, np.ndarray] | None] = [None] * len(built)
-        for _ in built:
-            try:
-                index, result, error = done.get(timeout=self.timeout_s)
-            except queue.Empty:
-                raise request_errors.transport(self, model, TimeoutError("timed out")) from None
-            if error is not None:
-                raise self._rejected(model, error, version, built[index])
-            results[index] = self._result(result, names)
-        return [r for r in results if r is not None]
+        built = self.prepare_all(model, requests, names, version)
+        channel = self._grpc
+        assert channel is not None
+        try:
+            calls = [self._call(model, functools.partial(channel.start, r.wire, self.timeout_s),
+                                version) for r in built]
+            return [self._call(model, functools.partial(self._read_answer, request, call),
+                               version, request)
+                    for request, call in zip(built, calls, strict=True)]
+        finally:
+            for request in built:
+                request.release()
 
     def _infer_many_http(self, model: str, requests: Sequence[Tensors], names: list[str],
                          version: str) -> list[dict[str, np.ndarray]]:
-        """One thread and connection per request in flight: the HTTP client's own async_infer
-        runs its greenlets one after another, which would never let requests batch."""
-        local = threading.local()
-
-        def send(inputs: Tensors) -> dict[str, np.ndarray]:
-            if not hasattr(local, "client"):
-                local.client = TritonClient(self.url, "http", timeout_s=self.timeout_s,
-                                            concurrency=1, server=self.server)
-                opened.append(local.client)
-            return local.client.infer(model, inputs, names, version)
-
-        opened: list[TritonClient] = []
+        """One thread and connection per request in flight, all prepared before the first
+        is sent."""
+        built = self.prepare_all(model, requests, names, version)
         try:
-            with ThreadPoolExecutor(max_workers=min(len(requests), 64) or 1) as pool:
-                return list(pool.map(send, requests))
+            with ThreadPoolExecutor(max_workers=min(len(built), 64) or 1) as pool:
+                return list(pool.map(self.send, built))
         finally:
-            for client in opened:
-                client.close()
+            for request in built:
+                request.release()
 
 
-def _as_numpy(result: Any, name: str) -> np.ndarray:
-    """An output as numpy; an output that came back with no data at all (the bundled python
-    stub under numpy >= 2 answers so) is returned empty for parity to name, instead of
-    tritonclient's "cannot reshape array of size 0"."""
-    try:
-        return result.as_numpy(name)
-    except ValueError:
-        output = result.get_output(name)
-        if output is None:
-            raise
-        if isinstance(output, dict):  # HTTP
-            size = (output.get("parameters") or {}).get("binary_data_size")
-            empty = size == 0 or (size is None and not output.get("data"))
-            datatype = output["datatype"]
-        else:  # gRPC: raw contents are in the order of the outputs
-            index = [o.name for o in result.get_response().outputs].index(name)
-            raw = result.get_response().raw_output_contents
-            empty = index < len(raw) and len(raw[index]) == 0
-            datatype = output.datatype
-        if not empty:
-            raise
-        return np.empty(0, dtype=triton_to_np_dtype(datatype))

@@ -54,6 +54,18 @@ def parse_protocols(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
+SHARED_MEMORY = ("none", "system", "cuda")
+
+
+def parse_shared_memory(text: str) -> tuple[str, ...]:
+    items = parse_list(text)
+    bad = [t for t in items if t not in SHARED_MEMORY]
+    if bad or not items:
+        raise ValueError(f"expected none, system or cuda (a comma list for pytest), got "
+                         f"{text!r}")
+    return tuple(dict.fromkeys(items))
+
+
 def parse_formats(text: str) -> tuple[str, ...]:
     items = parse_list(text)
     known = FORMATS + GPU_FORMATS
@@ -260,6 +272,18 @@ class TritonConfig:
         PYTEST | LOAD, parse=parse_protocols, metavar="http|grpc|both",
         shown_default="both for pytest, the host's scheme or http for load",
         aliases=("-i", "--protocol"))
+    shared_memory: tuple[str, ...] = _setting(
+        ("none",), "where tensors travel, as perf_analyzer's --shared-memory: none (in the "
+        "request), system (POSIX shared memory the server maps) or cuda (CUDA IPC memory on "
+        "GPU 0); for a server on this machine only. pytest parametrizes the client fixture "
+        "over a comma list (ids http-shm, grpc-cuda-shm); Locust and triton-perf take one",
+        PYTEST | LOAD, parse=parse_shared_memory, metavar="none|system|cuda",
+        aliases=("--shared-memory",))
+    output_shared_memory_size: int = _setting(
+        100 * 1024, "bytes of shared memory for each output whose size the model's metadata "
+        "does not fix (variable dimensions, BYTES), as perf_analyzer's "
+        "--output-shared-memory-size", PYTEST | LOAD, parse=parse_positive_int,
+        metavar="BYTES", aliases=("--output-shared-memory-size",))
     startup_timeout: float = _setting(
         120.0, "seconds to wait for the server to become ready", SERVER,
         parse=parse_positive_float, metavar="SECONDS")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .client import Protocol, TritonClient
+from .client import Protocol, Transport, TritonClient
 from .errors import InferenceError, ModelLoadError
 from .launchers.base import RunningServer, load_failures
 from .parity import ParityReport, Tolerance, compare
@@ -31,11 +31,12 @@ class Deployment:
     """One server session: the running server, its repository, and a client per protocol."""
 
     def __init__(self, server: RunningServer, repository: Repository, *,
-                 timeout_s: float = 120.0) -> None:
+                 timeout_s: float = 120.0, output_shared_memory_size: int = 100 * 1024) -> None:
         self.server = server
         self.repository = repository
         self.timeout_s = timeout_s
-        self._clients: dict[str, TritonClient] = {}
+        self.output_shared_memory_size = output_shared_memory_size
+        self._clients: dict[tuple[str, str], TritonClient] = {}
         self._loaded: set[str] = set()
         self._lock = threading.RLock()
         self.listeners: list[ResultListener] = []  # told of every parity check's result
@@ -64,13 +65,17 @@ class Deployment:
             info["metadata_error"] = str(exc).splitlines()[0] if str(exc) else repr(exc)
         return info
 
-    def client(self, protocol: Protocol) -> TritonClient:
+    def client(self, protocol: Protocol, shared_memory: Transport = "none") -> TritonClient:
+        """The deployment's client for a protocol and transport (made once; a transport the
+        server cannot use raises ConfigError saying why)."""
+        key = (protocol, shared_memory)
         with self._lock:
-            if protocol not in self._clients:
-                self._clients[protocol] = TritonClient(
+            if key not in self._clients:
+                self._clients[key] = TritonClient(
                     self.server.endpoints.url(protocol), protocol, timeout_s=self.timeout_s,
-                    server=self.server)
-            return self._clients[protocol]
+                    server=self.server, shared_memory=shared_memory,
+                    output_shared_memory_size=self.output_shared_memory_size)
+            return self._clients[key]
 
     @property
     def serves_repository_directly(self) -> bool:
@@ -125,13 +130,18 @@ class Deployment:
         self.load(variant)
         return ServedModel(variant, self)
 
-    def close(self) -> None:
+    def close_clients(self) -> None:
+        """Close every client handed out (their shared memory goes with them); later calls of
+        client() make new ones."""
         with self._lock:
             for client in self._clients.values():
                 # closing a client of a dead server must not mask teardown
                 with contextlib.suppress(Exception):
                     client.close()
             self._clients.clear()
+
+    def close(self) -> None:
+        self.close_clients()
         self.server.stop()
 
 

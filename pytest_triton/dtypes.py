@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,15 +64,3 @@ def tensor_type(dtype: object) -> TensorType:
             f"unknown dtype {dtype!r}: use a torch dtype, a numpy dtype or one of {known}"
         )
     return found
-
-
-def payload_bytes(tensors: Mapping[str, np.ndarray]) -> int:
-    """Bytes of tensor data (a BYTES tensor: its elements' bytes), without protocol framing:
-    what a load test reports as a response's size."""
-    size = 0
-    for array in tensors.values():
-        if array.dtype == np.object_:
-            size += sum(len(item) for item in array.flat)
-        else:
-            size += array.nbytes
-    return size

@@ -55,3 +55,8 @@ class InferenceError(TritonTestError):
         where = f"{protocol} request to model {model!r}"
         code = f" [{status}]" if status else ""
         super().__init__(f"{where} failed{code}: {message}")
+
+
+class SharedMemoryError(TritonTestError):
+    """A shared memory region that could not be made, registered or used; says which and
+    what the server needs to map it."""

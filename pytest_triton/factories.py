@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from . import reporting
-from .client import Protocol, TritonClient
-from .config import TritonConfig, check_names
+from .client import Protocol, Transport, TritonClient
+from .config import TritonConfig, check_names, parse_shared_memory
 from .deployment import Deployment, ServedModel
 from .errors import ConfigError
 from .repository.builder import Repository
@@ -53,6 +53,7 @@ class ServerRole:
 class ClientRole:
     server: str
     protocols: tuple[str, ...] | None
+    shared_memory: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,15 +124,23 @@ def server(*, repository: str = "triton_repository", scope: str = "session",
 
 
 def client(*, server: str = "triton_server", protocols: Sequence[str] | None = None,
-           scope: str = "function") -> Any:
+           shared_memory: Sequence[str] | None = None, scope: str = "function") -> Any:
     """A TritonClient of the named server, parametrized over --triton-protocol (or
-    `protocols`)."""
-    role = ClientRole(server, tuple(protocols) if protocols else None)
+    `protocols`) times --triton-shared-memory (or `shared_memory`: none, system, cuda)."""
+    if shared_memory is not None:
+        shared_memory = parse_shared_memory(",".join(shared_memory))
+    role = ClientRole(server, tuple(protocols) if protocols else None,
+                      tuple(shared_memory) if shared_memory else None)
 
     def fixture(request: pytest.FixtureRequest) -> TritonClient:
         deployment: Deployment = request.getfixturevalue(role.server)
-        protocol: Protocol = getattr(request, "param", None) or "http"
-        return deployment.client(protocol)
+        param: Any = getattr(request, "param", None) or ("http", "none")
+        if isinstance(param, str):  # a bare protocol, from a user's own parametrize
+            param = (param, "none")
+        protocol: Protocol
+        transport: Transport
+        protocol, transport = param
+        return deployment.client(protocol, transport)
 
     return _fixture(fixture, role, scope)
 

@@ -18,7 +18,9 @@ LOOPBACK_ALIASES = {"localhost": "127.0.0.1"}  # our servers bind 127.0.0.1
 
 
 class ServerHealth(Protocol):
-    """What a client may ask about the server it talks to (a launcher's RunningServer)."""
+    """What a client may ask about the server it talks to (a launcher's RunningServer; its
+    optional `host_memory` and `cuda_memory` say whether it maps this machine's /dev/shm and
+    CUDA memory, None when unknown)."""
 
     def raise_if_dead(self) -> None:
         """Raise the ServerError of a server that died; free enough to call before every

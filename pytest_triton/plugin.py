@@ -22,6 +22,7 @@ from .launchers.base import LIVE_SERVERS
 from .repository.spec import ModelSpec
 from .repository.variants import plan_variants
 from .session import launcher_for, server_target
+from .wire.shm import ID_SUFFIX, cuda_problem
 
 CONFIG = pytest.StashKey[TritonConfig]()
 MARKERS = {
@@ -93,6 +94,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             launcher_for(triton)
         except ConfigError as exc:
             raise pytest.UsageError(f"pytest-triton --triton-gpu: {exc}") from None
+    if "cuda" in triton.shared_memory:
+        problem = cuda_problem()  # what the server offers is checked when a client is made
+        if problem is not None:
+            raise pytest.UsageError(f"pytest-triton --triton-shared-memory cuda: {problem}")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -104,8 +109,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         with contextlib.suppress(ConfigError):  # sessionstart reports it
             launcher = launcher_for(triton).name
     gpu = f", gpu {triton.gpus}, {triton.numerics} numerics" if triton.gpu else ""
+    shm = (f", shared memory={','.join(triton.shared_memory)}"
+           if triton.shared_memory != ("none",) else "")
     return [f"triton: launcher={launcher}, protocols={','.join(triton.protocols)}, "
-            f"formats={','.join(triton.formats)}{gpu}"]
+            f"formats={','.join(triton.formats)}{gpu}{shm}"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -195,6 +202,16 @@ def variant_params(roles: dict[str, factories.Role], base: TritonConfig,
         for u in plan.unavailable]
 
 
+def client_params(roles: dict[str, factories.Role], base: TritonConfig,
+                  role: factories.ClientRole) -> list[Any]:
+    """(protocol, transport) pairs: ids `http`, `grpc` without shared memory (as ever),
+    `http-shm`, `grpc-cuda-shm` with it."""
+    server_config = _server_config(roles, base, role.server)[0]
+    protocols: Sequence[str] = role.protocols or server_config.protocols
+    transports: Sequence[str] = role.shared_memory or server_config.shared_memory
+    return [pytest.param((p, t), id=p + ID_SUFFIX[t]) for t in transports for p in protocols]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     roles = _roles(metafunc)
     base = metafunc.config.stash[CONFIG]
@@ -202,9 +219,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         role = roles.get(name)
         try:
             if isinstance(role, factories.ClientRole):
-                protocols: Sequence[str] = (
-                    role.protocols or _server_config(roles, base, role.server)[0].protocols)
-                metafunc.parametrize(name, list(protocols), indirect=True, ids=list(protocols))
+                metafunc.parametrize(name, client_params(roles, base, role), indirect=True)
             elif isinstance(role, factories.ModelRole):
                 metafunc.parametrize(name, variant_params(roles, base, role.server),
                                      indirect=True)

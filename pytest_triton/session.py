@@ -41,4 +41,5 @@ def start_deployment(config: TritonConfig, repo: Repository) -> Deployment:
         startup_timeout_s=config.startup_timeout,
         extra_args=config.server_args,
     )
-    return Deployment(launcher.start(args), repo, timeout_s=config.request_timeout)
+    return Deployment(launcher.start(args), repo, timeout_s=config.request_timeout,
+                      output_shared_memory_size=config.output_shared_memory_size)

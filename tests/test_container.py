@@ -194,6 +194,38 @@ def test_container_publishes_loopback_mounts_read_only_and_is_removed(docker: An
 
 
 @pytest.mark.container
+def test_shared_memory_reaches_a_container_only_with_the_host_dev_shm(docker: Any,
+                                                                     tmp_path: Path) -> None:
+    """--triton-shared-memory system mounts this machine's /dev/shm into the container (and
+    prefixes the python backend's own regions there with our pid); without the mount a client
+    is refused before it makes anything, with the reason."""
+    write_python_model(tmp_path, "add_one")
+    settings = ContainerSettings.from_config(resolve(launcher="container",
+                                                     shared_memory="none,system"))
+    assert settings.host_shm and "shm_size" not in settings.run_kwargs()
+    with ContainerLauncher(settings).start(ServerArgs(tmp_path, startup_timeout_s=120,
+                                                      model_control_mode="none")) as server:
+        mounts = server.container.get_wrapped_container().attrs["Mounts"]  # type: ignore[attr-defined]
+        assert [m["RW"] for m in mounts if m["Destination"] == "/dev/shm"] == [True]
+        assert any(a.startswith("--backend-config=python,shm-region-prefix-name=pytest_triton_")
+                   for a in server.command)  # type: ignore[attr-defined]
+        for protocol in ("http", "grpc"):
+            with TritonClient(server.endpoints.url(protocol), protocol,  # type: ignore[arg-type]
+                              server=server, shared_memory="system") as client:
+                out = client.infer("add_one", {"X": np.full((2, 4), 2, np.float32)})
+                regions = client.shared_memory_regions
+            np.testing.assert_array_equal(out["Y"], np.full((2, 4), 3, np.float32))
+            assert regions and not any((Path("/dev/shm") / r).exists() for r in regions)
+    assert not list(Path("/dev/shm").glob(f"pytest_triton_{os.getpid()}_k*"))
+    plain = ContainerSettings.from_config(resolve(launcher="container"))
+    assert not plain.host_shm and plain.run_kwargs()["shm_size"] == "1g"
+    with ContainerLauncher(plain).start(ServerArgs(tmp_path, startup_timeout_s=120,
+                                                   model_control_mode="none")) as server, \
+            pytest.raises(ConfigError, match="does not map this machine's /dev/shm"):
+        TritonClient(server.endpoints.http, "http", server=server, shared_memory="system")
+
+
+@pytest.mark.container
 def test_container_failed_start_carries_its_log(docker: Any, tmp_path: Path) -> None:
     launcher = ContainerLauncher(ContainerSettings(CPU_IMAGE))
     with pytest.raises(ServerError) as info:

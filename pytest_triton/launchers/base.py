@@ -86,6 +86,10 @@ class RunningServer(ABC):
     gpu: bool = False
     model_control_mode: ModelControl = "explicit"
     repository_path: Path | None = None  # where the server reads models; None for external
+    # Whether the server maps this machine's /dev/shm and its CUDA memory (shared memory
+    # transports); None when that cannot be known here (an external server).
+    host_memory: bool | None = None
+    cuda_memory: bool | None = None
     death: ServerError | None = None
     stopping: bool = False
 

@@ -10,9 +10,12 @@ owners are removed when the next launcher starts.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 from testcontainers.core.container import DockerContainer
@@ -50,7 +53,9 @@ REPOSITORY_MOUNT = "/models"
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 # The seeds' `docker run` flags: --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864
 SHM_SIZE = "1g"
+HOST_SHM = "/dev/shm"  # mounted over the container's own for --triton-shared-memory system
 STACK_BYTES = 67108864
+_CONTAINER_NUMBERS = itertools.count()
 
 __all__ = ["CPU_IMAGE", "NGC_BACKENDS", "NGC_IMAGE", "OWNER_LABEL", "ContainerLauncher",
            "ContainerServer", "ContainerSettings", "command", "docker_client", "reap_orphans"]
@@ -66,6 +71,7 @@ class ContainerSettings:
     shm_size: str = SHM_SIZE
     labels: dict[str, str] = field(default_factory=dict)
     numerics: str = "strict"
+    host_shm: bool = False  # mount this machine's /dev/shm (system shared memory transport)
 
     @classmethod
     def from_config(cls, config: TritonConfig) -> ContainerSettings:
@@ -77,7 +83,7 @@ class ContainerSettings:
         else:
             backends = CPU_IMAGE_BACKENDS
         return cls(image=image, gpus=config.gpus if config.gpu else None, backends=backends,
-                   numerics=config.numerics)
+                   numerics=config.numerics, host_shm="system" in config.shared_memory)
 
     @property
     def environment(self) -> dict[str, str]:
@@ -102,8 +108,9 @@ class ContainerSettings:
         # any process (the kernel drops signals sent to a PID 1 that has no handler for them,
         # so a SIGSEGV sent to a bare tritonserver did nothing); tini reaps the python stubs
         # and exits with 128 + the signal that killed the server, which names the signal.
-        kwargs: dict[str, Any] = {"shm_size": self.shm_size, "init": True,
-                                  "labels": {**owner_labels(), **self.labels}}
+        kwargs: dict[str, Any] = {"init": True, "labels": {**owner_labels(), **self.labels}}
+        if not self.host_shm:  # else /dev/shm is the host's, mounted over the container's
+            kwargs["shm_size"] = self.shm_size
         if self.gpus is not None:
             # The seeds' GPU flags. Unlimited memlock lets CUDA pin host memory; an unprivileged
             # CPU container may not raise it (runc: "error setting rlimit type 8"), and the
@@ -187,9 +194,17 @@ class ContainerServer(RunningServer):
         self.settings = settings
         self.backends = settings.backends
         self.gpu = settings.gpus is not None
+        self.host_memory = settings.host_shm
+        self.cuda_memory = None if self.gpu else False
         self.model_control_mode = args.model_control_mode
         self.repository_path = args.model_repository
         self.command = command(args)
+        # With the host's /dev/shm mounted, the python backend's own regions land there: a
+        # prefix with our pid lets stop() (or the next run, if we are killed) remove them.
+        self.shm_prefix = f"pytest_triton_{os.getpid()}_k{next(_CONTAINER_NUMBERS)}_"
+        if settings.host_shm and "python" in settings.backends:
+            self.command.append(f"--backend-config=python,shm-region-prefix-name="
+                                f"{self.shm_prefix}")
         self._final_log: str | None = None  # set once stopped
         self._stop_lock = threading.RLock()
         self.container = (
@@ -200,6 +215,8 @@ class ContainerServer(RunningServer):
             .with_kwargs(**settings.run_kwargs())
             .with_envs(**settings.environment)
             .waiting_for(TritonReady(args.startup_timeout_s)))
+        if settings.host_shm:
+            self.container.with_volume_mapping(HOST_SHM, HOST_SHM, "rw")
         self.endpoints = Endpoints("", "")
 
     def start(self) -> None:
@@ -269,6 +286,10 @@ class ContainerServer(RunningServer):
                 with contextlib.suppress(Exception):  # already gone, or never created
                     self.container.stop(force=True, delete_volume=True)
                 self._final_log = log
+                if self.settings.host_shm:
+                    for region in Path(HOST_SHM).glob(f"{self.shm_prefix}*"):
+                        with contextlib.suppress(OSError):
+                            region.unlink()
             LIVE_SERVERS.discard(self)
 
 

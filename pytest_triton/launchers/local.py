@@ -136,6 +136,7 @@ def server_environment(install: Installation, *, gpus: str | None = None,
 
 class LocalServer(RunningServer):
     launcher = "local"
+    host_memory = True  # a child process on this machine maps our /dev/shm
 
     def __init__(self, install: Installation, args: ServerArgs, workdir: Path, *,
                  env: Mapping[str, str] | None = None) -> None:

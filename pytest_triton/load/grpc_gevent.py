@@ -36,21 +36,25 @@ def init() -> None:
 
 
 def close_clients() -> None:
-    """Close every tritonclient gRPC client now, while gevent still runs, and make their later
-    close a no-op. tritonclient closes its channel in __del__; when that runs in a garbage
-    collection during interpreter teardown, grpc's gevent poller is gone and the close blocks
-    on a mutex forever (seen under CPU contention: the locust process printed its verdict and
-    never exited)."""
+    """Close every gRPC channel of tritonclient's and of prepared requests (GrpcInfer) now,
+    while gevent still runs, and make their later close a no-op. tritonclient closes its
+    channel in __del__; when that runs in a garbage collection during interpreter teardown,
+    grpc's gevent poller is gone and the close blocks on a mutex forever (seen under CPU
+    contention: the locust process printed its verdict and never exited)."""
     import tritonclient.grpc as grpcclient
+
+    from ..wire.grpc_call import GrpcInfer
 
     gc.collect()
     with warnings.catch_warnings():  # isinstance() on torch's deprecated aliases warns
         warnings.simplefilter("ignore")
-        clients = [o for o in gc.get_objects() if isinstance(o, grpcclient.InferenceServerClient)]
-    for obj in clients:
+        found = [o for o in gc.get_objects()
+                 if isinstance(o, (GrpcInfer, grpcclient.InferenceServerClient))]
+    for obj in found:
         with contextlib.suppress(Exception):
-            obj.close()
-        obj.close = _closed
+            obj.close()  # GrpcInfer's close() is idempotent
+        if isinstance(obj, grpcclient.InferenceServerClient):
+            obj.close = _closed
 
 
 def _closed() -> None:

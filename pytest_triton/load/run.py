@@ -23,7 +23,7 @@ from .embedded import EmbeddedModel, EmbeddedServer
 from .monitor import RunMonitor
 from .options import run_config
 from .server_report import ModelReport, StatsTracker
-from .user_settings import stats_protocol, user_endpoint, user_model
+from .user_settings import checked_shared_memory, stats_protocol, user_endpoint, user_model
 
 log = logging.getLogger("pytest_triton.load")
 DEFAULT_RUN_TIME_S = 30
@@ -97,6 +97,9 @@ class LoadRun:
             log.info("pytest-triton: no --run-time given: the test stops after %ss (pass -t to "
                      "change it)", DEFAULT_RUN_TIME_S)
         host = current_host(self.environment)
+        transport = checked_shared_memory(self.config, host)
+        if transport != "none":
+            log.info("pytest-triton: tensors travel through %s shared memory", transport)
         if host:
             check_host(host, self.config.allow_remote)
         elif len(_user_hosts(self.environment)) <= 1:

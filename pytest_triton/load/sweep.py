@@ -35,6 +35,7 @@ from ..urls import check_host, endpoints_from, parse_url
 from .embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
 from .perf import Point, bound_search, parse_range, parse_rate_range
 from .sweep_report import judge, sweep_verdict, write_reports
+from .user_settings import checked_shared_memory
 
 # What the seeds call a sample of each zoo model.
 UNITS = {"dlrm": "rec/s", "bert": "seq/s", "resnet50": "img/s", "resnext101-32x4d": "img/s",
@@ -143,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
     points: list[Point] = []
     try:
         served = model_source(args.model, args.size, fmt)
+        transport = checked_shared_memory(config, config.url)
+        if transport != "none":
+            print(f"[triton-perf] tensors travel through {transport} shared memory",
+                  file=sys.stderr)
         if config.url:
             check_host(config.url, config.allow_remote)
             scheme, _ = parse_url(config.url)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client import Protocol
+from ..client import Protocol, Transport
 from ..config import TritonConfig
 from ..errors import ConfigError
 from ..urls import Endpoints, endpoints_from, parse_url
+from ..wire.shm import check_offered
 from .embedded import EmbeddedModel
+
+EMBEDDED = "127.0.0.1:0"  # where an embedded server runs, for the loopback rule
 
 
 def embedded_endpoints(config: TritonConfig) -> Endpoints | None:
@@ -72,3 +75,21 @@ def stats_protocol(host: str, config: TritonConfig) -> Protocol:
     if scheme == "http" or (known is not None and hostport in (known.http, known.grpc)):
         return "http"
     return "grpc"
+
+
+def checked_shared_memory(config: TritonConfig, host: str | None) -> Transport:
+    """The run's transport, refused before any load when the server at `host` (None: the
+    embedded server, on this machine) cannot use it."""
+    transport = user_shared_memory(config)
+    check_offered(transport, host or EMBEDDED)
+    return transport
+
+
+def user_shared_memory(config: TritonConfig) -> Transport:
+    """--triton-shared-memory: one transport for every user of a run."""
+    transports = config.shared_memory
+    if len(transports) != 1:
+        raise ConfigError(f"a load test uses one --triton-shared-memory transport, got "
+                          f"{','.join(transports)}: pass none, system or cuda")
+    return "system" if transports[0] == "system" else "cuda" if transports[0] == "cuda" \
+        else "none"

@@ -4,8 +4,9 @@ A user is one closed loop (no wait between requests): N users keep N requests in
 is perf_analyzer's concurrency mode. With --triton-request-rate R the users share an open loop
 of R requests per second instead (perf_analyzer's request-rate mode, see open_loop.py).
 Requests go through TritonClient, built once per user and only sent in the loop. Each is fired
-as a Locust request event named after the model, with `response_length` = the bytes of the
-output tensors it got back (so Locust's "Average size (bytes)" means bytes) and
+as a Locust request event named after the model, with `response_length` = the size of its
+answer as it came over the wire (so Locust's "Average size (bytes)" means bytes; the lean
+path reads no outputs, only the status) and
 `context["batch_size"]` = its samples, which pytest-triton counts beside Locust's statistics:
 the verdict, the web UI's Triton tab and PREFIX_triton.csv report samples/s (requests x batch
 size) as the seeds do.
@@ -30,14 +31,19 @@ from locust import User, constant, task
 from locust.exception import StopUser
 
 from ..client import PreparedRequest, Protocol, TritonClient
-from ..dtypes import payload_bytes
-from ..errors import ConfigError
+from ..errors import ConfigError, InferenceError, SharedMemoryError
 from ..urls import check_host
 from . import grpc_gevent, hooks
 from .embedded import EmbeddedModel, zoo_model
 from .open_loop import OpenLoop, open_loop
 from .options import default_targets, run_config
-from .user_settings import user_batch_size, user_endpoint, user_model, user_protocol
+from .user_settings import (
+    user_batch_size,
+    user_endpoint,
+    user_model,
+    user_protocol,
+    user_shared_memory,
+)
 
 grpc_gevent.init()
 hooks.install(locust.events)
@@ -107,17 +113,19 @@ class TritonUser(User):
                        for i in range(self.distinct_inputs)]
             self._open_loop = open_loop(self.environment, config, number)
             in_flight = config.max_in_flight if self._open_loop else 1
-            self._client = TritonClient(url, self._protocol, timeout_s=self.timeout_s,
-                                        concurrency=in_flight)
+            self._client = TritonClient(
+                url, self._protocol, timeout_s=self.timeout_s, concurrency=in_flight,
+                shared_memory=user_shared_memory(config),
+                output_shared_memory_size=config.output_shared_memory_size)
             self._requests: Iterator[PreparedRequest] = itertools.cycle(
-                [self._client.prepare(self._model, b, self.outputs, self.version)
-                 for b in batches])
-        except ConfigError as exc:
+                self._client.prepare_all(self._model, batches, self.outputs, self.version))
+        except (ConfigError, SharedMemoryError, InferenceError) as exc:
             if str(exc) not in _refused:  # once per process, not once per user
                 _refused.add(str(exc))
                 log.error("pytest-triton: %s", exc)
             raise StopUser() from None
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
+        self._context = {"batch_size": self._batch, "protocol": self._protocol}
 
     @task
     def infer(self) -> None:
@@ -131,16 +139,15 @@ class TritonUser(User):
         time in an open one)."""
         request = next(self._requests)
         error: Exception | None = None
-        outputs: Mapping[str, np.ndarray] = {}
+        answered = 0
         try:
-            outputs = self._client.send(request)
+            answered = self._client.send_status(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
         elapsed_ms = (time.perf_counter() - due) * 1e3
         self.environment.events.request.fire(
             request_type=self._request_type, name=self._model, response_time=elapsed_ms,
-            response_length=payload_bytes(outputs), exception=error,
-            context={"batch_size": self._batch, "protocol": self._protocol})
+            response_length=answered, exception=error, context=self._context)
 
     def on_stop(self) -> None:
         if self._open_loop is not None:

@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 
-from pytest_triton.dtypes import payload_bytes
 from pytest_triton.load import targets as tg
 from pytest_triton.load.generator_cpu import REPORT_KEY as CPU_KEY
 from pytest_triton.load.generator_cpu import GeneratorCpu
@@ -84,14 +83,6 @@ def test_workers_report_their_cpu_to_the_master() -> None:
     assert master.workers == {"w1": 40.0, "w2": 95.5} and master.busiest_worker() == 95.5
     master.reset()
     assert master.busiest_worker() is None
-
-
-# -- response sizes ------------------------------------------------------------------------------
-def test_response_size_is_tensor_bytes() -> None:
-    outputs = {"y": np.zeros((8, 4), np.float32),
-               "label": np.array([b"cat", b"horse"], dtype=np.object_)}
-    assert payload_bytes(outputs) == 8 * 4 * 4 + 3 + 5
-    assert payload_bytes({}) == 0
 
 
 # -- the tab, the CSV, the charts' JSON ----------------------------------------------------------

@@ -1,0 +1,195 @@
+"""Prepared HTTP requests over keep-alive connections.
+
+A request is built once into the exact bytes of an HTTP/1.1 POST (request line, headers and
+tritonclient's binary-tensor body) and written with one sendall; the answer is read no
+further than its status line, its length headers and its body. Under Locust the socket module
+is gevent's (monkey patching), so the same code waits cooperatively there and blocks in
+pytest's threads.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import socket
+from dataclasses import dataclass
+
+from tritonclient.utils import InferenceServerException
+
+HEADER_END = b"\r\n\r\n"
+RECV_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    status: int
+    body: bytes | bytearray
+    header_length: int | None  # Inference-Header-Content-Length: the JSON part of a binary body
+    content_encoding: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+
+def request_bytes(hostport: str, path: str, body: bytes, json_size: int | None) -> bytes:
+    """The whole HTTP/1.1 request, as tritonclient's infer() would send it."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: {hostport}",
+             "Content-Type: application/octet-stream", f"Content-Length: {len(body)}"]
+    if json_size is not None:
+        lines.append(f"Inference-Header-Content-Length: {json_size}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def _field(head: bytes, name: bytes) -> bytes | None:
+    """A header's value from the lower-cased header block, or None."""
+    at = head.find(b"\r\n" + name + b":")
+    if at < 0:
+        return None
+    at += len(name) + 3
+    stop = head.find(b"\r\n", at)
+    return head[at:stop if stop >= 0 else len(head)].strip()
+
+
+class _Connection:
+    def __init__(self, hostport: str, timeout_s: float) -> None:
+        host, port = hostport.rsplit(":", 1)
+        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = bytearray(RECV_BYTES)  # reused: what a reply's first reads land in
+        self.view = memoryview(self.buffer)
+        self.reused = False  # came back from the idle list: the server may have closed it
+        self.answered = False  # some of a reply arrived
+
+    def exchange(self, data: bytes) -> tuple[HttpReply, bool]:
+        """Send one request and read its reply; (reply, whether the server keeps the
+        connection open)."""
+        sock, buffer, view = self.sock, self.buffer, self.view
+        self.answered = False
+        # One send() takes a small request whole; gevent's sendall() would first ask the
+        # kernel for the send buffer size (one more syscall per request).
+        sent = sock.send(data)
+        if sent < len(data):
+            sock.sendall(memoryview(data)[sent:])
+        filled = 0
+        while True:
+            n = sock.recv_into(view[filled:])
+            if n == 0:
+                raise ConnectionResetError("the server closed the connection")
+            self.answered = True
+            filled += n
+            end = buffer.find(HEADER_END, 0, filled)
+            if end >= 0:
+                break
+            if filled == len(buffer):
+                raise ConnectionError(f"malformed HTTP reply: no end of headers in "
+                                      f"{len(buffer)} bytes")
+        head = bytes(buffer[:end]).lower()
+        try:
+            status = int(head[9:12]) if head.startswith(b"http/1.") else None
+        except ValueError:
+            status = None
+        if status is None:
+            raise ConnectionError(f"malformed HTTP status line {head[:80]!r}")
+        length = _field(head, b"content-length")
+        if length is None:
+            raise ConnectionError("HTTP reply without Content-Length")
+        transfer = _field(head, b"transfer-encoding")
+        if transfer not in (None, b"identity"):
+            raise ConnectionError(f"unexpected Transfer-Encoding {transfer!r} in a Triton reply "
+                                  "(expected a Content-Length)")
+        size = int(length)
+        start = end + len(HEADER_END)
+        got = filled - start
+        if got > size:
+            raise ConnectionError("HTTP reply longer than its Content-Length")
+        body = bytearray(size)
+        body[:got] = view[start:filled]
+        if got < size:
+            rest = memoryview(body)
+            while got < size:
+                n = sock.recv_into(rest[got:])
+                if n == 0:
+                    raise ConnectionResetError("the server closed the connection mid-reply")
+                got += n
+        json_size = _field(head, b"inference-header-content-length")
+        encoding = _field(head, b"content-encoding")
+        reply = HttpReply(status, body, int(json_size) if json_size is not None else None,
+                          encoding.decode("latin-1") if encoding is not None else None)
+        return reply, _field(head, b"connection") != b"close"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class HttpConnections:
+    """Keep-alive connections to one server, one per request in flight. The idle ones wait
+    in a deque, whose append and pop are atomic: no lock on the way of every request."""
+
+    def __init__(self, hostport: str, timeout_s: float) -> None:
+        self.hostport = hostport
+        self.timeout_s = timeout_s
+        self._idle: collections.deque[_Connection] = collections.deque()
+        self.closed = False
+
+    def exchange(self, data: bytes) -> HttpReply:
+        """One request, one reply. A kept-alive connection the server has closed meanwhile
+        fails before any reply: that request is sent once more on a new connection."""
+        connection = self._take()
+        try:
+            try:
+                reply, keep = connection.exchange(data)
+            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+                if not connection.reused or connection.answered:
+                    raise
+                connection.close()
+                connection = _Connection(self.hostport, self.timeout_s)
+                reply, keep = connection.exchange(data)
+        except BaseException:
+            connection.close()
+            raise
+        if keep and not self.closed:
+            connection.reused = True
+            self._idle.append(connection)
+            if self.closed:  # closed while this request was out
+                self._close_idle()
+        else:
+            connection.close()
+        return reply
+
+    def _take(self) -> _Connection:
+        if self.closed:
+            raise ConnectionError("client closed")
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return _Connection(self.hostport, self.timeout_s)
+
+    def _close_idle(self) -> None:
+        while True:
+            try:
+                connection = self._idle.pop()
+            except IndexError:
+                return
+            connection.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self._close_idle()
+
+
+def raise_for_status(reply: HttpReply) -> None:
+    """Triton's error JSON as tritonclient reports it: InferenceServerException(message,
+    HTTP status)."""
+    if reply.ok:
+        return
+    import json
+
+    text = bytes(reply.body).decode("utf-8", errors="replace")
+    try:
+        message = json.loads(text)["error"] if text else \
+            "client received an empty response from the server."
+    except (ValueError, KeyError, TypeError):
+        message = f"unexpected reply from the server: {text[:300]!r}"
+    raise InferenceServerException(msg=str(message), status=str(reply.status))
