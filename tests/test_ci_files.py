@@ -199,7 +199,7 @@ def test_pre_commit_runs_the_pinned_linters_as_make_lint_does() -> None:
     hooks = {h["id"]: h for repo in config["repos"] for h in repo["hooks"]}
     assert set(hooks) == {"ruff", "mypy"}
     pyproject = (REPO / "pyproject.toml").read_text()
-    dev = re.findall(r"^dev = \[(.*)\]", pyproject, re.MULTILINE)[0]
+    dev = re.findall(r"^dev = \[(.*?)\]", pyproject, re.MULTILINE | re.DOTALL)[0]
     pins = (REPO / "constraints.txt").read_text()
     lint = makefile_recipe("lint")
     for name, hook in hooks.items():
@@ -209,5 +209,6 @@ def test_pre_commit_runs_the_pinned_linters_as_make_lint_does() -> None:
         assert (Path(sys.executable).parent / name).exists(), f"{name} is not installed"
         assert f"$(BIN)/{' '.join(entry[0].split('/')[-1:] + entry[1:])}" in lint
     assert hooks["mypy"]["pass_filenames"] is False  # packages come from pyproject.toml
-    excluded = re.findall(r'"([^"]+)"', re.findall(r"extend-exclude = \[(.*)\]", pyproject)[0])
+    excluded = re.findall(r'"([^"]+)"', re.findall(r"extend-exclude = \[(.*?)\]", pyproject,
+                                                   re.DOTALL)[0])
     assert excluded and all(re.search(hooks["ruff"]["exclude"], path) for path in excluded)

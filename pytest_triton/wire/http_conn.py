@@ -135,16 +135,20 @@ class HttpConnections:
 
     def exchange(self, data: bytes) -> HttpReply:
         """One request, one reply. A kept-alive connection the server has closed meanwhile
-        fails before any reply: that request is sent once more on a new connection."""
+        fails before any reply: that request is sent once more on a new connection. When no
+        new connection can be made the server is gone, and the drop is what is reported."""
         connection = self._take()
         try:
             try:
                 reply, keep = connection.exchange(data)
-            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as dropped:
                 if not connection.reused or connection.answered:
                     raise
                 connection.close()
-                connection = _Connection(self.hostport, self.timeout_s)
+                try:
+                    connection = _Connection(self.hostport, self.timeout_s)
+                except OSError:
+                    raise dropped from None
                 reply, keep = connection.exchange(data)
         except BaseException:
             connection.close()

@@ -16,6 +16,7 @@ import importlib
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,9 @@ ALIGNMENT = 64
 MIN_REGION_BYTES = 64 * 1024
 DEFAULT_OUTPUT_BYTES = 100 * 1024  # perf_analyzer's --output-shared-memory-size default
 CUDA_MODULE = "tritonclient.utils.cuda_shared_memory"
+RELEASE_WAIT_S = 10.0
+"""How long close() waits for the server to finish requests still using a region (a Locust
+user stopped mid-request leaves one in flight); then the region is left for the next reaper."""
 _numbers = itertools.count()
 
 
@@ -303,9 +307,22 @@ class SharedMemory:
         if region is self._current:
             self._current = None
         with contextlib.suppress(Exception):
-            self.memory.unregister(self.control, region.name, **self.control_kwargs)
+            self._unregister(region.name)
         with contextlib.suppress(Exception):
             self.memory.destroy(region.handle)
+
+    def _unregister(self, name: str) -> None:
+        """The server refuses to unregister a region a request in flight still uses: ask
+        again until that request is done (any other error is final)."""
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        while True:
+            try:
+                self.memory.unregister(self.control, name, **self.control_kwargs)
+                return
+            except InferenceServerException as exc:
+                if "in use" not in str(exc.message()) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.02)
 
     def _check_open(self) -> None:
         if self.closed:
