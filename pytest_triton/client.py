@@ -32,6 +32,7 @@ from .request_errors import request_problem
 from .wire import request as wire
 from .wire.grpc_call import GrpcInfer, rejected
 from .wire.http_conn import HttpConnections, raise_for_status
+from .wire.http_control import PerThreadControl
 from .wire.request import PreparedRequest, Protocol
 from .wire.shm import DEFAULT_OUTPUT_BYTES, ID_SUFFIX, SharedMemory, Transport, check_offered
 
@@ -93,9 +94,9 @@ class TritonClient:
         self._http: HttpConnections | None = None
         self._grpc: GrpcInfer | None = None
         if protocol == "http":
-            self._client: Any = httpclient.InferenceServerClient(
-                url, concurrency=concurrency, connection_timeout=timeout_s,
-                network_timeout=timeout_s)
+            self._client: Any = PerThreadControl(functools.partial(
+                httpclient.InferenceServerClient, url, concurrency=concurrency,
+                connection_timeout=timeout_s, network_timeout=timeout_s))
             self._http = HttpConnections(url, timeout_s)
         else:
             self._client = grpcclient.InferenceServerClient(url)

@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from greenlet import error as GreenletError
 from tritonclient.utils import InferenceServerException
 
 from .errors import InferenceError, ServerError
@@ -145,11 +144,6 @@ def transport(source: RequestSource, model: str, exc: BaseException) -> Exceptio
 
 def unexpected(source: RequestSource, model: str, exc: Exception) -> Exception:
     """Neither a rejection nor a transport failure: say what tritonclient raised."""
-    if isinstance(exc, GreenletError) and "different thread" in str(exc):
-        return InferenceError(model, source.protocol, (
-            "this TritonClient was made in another thread, and tritonclient's HTTP client "
-            "(geventhttpclient) only works in the thread that made it: make one TritonClient "
-            "per thread (or use the gRPC protocol)"))
     if isinstance(exc, (OSError, http.client.HTTPException)):
         return transport(source, model, exc)
     death = _death(source, model)

@@ -130,23 +130,35 @@ def test_a_client_made_from_a_bare_url_finds_its_server(server: RunningServer) -
     assert TritonClient(f"127.0.0.1:{port}", "grpc").server is None
 
 
-def test_an_http_client_used_from_another_thread_says_so(server: RunningServer) -> None:
+def test_one_http_client_serves_many_threads(server: RunningServer) -> None:
+    """tritonclient's HTTP client works only in the thread that made it (geventhttpclient);
+    a TritonClient handed to other threads still answers on each: requests travel on its own
+    connections, and control calls (metadata, config, statistics) on a client per thread."""
     shared = client(server, "http")
     shared.is_server_ready()
-    errors: list[Exception] = []
+    answers: dict[str, object] = {}
+    x = {"X": np.ones((1, 4), np.float32)}
+    calls = {"slow": lambda: shared.infer("slow", x)["Y"],  # 3 s: others wait meanwhile
+             "add_one": lambda: shared.infer("add_one", x)["Y"],  # metadata fetched here
+             "config": lambda: shared.model_config("slow")["name"],
+             "statistics": lambda: shared.statistics("add_one")["model_stats"][0]["name"]}
 
-    def use() -> None:
-        try:  # the 3-s model: the answer is waited for on the other thread's event loop
-            shared.infer("slow", {"X": np.zeros((1, 4), np.float32)})
+    def use(name: str) -> None:
+        try:
+            answers[name] = calls[name]()
         except Exception as exc:
-            errors.append(exc)
+            answers[name] = exc
 
-    worker = threading.Thread(target=use)
-    worker.start()
-    worker.join(30)
-    (error,) = errors
-    assert isinstance(error, InferenceError)
-    assert "made in another thread" in str(error) and "one TritonClient per thread" in str(error)
+    threads = [threading.Thread(target=use, args=(name,)) for name in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    np.testing.assert_array_equal(answers["add_one"], x["X"] + 1)
+    np.testing.assert_array_equal(answers["slow"], x["X"])  # the slow model echoes X
+    assert answers["config"] == "slow" and answers["statistics"] == "add_one", answers
+    shared.close()
+    assert shared._client._made == []
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -47,7 +47,8 @@ def stability_of(run: LoadRun) -> Stability | None:
     if log is None or not run.started_at:
         return None
     c = run.config
-    windows = log.windows(max(run.started_at, log.cleared_at), run.stopped_at or time.time(),
+    begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
+    windows = log.windows(begun, run.stopped_at or time.time(),
                           warmup_s=c.load_warmup / 1e3, interval_s=c.measurement_interval / 1e3,
                           mode=c.measurement_mode,  # type: ignore[arg-type]
                           request_count=c.measurement_request_count)

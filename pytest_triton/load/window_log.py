@@ -108,6 +108,13 @@ class WindowLog:
         self._unsent.clear()
         self.cleared_at = time.time() if at is None else at
 
+    @property
+    def first_at(self) -> float | None:
+        """Wall clock of the slice of the first request recorded (None before any): the load
+        begins there, not at Locust's test start (workers forked and spawned under a busy
+        machine may send their first request seconds later)."""
+        return min(self.slices) * self.slice_s if self.slices else None
+
     # -- samples ---------------------------------------------------------------------------
     def names(self) -> list[str]:
         return sorted({n for by_name in self.slices.values() for n in by_name})

@@ -106,6 +106,20 @@ def test_window_log_cuts_count_windows_for_slow_models() -> None:
     assert all(w.duration_s == pytest.approx(5.0, abs=0.5) for w in windows)
 
 
+def test_the_first_request_not_the_test_start_begins_the_load() -> None:
+    """Workers forked on a busy machine may answer their first request seconds after
+    Locust's test start: counting the warm-up from that start would measure empty windows."""
+    log = WindowLog()
+    assert log.first_at is None
+    for k in range(int(3 / SLICE_S), int(10 / SLICE_S)):  # requests from 3 s to 10 s
+        log.record(T0 + k * SLICE_S + 0.01, "m", 2.0, ok=True, samples=1)
+    assert log.first_at == pytest.approx(T0 + 3.0)
+    from_start = log.windows(T0, T0 + 10, warmup_s=0.5, interval_s=1.0)
+    assert from_start[0].requests == 0  # what the test start alone would measure
+    from_load = log.windows(max(T0, log.first_at), T0 + 10, warmup_s=0.5, interval_s=1.0)
+    assert len(from_load) == 6 and all(w.requests == 4 for w in from_load)
+
+
 def test_workers_logs_merge_into_the_masters() -> None:
     master, worker_a, worker_b = WindowLog(), WindowLog(), WindowLog()
     for t in range(8):

@@ -1,0 +1,45 @@
+"""tritonclient's HTTP client for the control calls (metadata, config, statistics, shared
+memory registration), one per thread.
+
+Its geventhttpclient connections belong to the gevent hub of the thread that made them: used
+from another thread while a call waits, they raise "cannot switch to a different thread". A
+TritonClient handed to a thread pool (or to pytest-xdist's worker threads) makes its own there,
+on first use, so that one TritonClient serves every thread, as its requests already do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class PerThreadControl:
+    """Stands in for a tritonclient.http.InferenceServerClient: attribute access reaches the
+    calling thread's own client."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._local = threading.local()
+        self._made: list[Any] = []
+        self._lock = threading.Lock()
+
+    def _mine(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self._make()
+            with self._lock:
+                self._made.append(client)
+        return client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._mine(), name)
+
+    def close(self) -> None:
+        """Close every thread's client; idempotent."""
+        with self._lock:
+            made, self._made = self._made, []
+        for client in made:
+            with contextlib.suppress(Exception):  # a client of a thread that has ended
+                client.close()
