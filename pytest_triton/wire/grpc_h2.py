@@ -141,7 +141,6 @@ class _Connection:
                                              timeout=pool.timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = Decoder()
-        self.decoder.max_allowed_table_size = 0
         self.buffer = bytearray(RECV_BYTES)
         self.start = self.end = 0  # unread bytes: buffer[start:end]
         self.next_stream = 1
@@ -317,14 +316,19 @@ class _Connection:
             answer.ended = True
 
     def _decode(self, block: bytes) -> dict[str, str]:
-        """A header block's fields; a block seen before without grpc-message is taken from
-        the client's memory (no dynamic table: the same bytes always mean the same fields)."""
+        """A header block's fields. One seen before, without grpc-message, that neither used
+        nor changed the decoder's dynamic table is taken from the client's memory: such a
+        block means the same fields every time. (We ask for no dynamic table; gRPC's server
+        honours that, though its first trailers-only answer may skip the size update that
+        says so, which is why the decoder still allows the default table.)"""
+        table = self.decoder.header_table
         known = self.pool.known_blocks
-        fields = known.get(block)
-        if fields is not None:
-            return fields
+        if not table.dynamic_entries:
+            fields = known.get(block)
+            if fields is not None:
+                return fields
         fields = dict(cast("list[tuple[str, str]]", self.decoder.decode(block)))  # raw=False
-        if "grpc-message" not in fields and not self.decoder.header_table.dynamic_entries \
+        if "grpc-message" not in fields and not table.dynamic_entries \
                 and len(known) < KNOWN_BLOCKS:
             known[block] = fields
         return fields
