@@ -176,6 +176,10 @@ def test_the_lean_path_is_what_grpc_clients_send_through(server: RunningServer) 
             assert c.send_status(request) > 0
             assert c._h2 is not None and c._h2._idle, memory
             request.release()
+            rows = [{"X": np.full((1, 4), i, np.float32)} for i in range(6)]
+            answers = c.infer_many("add_one", rows)  # a thread and connection per request
+            assert [float(a["Y"][0, 0]) for a in answers] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+            assert len(c._h2._idle) > 1, memory
 
 
 # -- a server killed mid-request -----------------------------------------------------------
