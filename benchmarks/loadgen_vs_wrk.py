@@ -138,7 +138,8 @@ def run_locust(host: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     cmd = [*profile, sys.executable, "-m", "locust", "-f", str(HERE / "trivial_locustfile.py"),
            "--headless", "-u", str(args.concurrency), "-r", str(args.concurrency),
            "-t", f"{args.duration}s", "--host", host, "--only-summary",
-           "--triton-report-json", str(report)]
+           # a benchmark, not a gate: windows that disagree on a busy machine still count
+           "--triton-allow-unstable", "--triton-report-json", str(report)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration + 120,
                           cwd=REPO)
     if done.returncode != 0:

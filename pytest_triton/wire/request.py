@@ -23,6 +23,7 @@ from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
 from ..dtypes import tensor_type
+from .grpc_h2 import GrpcFrames
 from .http_conn import HttpReply, raise_for_status, request_bytes
 from .shm import ALIGNMENT, Block, SharedMemory
 
@@ -33,8 +34,9 @@ Protocol = Literal["http", "grpc"]
 class PreparedRequest:
     """A request built once (inputs serialized or placed in shared memory, outputs named) and
     sent as often as wanted. `wire` is what goes out: the whole HTTP request, or the
-    serialized ModelInferRequest. release() gives its shared memory blocks back (also on
-    leaving a `with` block); an unreleased request's blocks go when its client closes."""
+    serialized ModelInferRequest (and `frames`, its HTTP/2 DATA for grpc_h2). release() gives
+    its shared memory blocks back (also on leaving a `with` block); an unreleased request's
+    blocks go when its client closes."""
 
     model: str
     version: str
@@ -45,6 +47,7 @@ class PreparedRequest:
     shm_outputs: dict[str, Block] = field(default_factory=dict)
     blocks: list[Block] = field(default_factory=list)
     memory: SharedMemory | None = None
+    frames: GrpcFrames | None = None  # gRPC only
 
     @property
     def shared_memory(self) -> str:
@@ -119,6 +122,7 @@ def build(protocol: Protocol, hostport: str, model: str, inputs: Mapping[str, np
             message = _get_inference_request(model, infer_inputs, version, "", requested, 0,
                                              False, False, 0, None, None)
             request.wire = message.SerializeToString()
+            request.frames = GrpcFrames.of(request.wire)
     except BaseException:
         request.release()
         raise
