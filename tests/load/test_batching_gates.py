@@ -64,7 +64,7 @@ def batching_pair() -> Iterator[Endpoints]:
 
 
 def _load(endpoints: Endpoints, locustfile: Path, model: str, tmp_path: Path) -> dict[str, Any]:
-    run = run_locust(locustfile, "--headless", "-u", "16", "-r", "16", "-t", "5s",
+    run = run_locust(locustfile, "--headless", "-u", "16", "-r", "16", "-t", "3s",
                      "--host", f"http://{endpoints.http}", "--triton-model", model,
                      "--triton-batch-size", "2", tmp_path=tmp_path)
     assert run.code == 0, run.tail()

@@ -1,4 +1,4 @@
-"""benchmarks/soak.py: its verdict on made-up samples, and a 20-second run of the real thing
+"""benchmarks/soak.py: its verdict on made-up samples, and a 12-second run of the real thing
 (its figures are not judged here, only that they are complete and the exit status says what the
 report says; the 10-minute figures are in the README)."""
 
@@ -74,7 +74,7 @@ def test_a_short_soak_reports_every_figure(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "LOCUST_"))}
     env.update(TMPDIR=str(tmp_path), PYTHONPATH=str(REPO_ROOT))
     soak = subprocess.Popen(
-        [sys.executable, "benchmarks/soak.py", "--duration", "20s", "--window", "5s",
+        [sys.executable, "benchmarks/soak.py", "--duration", "12s", "--window", "3s",
          "--sample-interval", "1s", "--report-json", str(report_path)],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output, _ = soak.communicate(timeout=400)
@@ -86,6 +86,6 @@ def test_a_short_soak_reports_every_figure(tmp_path: Path) -> None:
     assert first["start"] < first["end"] <= last["start"] < last["end"]
     for w in (first, last):
         assert w["throughput"] > 0 and w["server_rss_mb"] > 50 and w["client_rss_mb"] > 50
-    assert len(report["samples"]) >= 15 and len(report["throughputs"]) >= 2
+    assert len(report["samples"]) >= 9 and len(report["throughputs"]) >= 2
     assert "RESULT: " in output and "server RSS (tritonserver + stubs)" in output
     assert not left_by(soak.pid, tmp_path), left_by(soak.pid, tmp_path)
