@@ -24,8 +24,8 @@ timeout is a TimeoutError.
 
 from __future__ import annotations
 
-import collections
 import contextlib
+import functools
 import socket
 from dataclasses import dataclass
 from typing import cast
@@ -35,6 +35,7 @@ import grpc
 from tritonclient.utils import InferenceServerException
 
 from .grpc_call import MODEL_INFER
+from .idle import IdleConnections
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, \
@@ -390,8 +391,7 @@ def rejected(code: str, message: str, hostport: str) -> InferenceServerException
 
 
 class GrpcConnections:
-    """HTTP/2 connections to one server, one per request in flight; the idle ones wait in a
-    deque (atomic append and pop: no lock on the way of every request)."""
+    """HTTP/2 connections to one server, one per request in flight."""
 
     def __init__(self, hostport: str, timeout_s: float | None) -> None:
         self.hostport = hostport
@@ -400,14 +400,13 @@ class GrpcConnections:
         self.headers_head = len(self.headers_block).to_bytes(3, "big") + bytes(
             (HEADERS, END_HEADERS))
         self.known_blocks: dict[bytes, dict[str, str]] = {}
-        self._idle: collections.deque[_Connection] = collections.deque()
-        self.closed = False
+        self._idle: IdleConnections[_Connection] = IdleConnections()
 
     def exchange(self, frames: GrpcFrames) -> bytes:
         """One request, its answer's message. A request the server did not take (a kept-alive
         connection it closed meanwhile, a GOAWAY before our stream) is sent once more on a
         new connection; when none can be made, the drop is what is reported."""
-        connection = self._take()
+        connection = self._idle.take(functools.partial(_Connection, self), _usable)
         try:
             try:
                 message = connection.exchange(frames)
@@ -425,38 +424,19 @@ class GrpcConnections:
         except BaseException:
             connection.close()
             raise
-        if connection.usable and not self.closed:
-            connection.reused = True
-            self._idle.append(connection)
-            if self.closed:  # closed while this request was out
-                self._close_idle()
-        else:
-            connection.close()
+        self._idle.give_back(connection, connection.usable)
         return message
 
-    def _take(self) -> _Connection:
-        if self.closed:
-            raise ConnectionError("client closed")
-        while True:
-            try:
-                connection = self._idle.pop()
-            except IndexError:
-                return _Connection(self)
-            if connection.usable:
-                return connection
-            connection.close()
-
-    def _close_idle(self) -> None:
-        while True:
-            try:
-                connection = self._idle.pop()
-            except IndexError:
-                return
-            connection.close()
+    @property
+    def closed(self) -> bool:
+        return self._idle.closed
 
     def close(self) -> None:
-        self.closed = True
-        self._close_idle()
+        self._idle.close()
+
+
+def _usable(connection: _Connection) -> bool:
+    return connection.usable
 
 
 def available() -> bool:

@@ -9,12 +9,13 @@ pytest's threads.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import socket
 from dataclasses import dataclass
 
 from tritonclient.utils import InferenceServerException
+
+from .idle import IdleConnections
 
 HEADER_END = b"\r\n\r\n"
 RECV_BYTES = 65536
@@ -124,20 +125,18 @@ class _Connection:
 
 
 class HttpConnections:
-    """Keep-alive connections to one server, one per request in flight. The idle ones wait
-    in a deque, whose append and pop are atomic: no lock on the way of every request."""
+    """Keep-alive connections to one server, one per request in flight."""
 
     def __init__(self, hostport: str, timeout_s: float) -> None:
         self.hostport = hostport
         self.timeout_s = timeout_s
-        self._idle: collections.deque[_Connection] = collections.deque()
-        self.closed = False
+        self._idle: IdleConnections[_Connection] = IdleConnections()
 
     def exchange(self, data: bytes) -> HttpReply:
         """One request, one reply. A kept-alive connection the server has closed meanwhile
         fails before any reply: that request is sent once more on a new connection. When no
         new connection can be made the server is gone, and the drop is what is reported."""
-        connection = self._take()
+        connection = self._idle.take(self._connect)
         try:
             try:
                 reply, keep = connection.exchange(data)
@@ -146,41 +145,25 @@ class HttpConnections:
                     raise
                 connection.close()
                 try:
-                    connection = _Connection(self.hostport, self.timeout_s)
+                    connection = self._connect()
                 except OSError:
                     raise dropped from None
                 reply, keep = connection.exchange(data)
         except BaseException:
             connection.close()
             raise
-        if keep and not self.closed:
-            connection.reused = True
-            self._idle.append(connection)
-            if self.closed:  # closed while this request was out
-                self._close_idle()
-        else:
-            connection.close()
+        self._idle.give_back(connection, keep)
         return reply
 
-    def _take(self) -> _Connection:
-        if self.closed:
-            raise ConnectionError("client closed")
-        try:
-            return self._idle.pop()
-        except IndexError:
-            return _Connection(self.hostport, self.timeout_s)
+    def _connect(self) -> _Connection:
+        return _Connection(self.hostport, self.timeout_s)
 
-    def _close_idle(self) -> None:
-        while True:
-            try:
-                connection = self._idle.pop()
-            except IndexError:
-                return
-            connection.close()
+    @property
+    def closed(self) -> bool:
+        return self._idle.closed
 
     def close(self) -> None:
-        self.closed = True
-        self._close_idle()
+        self._idle.close()
 
 
 def raise_for_status(reply: HttpReply) -> None:
