@@ -11,9 +11,11 @@ server that died the ServerError saying how it died.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -67,6 +69,17 @@ def _intify(value: Any, key: str = "") -> Any:
     return value
 
 
+def release_connections(hostports: Iterable[str]) -> None:
+    """Close this process's idle keep-alive connections to a server about to stop: Triton's
+    graceful shutdown waits for every open connection up to its exit timeout (a client left
+    open made a stop take 11 s over HTTP and 15 s over gRPC instead of 3)."""
+    wanted = {health.address_key(h) for h in hostports}
+    for client in list(_LIVE):
+        if health.address_key(client.url) in wanted:
+            with contextlib.suppress(Exception):
+                client.release_idle()
+
+
 class TritonClient:
     """One protocol's client for one server, sending tensors in the request (transport
     "none") or through shared memory ("system", "cuda": servers on this machine only)."""
@@ -103,6 +116,7 @@ class TritonClient:
         else:
             self._client = grpcclient.InferenceServerClient(url)
             self._grpc = GrpcInfer(url)
+        _LIVE.add(self)
 
     @property
     def id(self) -> str:
@@ -118,6 +132,18 @@ class TritonClient:
         over shared memory and after close())."""
         memory = self._memory
         return memory.region_names if memory is not None else []
+
+    def release_idle(self) -> None:
+        """Close the keep-alive connections no request is using; the next request or call
+        opens new ones."""
+        for pool in (self._http, self._h2):
+            if pool is not None:
+                pool.release_idle()
+        if self.protocol == "http":
+            self._client.close()  # PerThreadControl: a thread's next call makes a new one
+        else:
+            control, self._client = self._client, grpcclient.InferenceServerClient(self.url)
+            control.close()
 
     def close(self) -> None:
         """Unregister and unlink its shared memory, close its connections; idempotent."""
@@ -435,3 +461,4 @@ class TritonClient:
                 request.release()
 
 
+_LIVE: weakref.WeakSet[TritonClient] = weakref.WeakSet()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pytest_triton import ConfigError, ModelLoadError, ServerError, TritonClient
+from pytest_triton.client import release_connections
 from pytest_triton.launchers import LocalLauncher, ServerArgs
 from pytest_triton.launchers import local as local_module
 from pytest_triton.launchers.local import LocalServer
@@ -164,6 +165,27 @@ def test_a_request_to_a_stopped_server_says_it_was_stopped(repo: Path) -> None:
     server.stop()
     with pytest.raises(ServerError, match=r"at 127\.0\.0\.1:\d+ was stopped by pytest-triton"):
         client.infer("add_one", {"X": np.zeros((1, 4), np.float32)})
+
+
+def test_clients_left_open_do_not_hold_up_the_stop(repo: Path) -> None:
+    """Triton's graceful stop waits for every open connection up to its exit timeout; the
+    launcher first closes this process's idle ones (the clients stay usable meanwhile)."""
+    server = LocalLauncher().start(ServerArgs(repo, load_models=("add_one",)))
+    x = {"X": np.zeros((1, 4), np.float32)}
+    try:
+        clients = [TritonClient(server.endpoints.url(p), p) for p in ("http", "grpc")]
+        for client in clients:
+            client.infer("add_one", x)
+            client.model_config("add_one")  # the control connection too
+        release_connections([server.endpoints.http, server.endpoints.grpc])
+        for client in clients:  # new connections, as if nothing happened
+            np.testing.assert_array_equal(client.infer("add_one", x)["Y"], x["X"] + 1)
+            assert client.model_config("add_one")["name"] == "add_one"
+    finally:
+        server.stop()
+    log = server.log_text()
+    assert "Signal (15) received" in log
+    assert "service connections" not in log, log[-1500:]  # no wait for an open connection
 
 
 def test_addresses_name_the_same_server_however_written() -> None:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..client import release_connections
 from ..errors import ConfigError, ServerError
 from ..processes import die_with_parent, reap_orphaned
 from ..target import NO_TENSORRT, ServerTarget
@@ -226,6 +227,7 @@ class LocalServer(RunningServer):
     def _stop(self) -> None:
         try:
             if self.process.poll() is None:
+                release_connections([self.endpoints.http, self.endpoints.grpc])
                 self.process.terminate()
                 try:
                     self.process.wait(self._exit_timeout + 5)

@@ -431,6 +431,9 @@ class GrpcConnections:
     def closed(self) -> bool:
         return self._idle.closed
 
+    def release_idle(self) -> None:
+        self._idle.close_idle()
+
     def close(self) -> None:
         self._idle.close()
 

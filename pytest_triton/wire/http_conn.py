@@ -162,6 +162,9 @@ class HttpConnections:
     def closed(self) -> bool:
         return self._idle.closed
 
+    def release_idle(self) -> None:
+        self._idle.close_idle()
+
     def close(self) -> None:
         self._idle.close()
 

@@ -24,22 +24,25 @@ class PerThreadControl:
         self._local = threading.local()
         self._made: list[Any] = []
         self._lock = threading.Lock()
+        self._generation = 0  # close() starts a new one: threads' clients made before are closed
 
     def _mine(self) -> Any:
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = self._make()
+        local = self._local
+        if getattr(local, "generation", None) != self._generation:
+            client = self._make()
             with self._lock:
                 self._made.append(client)
-        return client
+            local.client, local.generation = client, self._generation
+        return local.client
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._mine(), name)
 
     def close(self) -> None:
-        """Close every thread's client; idempotent."""
+        """Close every thread's client (a thread's next call makes a new one); idempotent."""
         with self._lock:
             made, self._made = self._made, []
+            self._generation += 1
         for client in made:
             with contextlib.suppress(Exception):  # a client of a thread that has ended
                 client.close()

@@ -25,6 +25,12 @@ class IdleConnections(Generic[C]):
         self._idle: collections.deque[C] = collections.deque()
         self.closed = False
 
+    def __len__(self) -> int:
+        return len(self._idle)
+
+    def parked(self) -> list[C]:
+        return list(self._idle)
+
     def take(self, make: Callable[[], C], usable: Callable[[C], bool] = lambda _: True) -> C:
         """An idle connection still usable, else a new one."""
         if self.closed:
@@ -45,11 +51,13 @@ class IdleConnections(Generic[C]):
             connection.reused = True
             self._idle.append(connection)
             if self.closed:
-                self._close_idle()
+                self.close_idle()
         else:
             connection.close()
 
-    def _close_idle(self) -> None:
+    def close_idle(self) -> None:
+        """Close the parked connections (the client stays usable: the next request opens
+        a new one)."""
         while True:
             try:
                 connection = self._idle.pop()
@@ -59,4 +67,4 @@ class IdleConnections(Generic[C]):
 
     def close(self) -> None:
         self.closed = True
-        self._close_idle()
+        self.close_idle()
