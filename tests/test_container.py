@@ -270,12 +270,13 @@ def test_orphans_of_dead_processes_are_reaped(docker: Any) -> None:
 @pytest.mark.container
 def test_conformance_suite_runs_in_the_container(docker: Any) -> None:
     """`pytest --triton-launcher container`: the zoo's parity suite, served from the offline
-    image: every variant over HTTP, MNIST's over gRPC too (the protocols are the process
-    launcher's business, tested there in full; kept short for `make test`'s 20 minutes)."""
+    image, for MNIST and DLRM (every format, both protocols, batched parity and bad requests;
+    the other models are the process launcher's, tested there in full: kept short for
+    `make test`'s 20 minutes)."""
     before = {c.id for c in docker.containers.list(all=True)}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-         "--triton-launcher=container", "tests/test_zoo_served.py", "-k", "not grpc or mnist"],
+         "--triton-launcher=container", "tests/test_zoo_served.py", "-k", "mnist or dlrm"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=1500)
     tail = result.stdout[-3000:]
     assert result.returncode == 0, tail
