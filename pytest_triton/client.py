@@ -138,7 +138,7 @@ class TritonClient:
         opens new ones."""
         for pool in (self._http, self._h2):
             if pool is not None:
-                pool.release_idle()
+                pool.close_idle()
         if self.protocol == "http":
             self._client.close()  # PerThreadControl: a thread's next call makes a new one
         else:

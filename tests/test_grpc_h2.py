@@ -117,7 +117,7 @@ def test_a_request_past_the_windows_waits_for_window_updates(
         assert request.frames.size > 64 * DEFAULT_WINDOW
         answer = lean.exchange(request.frames)
     assert len(answer) > 5 * MIB
-    assert len(lean._idle) and lean._idle.parked()[0].usable  # the connection is still good
+    assert len(lean) and lean.parked()[0].usable  # the connection is still good
 
 
 REJECTED = {
@@ -174,12 +174,12 @@ def test_the_lean_path_is_what_grpc_clients_send_through(server: RunningServer) 
             out = c.send(request)
             np.testing.assert_array_equal(out["Y"], np.full((2, 4), 2, np.float32))
             assert c.send_status(request) > 0
-            assert c._h2 is not None and len(c._h2._idle), memory
+            assert c._h2 is not None and len(c._h2), memory
             request.release()
             rows = [{"X": np.full((1, 4), i, np.float32)} for i in range(6)]
             answers = c.infer_many("add_one", rows)  # a thread and connection per request
             assert [float(a["Y"][0, 0]) for a in answers] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-            assert len(c._h2._idle) > 1, memory
+            assert len(c._h2) > 1, memory
 
 
 # -- a server killed mid-request -----------------------------------------------------------

@@ -390,52 +390,29 @@ def rejected(code: str, message: str, hostport: str) -> InferenceServerException
         debug_details=f"grpc-status {code} from {hostport}: {details}")
 
 
-class GrpcConnections:
+class GrpcConnections(IdleConnections[_Connection]):
     """HTTP/2 connections to one server, one per request in flight."""
 
     def __init__(self, hostport: str, timeout_s: float | None) -> None:
+        super().__init__()
         self.hostport = hostport
         self.timeout_s = timeout_s
         self.headers_block = request_headers(hostport, timeout_s)
         self.headers_head = len(self.headers_block).to_bytes(3, "big") + bytes(
             (HEADERS, END_HEADERS))
         self.known_blocks: dict[bytes, dict[str, str]] = {}
-        self._idle: IdleConnections[_Connection] = IdleConnections()
 
     def exchange(self, frames: GrpcFrames) -> bytes:
         """One request, its answer's message. A request the server did not take (a kept-alive
         connection it closed meanwhile, a GOAWAY before our stream) is sent once more on a
-        new connection; when none can be made, the drop is what is reported."""
-        connection = self._idle.take(functools.partial(_Connection, self), _usable)
-        try:
-            try:
-                message = connection.exchange(frames)
-            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as dropped:
-                retry = isinstance(dropped, _Unprocessed) or (
-                    connection.reused and not connection.answer.received)
-                if not retry:
-                    raise
-                connection.close()
-                try:
-                    connection = _Connection(self)
-                except OSError:
-                    raise dropped from None
-                message = connection.exchange(frames)
-        except BaseException:
-            connection.close()
-            raise
-        self._idle.give_back(connection, connection.usable)
-        return message
+        new connection."""
+        return self.exchange_on(functools.partial(_Connection, self),
+                                lambda c: (c.exchange(frames), c.usable), _not_taken, _usable)
 
-    @property
-    def closed(self) -> bool:
-        return self._idle.closed
 
-    def release_idle(self) -> None:
-        self._idle.close_idle()
-
-    def close(self) -> None:
-        self._idle.close()
+def _not_taken(connection: _Connection, dropped: Exception) -> bool:
+    return isinstance(dropped, _Unprocessed) or (
+        connection.reused and not connection.answer.received)
 
 
 def _usable(connection: _Connection) -> bool:

@@ -124,49 +124,25 @@ class _Connection:
             self.sock.close()
 
 
-class HttpConnections:
+class HttpConnections(IdleConnections[_Connection]):
     """Keep-alive connections to one server, one per request in flight."""
 
     def __init__(self, hostport: str, timeout_s: float) -> None:
+        super().__init__()
         self.hostport = hostport
         self.timeout_s = timeout_s
-        self._idle: IdleConnections[_Connection] = IdleConnections()
 
     def exchange(self, data: bytes) -> HttpReply:
-        """One request, one reply. A kept-alive connection the server has closed meanwhile
-        fails before any reply: that request is sent once more on a new connection. When no
-        new connection can be made the server is gone, and the drop is what is reported."""
-        connection = self._idle.take(self._connect)
-        try:
-            try:
-                reply, keep = connection.exchange(data)
-            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as dropped:
-                if not connection.reused or connection.answered:
-                    raise
-                connection.close()
-                try:
-                    connection = self._connect()
-                except OSError:
-                    raise dropped from None
-                reply, keep = connection.exchange(data)
-        except BaseException:
-            connection.close()
-            raise
-        self._idle.give_back(connection, keep)
-        return reply
+        """One request, one reply; a kept-alive connection the server has closed meanwhile
+        fails before any reply, and the request goes once more on a new connection."""
+        return self.exchange_on(self._connect, lambda c: c.exchange(data), _not_answered)
 
     def _connect(self) -> _Connection:
         return _Connection(self.hostport, self.timeout_s)
 
-    @property
-    def closed(self) -> bool:
-        return self._idle.closed
 
-    def release_idle(self) -> None:
-        self._idle.close_idle()
-
-    def close(self) -> None:
-        self._idle.close()
+def _not_answered(connection: _Connection, _: Exception) -> bool:
+    return connection.reused and not connection.answered
 
 
 def raise_for_status(reply: HttpReply) -> None:
