@@ -8,6 +8,27 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton.repository import pbtxt
 
+Tensor = tuple[str, int, list[int]]  # name, model_config_pb2 data type, dims
+
+
+def write_python_directory(root: Path, name: str, source: str, inputs: list[Tensor],
+                           outputs: list[Tensor], max_batch_size: int = 8,
+                           cpu_instances: int | None = None) -> Path:
+    """root/name/1/model.py and root/name/config.pbtxt for the python backend (Triton's
+    default instance group unless `cpu_instances` says how many)."""
+    directory = root / name
+    (directory / "1").mkdir(parents=True, exist_ok=True)
+    (directory / "1" / "model.py").write_text(source)
+    config = mc.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
+    config.input.extend(mc.ModelInput(name=n, data_type=t, dims=d) for n, t, d in inputs)
+    config.output.extend(mc.ModelOutput(name=n, data_type=t, dims=d) for n, t, d in outputs)
+    if cpu_instances is not None:
+        config.instance_group.append(mc.ModelInstanceGroup(
+            count=cpu_instances, kind=mc.ModelInstanceGroup.KIND_CPU))
+    pbtxt.write_config(directory, config)
+    return directory
+
+
 ADD_ONE = '''
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -26,14 +47,9 @@ class TritonPythonModel:
 def write_python_model(root: Path, name: str, *, initialize: str = "pass",
                        max_batch_size: int = 8) -> Path:
     """A model computing Y = X + 1; `initialize` is the body of initialize() (e.g. a raise)."""
-    directory = root / name
-    (directory / "1").mkdir(parents=True, exist_ok=True)
-    (directory / "1" / "model.py").write_text(ADD_ONE.replace("{initialize}", initialize))
-    config = mc.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
-    config.input.append(mc.ModelInput(name="X", data_type=mc.TYPE_FP32, dims=[4]))
-    config.output.append(mc.ModelOutput(name="Y", data_type=mc.TYPE_FP32, dims=[4]))
-    pbtxt.write_config(directory, config)
-    return directory
+    return write_python_directory(
+        root, name, ADD_ONE.replace("{initialize}", initialize), [("X", mc.TYPE_FP32, [4])],
+        [("Y", mc.TYPE_FP32, [4])], max_batch_size)
 
 
 ECHO_BYTES = '''
@@ -67,26 +83,14 @@ class TritonPythonModel:
 
 def write_bytes_model(root: Path, name: str = "echo_bytes") -> Path:
     """BYTES in, BYTES out: each element upper-cased (TYPE_STRING in config.pbtxt)."""
-    directory = root / name
-    (directory / "1").mkdir(parents=True, exist_ok=True)
-    (directory / "1" / "model.py").write_text(ECHO_BYTES)
-    config = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
-    config.input.append(mc.ModelInput(name="TEXT", data_type=mc.TYPE_STRING, dims=[-1]))
-    config.output.append(mc.ModelOutput(name="UPPER", data_type=mc.TYPE_STRING, dims=[-1]))
-    pbtxt.write_config(directory, config)
-    return directory
+    return write_python_directory(root, name, ECHO_BYTES, [("TEXT", mc.TYPE_STRING, [-1])],
+                                  [("UPPER", mc.TYPE_STRING, [-1])])
 
 
 def write_slow_model(root: Path, name: str = "slow", seconds: float = 3.0) -> Path:
     """Y = X after `seconds` of sleep: longer than a short client timeout."""
-    directory = root / name
-    (directory / "1").mkdir(parents=True, exist_ok=True)
-    (directory / "1" / "model.py").write_text(SLEEP_S.replace("{seconds}", str(seconds)))
-    config = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
-    config.input.append(mc.ModelInput(name="X", data_type=mc.TYPE_FP32, dims=[4]))
-    config.output.append(mc.ModelOutput(name="Y", data_type=mc.TYPE_FP32, dims=[4]))
-    pbtxt.write_config(directory, config)
-    return directory
+    return write_python_directory(root, name, SLEEP_S.replace("{seconds}", str(seconds)),
+                                  [("X", mc.TYPE_FP32, [4])], [("Y", mc.TYPE_FP32, [4])])
 
 
 SUM_TWO = '''
@@ -118,24 +122,12 @@ class TritonPythonModel:
 
 def write_two_input_model(root: Path, name: str = "sum_two") -> Path:
     """S = A + sum(B) per row: A FP32 [4], B INT32 [2] (for missing and extra inputs)."""
-    directory = root / name
-    (directory / "1").mkdir(parents=True, exist_ok=True)
-    (directory / "1" / "model.py").write_text(SUM_TWO)
-    config = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
-    config.input.append(mc.ModelInput(name="A", data_type=mc.TYPE_FP32, dims=[4]))
-    config.input.append(mc.ModelInput(name="B", data_type=mc.TYPE_INT32, dims=[2]))
-    config.output.append(mc.ModelOutput(name="S", data_type=mc.TYPE_FP32, dims=[4]))
-    pbtxt.write_config(directory, config)
-    return directory
+    return write_python_directory(
+        root, name, SUM_TWO, [("A", mc.TYPE_FP32, [4]), ("B", mc.TYPE_INT32, [2])],
+        [("S", mc.TYPE_FP32, [4])])
 
 
 def write_variable_length_model(root: Path, name: str = "identity_var") -> Path:
     """W = V, FP32 of any length per row (dims [-1]): a shape can claim any size."""
-    directory = root / name
-    (directory / "1").mkdir(parents=True, exist_ok=True)
-    (directory / "1" / "model.py").write_text(IDENTITY)
-    config = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
-    config.input.append(mc.ModelInput(name="V", data_type=mc.TYPE_FP32, dims=[-1]))
-    config.output.append(mc.ModelOutput(name="W", data_type=mc.TYPE_FP32, dims=[-1]))
-    pbtxt.write_config(directory, config)
-    return directory
+    return write_python_directory(root, name, IDENTITY, [("V", mc.TYPE_FP32, [-1])],
+                                  [("W", mc.TYPE_FP32, [-1])])

@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton import DynamicBatching, ModelSpec
 from pytest_triton.repository import pbtxt
+from tests.raw_models import write_python_directory
 
 SLEEP_MS = 20
 
@@ -94,16 +95,8 @@ def write_launch_bound(root: Path, name: str, *, batching: bool) -> Path:
 def write_sleepy(root: Path, name: str = "sleepy", *, source: str = SLEEPY_MODEL,
                  max_batch_size: int = 8) -> Path:
     """A python-backend model dir with the probe's signature (x: FP32 [8] -> y: FP32 [4])."""
-    directory = root / name
-    (directory / "1").mkdir(parents=True, exist_ok=True)
-    (directory / "1" / "model.py").write_text(source)
-    config = mc.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
-    config.input.append(mc.ModelInput(name="x", data_type=mc.TYPE_FP32, dims=[8]))
-    config.output.append(mc.ModelOutput(name="y", data_type=mc.TYPE_FP32, dims=[4]))
-    config.instance_group.append(
-        mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
-    pbtxt.write_config(directory, config)
-    return directory
+    return write_python_directory(root, name, source, [("x", mc.TYPE_FP32, [8])],
+                                  [("y", mc.TYPE_FP32, [4])], max_batch_size, cpu_instances=1)
 
 
 STALL_EVERY = 200
