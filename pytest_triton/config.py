@@ -44,44 +44,41 @@ def parse_list(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.replace("\n", ",").split(",") if p.strip())
 
 
-def parse_protocols(text: str) -> tuple[str, ...]:
+def _choices(text: str, allowed: Iterable[str], refusal: Callable[[list[str]], str],
+             *, dedupe: bool = True) -> tuple[str, ...]:
+    """A non-empty comma list of allowed values; `refusal(unknown ones)` says what went wrong."""
     items = parse_list(text)
-    if items == ("both",):
-        return ("http", "grpc")
-    bad = [p for p in items if p not in ("http", "grpc")]
+    allowed = tuple(allowed)
+    bad = [i for i in items if i not in allowed]
     if bad or not items:
-        raise ValueError(f"expected http, grpc or both, got {text!r}")
-    return tuple(dict.fromkeys(items))
+        raise ValueError(refusal(bad))
+    return tuple(dict.fromkeys(items)) if dedupe else items
+
+
+def parse_protocols(text: str) -> tuple[str, ...]:
+    if parse_list(text) == ("both",):
+        return ("http", "grpc")
+    return _choices(text, ("http", "grpc"),
+                    lambda _: f"expected http, grpc or both, got {text!r}")
 
 
 SHARED_MEMORY = ("none", "system", "cuda")
 
 
 def parse_shared_memory(text: str) -> tuple[str, ...]:
-    items = parse_list(text)
-    bad = [t for t in items if t not in SHARED_MEMORY]
-    if bad or not items:
-        raise ValueError(f"expected none, system or cuda (a comma list for pytest), got "
-                         f"{text!r}")
-    return tuple(dict.fromkeys(items))
+    return _choices(text, SHARED_MEMORY, lambda _: (
+        f"expected none, system or cuda (a comma list for pytest), got {text!r}"))
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
-    items = parse_list(text)
     known = FORMATS + GPU_FORMATS
-    bad = [f for f in items if f not in known]
-    if bad or not items:
-        raise ValueError(f"unknown format(s) {bad or text!r}; choose from {', '.join(known)}")
-    return items
+    return _choices(text, known, lambda bad: (
+        f"unknown format(s) {bad or text!r}; choose from {', '.join(known)}"), dedupe=False)
 
 
 def parse_precisions(text: str) -> tuple[str, ...]:
-    items = parse_list(text)
-    bad = [p for p in items if p not in PRECISIONS]
-    if bad or not items:
-        raise ValueError(f"unknown precision(s) {bad or text!r}; choose from "
-                         f"{', '.join(PRECISIONS)}")
-    return tuple(dict.fromkeys(items))
+    return _choices(text, PRECISIONS, lambda bad: (
+        f"unknown precision(s) {bad or text!r}; choose from {', '.join(PRECISIONS)}"))
 
 
 def parse_gpus(text: str) -> str:
