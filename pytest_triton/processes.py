@@ -7,9 +7,11 @@ import ctypes
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
+GROUP_EXIT_WAIT_S = 5.0  # a killed process still frees its memory before it is gone
 
 
 def die_with_parent() -> None:
@@ -45,6 +47,35 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not yet zombie) processes of a process group, read from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_group(pgid: int, wait_s: float = GROUP_EXIT_WAIT_S) -> list[int]:
+    """SIGKILL a process group and wait until its members are gone; returns any still there.
+
+    SIGKILL only starts an exit: a python backend stub with torch loaded takes a while to
+    unmap its memory, and until then it is a live member of the group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while (left := group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return left
 
 
 def reap_orphaned(root: str | Path, prefix: str, separator: str) -> list[Path]:

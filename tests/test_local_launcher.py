@@ -17,25 +17,10 @@ from pytest_triton.client import release_connections
 from pytest_triton.launchers import LocalLauncher, ServerArgs
 from pytest_triton.launchers import local as local_module
 from pytest_triton.launchers.local import LocalServer
+from pytest_triton.processes import group_members
 from tests.raw_models import write_python_model
 
 pytestmark = pytest.mark.triton
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
 
 
 @pytest.fixture

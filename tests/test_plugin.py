@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_triton.launchers import LocalLauncher, ServerArgs
-from tests.test_local_launcher import group_members
+from pytest_triton.processes import group_members
 
 CONFTEST = '''
 import torch

@@ -12,8 +12,8 @@ import pytest
 from pytest_triton import ModelLoadError, Repository, ServerError, TritonClient
 from pytest_triton.config import resolve
 from pytest_triton.deployment import Deployment
+from pytest_triton.processes import group_members
 from pytest_triton.session import start_deployment
-from tests.test_local_launcher import group_members
 from tests.tiny_models import scorer_spec
 
 pytestmark = pytest.mark.triton

@@ -13,7 +13,6 @@ import importlib.util
 import itertools
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from ..client import release_connections
 from ..errors import ConfigError, ServerError
-from ..processes import die_with_parent, reap_orphaned
+from ..processes import die_with_parent, kill_group, reap_orphaned
 from ..target import NO_TENSORRT, ServerTarget
 from ..urls import Endpoints
 from . import hosted_env, tensorrt
@@ -212,8 +211,7 @@ class LocalServer(RunningServer):
     def died(self, code: int) -> None:
         """Its python backend stubs outlive a killed server and keep its accepted sockets
         open (an HTTP request would wait for its whole timeout): kill the group first."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        kill_group(self.process.pid)
         super().died(code)
 
     def stop(self) -> None:
@@ -235,8 +233,7 @@ class LocalServer(RunningServer):
                     self.process.kill()
                     self.process.wait()
         finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)  # stubs left in the group
+            kill_group(self.process.pid)  # stubs left in the group
             self._final_log = self.log_text()
             shutil.rmtree(self.workdir, ignore_errors=True)
             for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):

@@ -28,10 +28,10 @@ from pytest_triton.deployment import Deployment
 from pytest_triton.launchers import ServerArgs
 from pytest_triton.launchers.container import CPU_IMAGE, ContainerLauncher, ContainerSettings
 from pytest_triton.launchers.local import LocalServer
+from pytest_triton.processes import group_members
 from pytest_triton.session import start_deployment
 from tests.raw_models import write_python_model, write_slow_model
 from tests.reliability.leftovers import SHM
-from tests.test_local_launcher import group_members
 from tests.tiny_models import scorer_spec
 
 pytestmark = [pytest.mark.reliability, pytest.mark.triton]
