@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from pytest_triton import ConfigError, ModelLoadError, ServerError, TritonClient
@@ -171,6 +173,35 @@ def test_clients_left_open_do_not_hold_up_the_stop(repo: Path) -> None:
     log = server.log_text()
     assert "Signal (15) received" in log
     assert "service connections" not in log, log[-1500:]  # no wait for an open connection
+
+
+def _infer_and_drop(url: str, protocol: str) -> None:
+    client = TritonClient(url, protocol)  # type: ignore[arg-type]
+    x = {"X": np.zeros((2, 4), np.float32)}
+    request = client.prepare("add_one", x)
+    np.testing.assert_array_equal(client.send(request)["Y"], x["X"] + 1)
+    client.model_config("add_one")
+
+
+def _connections_to(port: int) -> list[object]:
+    return [c for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_client_dropped_without_close_leaves_no_connection(repo: Path, protocol: str) -> None:
+    """Nothing but the client may own its connections: a reference cycle (the lean gRPC
+    path's connection <-> pool) kept its sockets open until the garbage collector ran, and
+    the server's graceful stop then waited its whole exit timeout for them."""
+    server = LocalLauncher().start(ServerArgs(repo, load_models=("add_one",)))
+    port = int(getattr(server.endpoints, protocol).rsplit(":", 1)[1])
+    gc.disable()  # what a cycle would need; it must not be needed
+    try:
+        _infer_and_drop(server.endpoints.url(protocol), protocol)
+        assert _connections_to(port) == []
+    finally:
+        gc.enable()
+        server.stop()
 
 
 def test_addresses_name_the_same_server_however_written() -> None:
