@@ -247,7 +247,7 @@ def test_an_unmeetable_target_fails_the_run_and_names_it(tmp_path: Path) -> None
     """A zoo locustfile on its embedded server: one target from the command line, one from the
     environment; both impossible."""
     env = subprocess_env(TRITON_PERF_THROUGHPUT="1e12")
-    run = run_locust(LOCUSTFILES / "mnist.py", "--headless", "-u", "2", "-r", "2", "-t", "3s",
+    run = run_locust(LOCUSTFILES / "dlrm.py", "--headless", "-u", "2", "-r", "2", "-t", "3s",
                      "--perf-latency-p99", "0.001", tmp_path=tmp_path, env=env, timeout=120)
     assert run.code == 1, run.tail()
     verdict = run.stdout[run.stdout.index("Verdict"):]
