@@ -414,7 +414,6 @@ class GrpcConnections(IdleConnections[_Connection]):
 
     def __init__(self, hostport: str, timeout_s: float | None) -> None:
         super().__init__()
-        self.hostport = hostport
         self.server = _Server.at(hostport, timeout_s)
 
     def exchange(self, frames: GrpcFrames) -> bytes:
