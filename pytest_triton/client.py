@@ -36,6 +36,7 @@ from .wire import request as wire
 from .wire.grpc_call import GrpcInfer, rejected
 from .wire.http_conn import HttpConnections, raise_for_status
 from .wire.http_control import PerThreadControl
+from .wire.lane import GrpcLane, HttpLane, Lane
 from .wire.request import PreparedRequest, Protocol
 from .wire.shm import DEFAULT_OUTPUT_BYTES, ID_SUFFIX, SharedMemory, Transport, check_offered
 
@@ -177,14 +178,24 @@ class TritonClient:
             if self.server is not None:
                 self.server.raise_if_dead()
             return fn()
-        except InferenceServerException as exc:
-            raise self._rejected(model, exc, version, request) from None
-        except ServerError as death:
-            raise request_errors.died(self, model, death) from None
-        except TritonTestError:
+        except TritonTestError as exc:
+            if isinstance(exc, ServerError):
+                raise request_errors.died(self, model, exc) from None
             raise
         except Exception as exc:  # sockets and gRPC raise their own transport errors
-            raise request_errors.unexpected(self, model, exc) from None
+            raise self._failure(model, exc, version, request) from None
+
+    def _failure(self, model: str, exc: Exception, version: str = "",
+                 request: PreparedRequest | None = None) -> Exception:
+        """What a request's failure means: Triton's rejection, the server's death, or where
+        and how the connection failed."""
+        if isinstance(exc, InferenceServerException):
+            return self._rejected(model, exc, version, request)
+        if isinstance(exc, ServerError):
+            return request_errors.died(self, model, exc)
+        if isinstance(exc, TritonTestError):
+            return exc
+        return request_errors.unexpected(self, model, exc)
 
     def _rejected(self, model: str, exc: InferenceServerException, version: str = "",
                   request: PreparedRequest | None = None) -> Exception:
@@ -389,6 +400,19 @@ class TritonClient:
         answer = self._call(request.model, lambda: self._grpc_exchange(request),
                             request.version, request)
         return len(answer)
+
+    def lane(self) -> Lane[Any] | None:
+        """A connection of its own for a driver that waits on many sockets at once (the load
+        multiplexer), sending prepared requests as send_status() does and failing as it
+        does; None where that path is not available (gRPC without `hpack`, or over CUDA
+        shared memory: those go through the gRPC channel). The caller closes it."""
+        def failure(request: PreparedRequest, exc: Exception) -> Exception:
+            return self._failure(request.model, exc, request.version, request)
+
+        if self._http is not None:
+            return HttpLane(self.url, self.timeout_s, failure)
+        lean = self._lean_grpc()
+        return GrpcLane(lean, failure) if lean is not None else None
 
     def _grpc_exchange(self, request: PreparedRequest) -> bytes:
         """The answer's message: over HTTP/2 spoken directly (grpc_h2, a third of grpcio's CPU

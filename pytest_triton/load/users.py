@@ -33,7 +33,8 @@ from locust.exception import StopUser
 from ..client import PreparedRequest, Protocol, TritonClient
 from ..errors import ConfigError, InferenceError, SharedMemoryError
 from ..urls import check_host
-from . import grpc_gevent, hooks
+from ..wire.lane import Lane
+from . import grpc_gevent, hooks, multiplexer
 from .embedded import EmbeddedModel, zoo_model
 from .open_loop import OpenLoop, open_loop
 from .options import default_targets, run_config
@@ -117,8 +118,10 @@ class TritonUser(User):
                 url, self._protocol, timeout_s=self.timeout_s, concurrency=in_flight,
                 shared_memory=user_shared_memory(config),
                 output_shared_memory_size=config.output_shared_memory_size)
-            self._requests: Iterator[PreparedRequest] = itertools.cycle(
-                self._client.prepare_all(self._model, batches, self.outputs, self.version))
+            prepared = self._client.prepare_all(self._model, batches, self.outputs,
+                                                self.version)
+            self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
+            self._lane = self._multiplexed(prepared)
         except (ConfigError, SharedMemoryError, InferenceError) as exc:
             if str(exc) not in _refused:  # once per process, not once per user
                 _refused.add(str(exc))
@@ -127,10 +130,26 @@ class TritonUser(User):
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
         self._context = {"batch_size": self._batch, "protocol": self._protocol}
 
+    def _multiplexed(self, prepared: Sequence[PreparedRequest]) -> Lane[Any] | None:
+        """A lane for this process's multiplexer (see multiplexer.py) where the user is a
+        closed loop of small requests without a wait (its class keeps TritonUser's
+        wait_time and single task), else None: the user sends from its own greenlet, through
+        Locust's task loop."""
+        cls = type(self)
+        if self._open_loop is not None or not multiplexer.available() \
+                or cls.wait_time is not TritonUser.wait_time \
+                or cls.tasks != [TritonUser.infer] \
+                or any(len(r.wire) > multiplexer.MAX_REQUEST_BYTES for r in prepared):
+            return None
+        return self._client.lane()
+
     @task
     def infer(self) -> None:
         if self._open_loop is not None:
             self._open_loop.run(self._send)  # until the user is stopped
+        elif self._lane is not None:  # until the user is stopped
+            multiplexer.multiplexer().serve(self._lane, self._requests, self._record,
+                                            self.timeout_s)
         else:
             self._send(time.perf_counter())
 
@@ -144,14 +163,21 @@ class TritonUser(User):
             answered = self._client.send_status(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
-        elapsed_ms = (time.perf_counter() - due) * 1e3
+        self._record(due, answered, error)
+
+    def _record(self, due: float, answered: int, error: Exception | None) -> None:
+        """A Locust request event for one request, which left at `due`."""
         self.environment.events.request.fire(
-            request_type=self._request_type, name=self._model, response_time=elapsed_ms,
-            response_length=answered, exception=error, context=self._context)
+            request_type=self._request_type, name=self._model,
+            response_time=(time.perf_counter() - due) * 1e3, response_length=answered,
+            exception=error, context=self._context)
 
     def on_stop(self) -> None:
         if self._open_loop is not None:
             self._open_loop.stop()
+        lane = getattr(self, "_lane", None)
+        if lane is not None:
+            lane.close()
         client = getattr(self, "_client", None)
         if client is not None:
             with contextlib.suppress(Exception):  # closing a connection to a stopped server

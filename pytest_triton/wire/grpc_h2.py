@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
+import struct
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import unquote
@@ -53,6 +54,7 @@ SETTINGS_HEADER_TABLE_SIZE, SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE, 
 STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 KNOWN_BLOCKS = 64  # distinct error-free header blocks remembered per client
 REFUSED_STREAM = 7
+FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits), type, flags, stream id
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -149,7 +151,7 @@ class _Server:
         return cls(hostport, timeout_s, head, block, {})
 
 
-class _Connection:
+class Http2Connection:
     """One HTTP/2 connection, one stream at a time."""
 
     def __init__(self, server: _Server) -> None:
@@ -184,9 +186,17 @@ class _Connection:
     # -- a request -----------------------------------------------------------------------
     def exchange(self, frames: GrpcFrames) -> bytes:
         """Send one request on a new stream; the answer's message, or its failure raised."""
+        self.begin(frames)
+        while not self.advance():
+            pass
+        return self.result()
+
+    def begin(self, frames: GrpcFrames) -> None:
+        """Open a stream and send the request on it (exchange()'s first step; a load driver
+        waiting on many sockets then calls advance() when this one is readable)."""
         stream = self.stream = self.next_stream
         self.next_stream += 2
-        self.answer = answer = _Answer()
+        self.answer = _Answer()
         self.stream_window = self.stream_window_initial
         sid = stream.to_bytes(4, "big")
         headers = self.server.headers_head + sid + self.server.headers_block
@@ -203,9 +213,19 @@ class _Connection:
                 self.sock.sendall(memoryview(data)[sent:])
         else:
             self._send_in_windows(headers, frames, sid)
-        while not answer.ended:
+
+    def advance(self) -> bool:
+        """One receive; whether the answer is whole."""
+        if not self.answer.ended:
             self._read()
-        return self._result(answer)
+        return self.answer.ended
+
+    def result(self) -> bytes:
+        """The whole answer's message, or its failure raised."""
+        return self._result(self.answer)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
 
     def _send_in_windows(self, headers: bytes, frames: GrpcFrames, sid: bytes) -> None:
         """DATA no larger than the server's frame size and windows allow, waiting for its
@@ -280,12 +300,12 @@ class _Connection:
     def _handle_frames(self) -> None:
         buffer, start, end, stream = self.buffer, self.start, self.end, self.stream
         while end - start >= 9:
-            length = int.from_bytes(buffer[start:start + 3], "big")
+            high, low, kind, flags, sid = FRAME_HEAD.unpack_from(buffer, start)
+            length = high << 16 | low
             stop = start + 9 + length
             if stop > end:
                 break
-            kind, flags = buffer[start + 3], buffer[start + 4]
-            sid = int.from_bytes(buffer[start + 5:start + 9], "big") & MAX_STREAM_ID
+            sid &= MAX_STREAM_ID
             at = start + 9
             start = stop
             if kind == DATA:
@@ -409,7 +429,7 @@ def rejected(code: str, message: str, hostport: str) -> InferenceServerException
         debug_details=f"grpc-status {code} from {hostport}: {details}")
 
 
-class GrpcConnections(IdleConnections[_Connection]):
+class GrpcConnections(IdleConnections[Http2Connection]):
     """HTTP/2 connections to one server, one per request in flight."""
 
     def __init__(self, hostport: str, timeout_s: float | None) -> None:
@@ -420,16 +440,16 @@ class GrpcConnections(IdleConnections[_Connection]):
         """One request, its answer's message. A request the server did not take (a kept-alive
         connection it closed meanwhile, a GOAWAY before our stream) is sent once more on a
         new connection."""
-        return self.exchange_on(functools.partial(_Connection, self.server),
+        return self.exchange_on(functools.partial(Http2Connection, self.server),
                                 lambda c: (c.exchange(frames), c.usable), _not_taken, _usable)
 
 
-def _not_taken(connection: _Connection, dropped: Exception) -> bool:
+def _not_taken(connection: Http2Connection, dropped: Exception) -> bool:
     return isinstance(dropped, _Unprocessed) or (
         connection.reused and not connection.answer.received)
 
 
-def _usable(connection: _Connection) -> bool:
+def _usable(connection: Http2Connection) -> bool:
     return connection.usable
 
 

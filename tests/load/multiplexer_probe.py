@@ -1,0 +1,108 @@
+"""Drives the load multiplexer against a real server, in a process of its own (gevent's monkey
+patching must not reach pytest's), and prints what test_multiplexer.py checks, as JSON.
+
+    python -m tests.load.multiplexer_probe HTTP_HOSTPORT GRPC_HOSTPORT
+"""
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import collections  # noqa: E402
+import itertools  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gevent  # noqa: E402
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+
+from pytest_triton.client import PreparedRequest, Protocol, TritonClient  # noqa: E402
+from pytest_triton.load.multiplexer import multiplexer  # noqa: E402
+
+MODEL = "sleepy"  # tests/load/probe_models.py: x FP32 [8] -> y FP32 [4], 20 ms a request
+GOOD = {"x": np.ones((1, 8), np.float32)}
+BAD = {"x": np.ones((1, 3), np.float32)}  # Triton rejects the shape
+
+
+def connections_to(hostport: str) -> int:
+    port = int(hostport.rsplit(":", 1)[1])
+    return sum(1 for c in psutil.Process().net_connections("tcp")
+               if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+
+
+def drive(hostport: str, protocol: Protocol, batches: list[dict[str, np.ndarray]],
+          lanes: int, seconds: float, timeout_s: float) -> dict[str, Any]:
+    """`lanes` users, each cycling through `batches`, for `seconds`; then stopped as Locust
+    stops users (their greenlets killed)."""
+    outcomes: collections.Counter[str] = collections.Counter()
+    sizes: set[int] = set()
+
+    def record(started: float, size: int, error: Exception | None) -> None:
+        assert started <= time.perf_counter()
+        if error is None:
+            outcomes["ok"] += 1
+            sizes.add(size)
+        else:
+            outcomes[f"{type(error).__name__}: {error}"[:300]] += 1
+
+    clients = [TritonClient(hostport, protocol, timeout_s=timeout_s) for _ in range(lanes)]
+    users = []
+    opened = [0]  # connections the lanes opened
+
+    def counting(send: Callable[[PreparedRequest], bool]) -> Callable[[PreparedRequest], bool]:
+        def counted(request: PreparedRequest) -> bool:
+            fresh = send(request)
+            opened[0] += fresh
+            return fresh
+        return counted
+
+    for client in clients:
+        lane = client.lane()
+        assert lane is not None, f"no lane over {protocol}"
+        lane.send = counting(lane.send)  # type: ignore[assignment]
+        requests = client.prepare_all(MODEL, batches, ["y"])
+        users.append(gevent.spawn(multiplexer().serve, lane, itertools.cycle(requests), record,
+                                  timeout_s))
+    gaps: list[float] = []
+
+    def tick() -> None:  # another greenlet of the process: does the hub still turn?
+        last = time.perf_counter()
+        while True:
+            gevent.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticker = gevent.spawn(tick)
+    gevent.sleep(seconds / 2)
+    during = connections_to(hostport)
+    gevent.sleep(seconds / 2)
+    gevent.killall(users)
+    ticker.kill()
+    gevent.sleep(0.05)  # the driver sees no lane left and ends
+    for client in clients:
+        client.close()
+    return {"outcomes": dict(outcomes), "sizes": sorted(sizes), "connections_during": during,
+            "connections_opened": opened[0],
+            "connections_after": connections_to(hostport), "lanes_after": multiplexer().lanes,
+            "max_tick_gap_s": max(gaps) if gaps else None, "ticks": len(gaps)}
+
+
+def main() -> None:
+    http, grpc = sys.argv[1:3]
+    report = {}
+    protocols: list[tuple[Protocol, str]] = [("http", http), ("grpc", grpc)]
+    for protocol, hostport in protocols:
+        report[f"mixed-{protocol}"] = drive(hostport, protocol, [GOOD, BAD], lanes=4,
+                                            seconds=2, timeout_s=30)
+        report[f"timeout-{protocol}"] = drive(hostport, protocol, [GOOD], lanes=2,
+                                              seconds=1, timeout_s=0.005)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The load multiplexer (one greenlet driving every closed-loop user's connection) against a
+real server, on both protocols: every request is counted once with the failure a blocking
+send would raise, a rejection keeps its connection, a request past its timeout fails as a
+timeout, Locust's other greenlets keep running, and stopped users leave no connection."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_triton.launchers import LocalLauncher, ServerArgs
+from tests.load.conftest import REPO, subprocess_env
+from tests.load.probe_models import write_sleepy
+
+pytestmark = [pytest.mark.load, pytest.mark.triton]
+PROTOCOLS = ("http", "grpc")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("repo")
+    write_sleepy(root)
+    with LocalLauncher().start(ServerArgs(Path(root), model_control_mode="none")) as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.load.multiplexer_probe", server.endpoints.http,
+             server.endpoints.grpc], capture_output=True, text=True, timeout=120, cwd=REPO,
+            env=subprocess_env())
+        assert done.returncode == 0, done.stderr[-3000:]
+        yield json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_each_answer_and_each_rejection_is_counted_once(report: dict[str, Any],
+                                                        protocol: str) -> None:
+    """Each user alternates an accepted and a rejected request: both kinds are counted, in
+    equal numbers give or take the request each user had in flight when it stopped."""
+    run = report[f"mixed-{protocol}"]
+    outcomes = dict(run["outcomes"])
+    ok = outcomes.pop("ok", 0)
+    assert ok >= 8, run  # 4 users x 2 s at 20 ms a request, one model instance
+    assert len(outcomes) == 1, run
+    (rejection, failures), = outcomes.items()
+    assert rejection.startswith("InferenceError") and "'x'" in rejection, rejection
+    assert "sleepy" in rejection and protocol in rejection.lower(), rejection
+    assert abs(ok - failures) <= 4, run
+    assert run["sizes"] and min(run["sizes"]) > 0, run  # the answer's bytes
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_rejection_keeps_its_connection_and_stopped_users_leave_none(
+        report: dict[str, Any], protocol: str) -> None:
+    run = report[f"mixed-{protocol}"]
+    assert run["connections_opened"] == 4 and run["connections_during"] == 4, run
+    assert run["connections_after"] == 0 and run["lanes_after"] == 0, run
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_request_past_its_timeout_fails_as_a_timeout(report: dict[str, Any],
+                                                       protocol: str) -> None:
+    """A 5 ms timeout against a model that takes 20 ms: no answer is awaited past it (gRPC's
+    server may also say DEADLINE_EXCEEDED first: its grpc-timeout header), and the user goes
+    on; stopping leaves no connection."""
+    run = report[f"timeout-{protocol}"]
+    outcomes = dict(run["outcomes"])
+    assert "ok" not in outcomes, run
+    for failure in outcomes:
+        assert failure.startswith("InferenceError") and "within 0.005s" in failure, failure
+    assert sum(outcomes.values()) >= 4, run  # both users failed and went on
+    assert run["connections_after"] == 0 and run["lanes_after"] == 0, run
+
+
+@pytest.mark.parametrize("run_name", ["mixed-http", "mixed-grpc"])
+def test_the_rest_of_the_process_keeps_running(report: dict[str, Any], run_name: str) -> None:
+    """The driver waits in epoll with gevent's hub stopped, briefly: a greenlet ticking every
+    10 ms (as Locust's statistics, web UI and run monitor do, more slowly) still runs."""
+    run = report[run_name]
+    assert run["ticks"] >= 50, run  # 2 s of 10 ms sleeps: ~200 on a quiet machine
+    assert run["max_tick_gap_s"] < 0.5, run
