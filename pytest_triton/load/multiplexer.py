@@ -5,8 +5,11 @@ hub, a watcher started and stopped, a switch back): together with Locust's task 
 130 µs of CPU per request on the benchmark machine, taken from the server being measured.
 Here each user hands its lane (wire/lane.py: a connection of its own, one request in flight)
 to this process's Multiplexer. One greenlet waits on every lane's socket with one epoll,
-reads what arrived, fires the user's Locust request event and sends that user's next request
-at once. The user greenlets only wait until Locust stops them.
+reads what arrived, sends that user's next request at once and then fires the user's Locust
+request events (answers of one batch come together: the last one's next request does not wait
+for the others' events). The user greenlets only wait until Locust stops them. Timeouts are
+the client's: an answer later than timeout_s fails as a timeout, and one that never comes
+fails within EXPIRY_CHECK_S of it.
 
 While the driver waits in epoll the gevent hub does not run, so it waits at most POLL_S and
 yields to the hub at least every YIELD_S: Locust's own greenlets (statistics, the web UI,
@@ -38,7 +41,7 @@ EXPIRY_CHECK_S = 0.1  # how often requests in flight are checked against their t
 # lanes whose send failed (a refused connection) try again
 MAX_REQUEST_BYTES = 64 * 1024  # larger requests keep a greenlet per user
 Record = Callable[[float, int, "Exception | None"], None]
-"""Reports one request: (its start, perf_counter() time; its answer's size; its failure)."""
+"""Reports one request: (its latency in seconds, its answer's size, its failure)."""
 
 
 def available() -> bool:
@@ -122,11 +125,17 @@ class Multiplexer:
     def _loop(self) -> None:
         clock = time.perf_counter
         turn = check = clock()
+        done: list[tuple[_Slot, float, int, Exception | None]] = []
         while self._slots:
             for fd, _ in self._epoll.poll(POLL_S):
                 slot = self._by_fd.get(fd)
                 if slot is not None and slot.in_flight:
-                    self._readable(slot)
+                    self._readable(slot, done)
+            # Answers of one batch arrive together: every next request is out before the
+            # first answer is reported, so the last one's send does not wait for the events.
+            for slot, latency_s, size, error in done:
+                slot.record(latency_s, size, error)
+            done.clear()
             now = clock()
             if now >= check:
                 check = now + EXPIRY_CHECK_S
@@ -138,21 +147,26 @@ class Multiplexer:
                 gevent.idle()
                 turn = clock()
 
-    def _readable(self, slot: _Slot) -> None:
-        if time.perf_counter() - slot.started > slot.timeout_s:  # answered too late
+    def _readable(self, slot: _Slot,
+                  done: list[tuple[_Slot, float, int, Exception | None]]) -> None:
+        """Read what arrived; once the answer is whole, send the next request and add the
+        answer to `done`."""
+        latency_s = time.perf_counter() - slot.started
+        if latency_s > slot.timeout_s:  # answered too late
             self._time_out(slot)
             return
         try:
             size = slot.lane.readable()
         except Exception as exc:  # the client's own error: a failed request
-            slot.in_flight = False
-            slot.record(slot.started, 0, exc)
+            error: Exception | None = exc
+            size = 0
         else:
             if size is None:
                 return
-            slot.in_flight = False
-            slot.record(slot.started, size, None)
-        if slot.active:  # record() may have stopped the run, and this user with it
+            error = None
+        slot.in_flight = False
+        done.append((slot, time.perf_counter() - slot.started, size, error))
+        if slot.active:  # (reading may have waited in gevent, and its user been stopped)
             self._send(slot)
 
     def _send(self, slot: _Slot) -> None:
@@ -162,7 +176,7 @@ class Multiplexer:
         try:
             fresh = slot.lane.send(next(slot.requests))
         except Exception as exc:  # refused or dropped at once: fails, tried at the next check
-            slot.record(slot.started, 0, exc)
+            slot.record(time.perf_counter() - slot.started, 0, exc)
             return
         finally:
             slot.sending = False
@@ -195,8 +209,8 @@ class Multiplexer:
     def _time_out(self, slot: _Slot) -> None:
         """As a blocking send's socket timeout: a failure, and the connection dropped."""
         slot.in_flight = False
-        slot.record(slot.started, 0, slot.lane.expire())
-        if slot.active:
+        slot.record(time.perf_counter() - slot.started, 0, slot.lane.expire())
+        if slot.active:  # record() may have stopped the run, and this user with it
             self._send(slot)
 
     def _remove(self, slot: _Slot) -> None:

@@ -3,10 +3,13 @@
 A user is one closed loop (no wait between requests): N users keep N requests in flight, which
 is perf_analyzer's concurrency mode. With --triton-request-rate R the users share an open loop
 of R requests per second instead (perf_analyzer's request-rate mode, see open_loop.py).
-Requests go through TritonClient, built once per user and only sent in the loop. Each is fired
-as a Locust request event named after the model, with `response_length` = the size of its
-answer as it came over the wire (so Locust's "Average size (bytes)" means bytes; the lean
-path reads no outputs, only the status) and
+Requests go through TritonClient, built once per user and only sent in the loop. A closed
+loop of small requests without a wait (TritonUser's own) hands its connection to the process's
+multiplexer (multiplexer.py: one greenlet drives every such user's socket, a third less CPU
+per request than a greenlet each); paced users, open loops and large requests send from their
+own greenlet. Each request is fired as a Locust request event named after the model, with
+`response_length` = the size of its answer as it came over the wire (so Locust's "Average
+size (bytes)" means bytes; the lean path reads no outputs, only the status) and
 `context["batch_size"]` = its samples, which pytest-triton counts beside Locust's statistics:
 the verdict, the web UI's Triton tab and PREFIX_triton.csv report samples/s (requests x batch
 size) as the seeds do.
@@ -163,14 +166,13 @@ class TritonUser(User):
             answered = self._client.send_status(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
-        self._record(due, answered, error)
+        self._record(time.perf_counter() - due, answered, error)
 
-    def _record(self, due: float, answered: int, error: Exception | None) -> None:
-        """A Locust request event for one request, which left at `due`."""
+    def _record(self, latency_s: float, answered: int, error: Exception | None) -> None:
+        """A Locust request event for one request."""
         self.environment.events.request.fire(
-            request_type=self._request_type, name=self._model,
-            response_time=(time.perf_counter() - due) * 1e3, response_length=answered,
-            exception=error, context=self._context)
+            request_type=self._request_type, name=self._model, response_time=latency_s * 1e3,
+            response_length=answered, exception=error, context=self._context)
 
     def on_stop(self) -> None:
         if self._open_loop is not None:
