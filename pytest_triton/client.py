@@ -178,12 +178,11 @@ class TritonClient:
             if self.server is not None:
                 self.server.raise_if_dead()
             return fn()
-        except TritonTestError as exc:
-            if isinstance(exc, ServerError):
-                raise request_errors.died(self, model, exc) from None
-            raise
         except Exception as exc:  # sockets and gRPC raise their own transport errors
-            raise self._failure(model, exc, version, request) from None
+            failure = self._failure(model, exc, version, request)
+            if failure is exc:  # already ours: keep its traceback
+                raise
+            raise failure from None
 
     def _failure(self, model: str, exc: Exception, version: str = "",
                  request: PreparedRequest | None = None) -> Exception:

@@ -72,7 +72,7 @@ class _Slot:
 
 @dataclass
 class _Failed:
-    error: BaseException | None = None
+    error: Exception | None = None
     event: gevent.event.Event = field(default_factory=gevent.event.Event)
 
 
@@ -151,8 +151,7 @@ class Multiplexer:
                   done: list[tuple[_Slot, float, int, Exception | None]]) -> None:
         """Read what arrived; once the answer is whole, send the next request and add the
         answer to `done`."""
-        latency_s = time.perf_counter() - slot.started
-        if latency_s > slot.timeout_s:  # answered too late
+        if time.perf_counter() - slot.started > slot.timeout_s:  # answered too late
             self._time_out(slot)
             return
         try:
