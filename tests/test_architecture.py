@@ -144,12 +144,3 @@ print(_parser().format_help())
     for setting in settings_for("perf"):
         assert setting.cli in perf_help, setting.name
     assert {s.fronts and True for s in SETTINGS} == {True}  # every row serves somebody
-
-
-@pytest.mark.parametrize("front", ["pytest", "locust", "perf"])
-def test_readme_tables_are_the_settings_table(front: str) -> None:
-    """Regenerate with `python -m pytest_triton.config` after changing a setting."""
-    from pytest_triton.config import markdown_table
-
-    readme = (PACKAGE.parent / "README.md").read_text()
-    assert f"<!-- settings: {front} -->\n{markdown_table(front)}\n" in readme  # type: ignore[arg-type]
