@@ -30,7 +30,9 @@ def _cell(text: str) -> str:
 
 
 def _code(text: str) -> str:
-    return f"`{_cell(text)}`" if text else ""
+    # Python-Markdown's tables split no cell on a pipe inside a code span (a backslash there
+    # would show).
+    return f"`{text}`" if text else ""
 
 
 def _hint(setting: Any) -> str:
