@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pytest_triton import Tolerance, assert_parity
-from pytest_triton.parity import compare
+from pytest_triton.parity.compare import compare
 
 
 def test_mismatch_message_names_everything() -> None:
@@ -15,13 +15,23 @@ def test_mismatch_message_names_everything() -> None:
     served["logits"][2, 7] = 0.5
     served["logits"][3, 1] = 1e-3
     with pytest.raises(AssertionError) as info:
-        assert_parity(native, served, model="mnist", backend="mnist-onnx-hosted",
-                      protocol="grpc", fmt="onnx")
+        assert_parity(
+            native, served, model="mnist", backend="mnist-onnx-hosted", protocol="grpc", fmt="onnx"
+        )
     text = str(info.value)
-    for part in ("model 'mnist'", "backend 'mnist-onnx-hosted'", "protocol 'grpc'",
-                 "output 'logits'", "dtype FP32", "max abs diff 0.5", "max rel diff inf",
-                 "mismatched 2 / 40", "worst at index (2, 7)", "served 0.5 vs native 0.0",
-                 "rtol 1.3e-06, atol 1e-05"):
+    for part in (
+        "model 'mnist'",
+        "backend 'mnist-onnx-hosted'",
+        "protocol 'grpc'",
+        "output 'logits'",
+        "dtype FP32",
+        "max abs diff 0.5",
+        "max rel diff inf",
+        "mismatched 2 / 40",
+        "worst at index (2, 7)",
+        "served 0.5 vs native 0.0",
+        "rtol 1.3e-06, atol 1e-05",
+    ):
         assert part in text, (part, text)
 
 
@@ -42,8 +52,9 @@ def test_backend_widening_and_per_call_override() -> None:
     assert not compare({"y": base}, {"y": drift}, fmt="onnx").ok
     assert compare({"y": base}, {"y": drift}, fmt="tensorrt").ok  # TF32 tactics: rtol 1e-3
     assert compare({"y": base}, {"y": drift}, fmt="onnx", rtol=1e-3).ok
-    assert not compare({"y": base}, {"y": drift}, fmt="tensorrt",
-                       tolerances={"y": Tolerance(0, 0, "exact")}).ok
+    assert not compare(
+        {"y": base}, {"y": drift}, fmt="tensorrt", tolerances={"y": Tolerance(0, 0, "exact")}
+    ).ok
 
 
 def test_integer_outputs_must_be_exact() -> None:
@@ -52,11 +63,14 @@ def test_integer_outputs_must_be_exact() -> None:
     assert "mismatched 1 / 3" in report.describe()
 
 
-@pytest.mark.parametrize(("served", "problem"), [
-    ({}, "missing from the served response"),
-    ({"y": np.zeros((2, 3), np.float32)}, "served shape (2, 3) != native shape (3, 2)"),
-    ({"y": np.zeros((3, 2), np.float64)}, "served dtype float64 != native dtype float32"),
-])
+@pytest.mark.parametrize(
+    ("served", "problem"),
+    [
+        ({}, "missing from the served response"),
+        ({"y": np.zeros((2, 3), np.float32)}, "served shape (2, 3) != native shape (3, 2)"),
+        ({"y": np.zeros((3, 2), np.float64)}, "served dtype float64 != native dtype float32"),
+    ],
+)
 def test_structural_problems(served: dict[str, np.ndarray], problem: str) -> None:
     report = compare({"y": np.zeros((3, 2), np.float32)}, served)
     assert not report.ok and problem in report.describe()
