@@ -34,7 +34,7 @@ import numpy as np
 from pytest_triton.base.config import resolve
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.models import ZOO, zoo_spec
-from pytest_triton.parity.compare import ParityReport, compare
+from pytest_triton.parity.compare import ParityReport, compare_outputs
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.variants import Variant
@@ -121,7 +121,7 @@ def measure(
     native = served.native(inputs)
     answers = [served.infer(client, inputs) for _ in range(max(repeats, 1))]
     row: dict[str, Any] = {
-        "single": worst([compare(native, answers[0], **kwargs)]),
+        "single": worst([compare_outputs(native, answers[0], **kwargs)]),
         "drift": drift(answers),
     }
     if served.variant.spec.batched:
@@ -129,11 +129,14 @@ def measure(
         singles = [{n: a[i : i + 1] for n, a in rows.items()} for i in range(8)]
         got = served.infer_many(client, singles)
         row["batched"] = worst(
-            [compare(served.native(s), g, **kwargs) for s, g in zip(singles, got, strict=True)]
+            [
+                compare_outputs(served.native(s), g, **kwargs)
+                for s, g in zip(singles, got, strict=True)
+            ]
         )
     if served.variant.gpu and served.variant.precision == "fp32":
         cpu = NativeModel(served.variant.spec, "fp32", "cpu")
-        row["vs_cpu_fp32"] = worst([compare(cpu(inputs), answers[0], **kwargs)])
+        row["vs_cpu_fp32"] = worst([compare_outputs(cpu(inputs), answers[0], **kwargs)])
     return row
 
 

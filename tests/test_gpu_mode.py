@@ -18,7 +18,12 @@ import torch
 from pytest_triton import ConfigError, InstanceGroup, Repository
 from pytest_triton.base.config import resolve
 from pytest_triton.base.server_offer import ServerTarget
-from pytest_triton.parity.compare import DEFAULT_TOLERANCES, TOLERANCES, compare, tolerance_for
+from pytest_triton.parity.compare import (
+    DEFAULT_TOLERANCES,
+    TOLERANCES,
+    compare_outputs,
+    tolerance_for,
+)
 from pytest_triton.repository import hosted_model, pbtxt
 from pytest_triton.repository.reference import NativeModel, ieee_fp32
 from pytest_triton.repository.variants import DEFAULT_GPU_WARMUP, plan_variants
@@ -274,7 +279,7 @@ def test_every_widened_tolerance_says_why_and_what_was_measured() -> None:
 
 def test_an_empty_served_output_is_named_as_such() -> None:
     native = {"logits": np.ones((3, 10), np.float32)}
-    report = compare(native, {"logits": np.empty(0, np.float32)})
+    report = compare_outputs(native, {"logits": np.empty(0, np.float32)})
     assert not report.ok
     assert report.diffs[0].problem.startswith(
         "served output is EMPTY (0 elements) where PyTorch's has 30 (shape (3, 10))"

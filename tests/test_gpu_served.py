@@ -14,7 +14,7 @@ import pytest
 
 from pytest_triton import Repository, TritonClient
 from pytest_triton.base.config import TritonConfig, resolve
-from pytest_triton.parity.compare import compare
+from pytest_triton.parity.compare import compare_outputs
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.hosted_env import stub_numpy_problem
 from pytest_triton.server.launcher import wait_until_ready
@@ -115,7 +115,7 @@ def test_numpy2_stub_answers_empty_outputs_that_parity_names(numpy2_bin: Path) -
             finally:
                 client.close()
             assert answer["Y"].size == 0, (protocol, answer)
-            report = compare({"Y": x + 1}, answer)
+            report = compare_outputs({"Y": x + 1}, answer)
             assert (
                 "served output is EMPTY (0 elements) where PyTorch's has 12 (shape (3, 4))"
                 in report.describe()
