@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # The one place the settings table is imported from.
-from pytest_triton.config import SETTINGS  # noqa: E402
+from pytest_triton.base.config import SETTINGS  # noqa: E402
 
 MARKER = "<!-- settings-table -->"
 PAGE = "reference/settings.md"
