@@ -1,5 +1,5 @@
 # Two commands do all the set-up (see README.md):
-#   make gate   - the main job: release gate of the seed models on an embedded local Triton (CPU)
+#   make gate   - the main job: release gate of the example models on an embedded local Triton (CPU)
 #   make test   - the plugin's own test suite
 # CI (.github/workflows/ci.yml) runs lint, test-cpu, test-container and gate.
 PYTHON ?= python3
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# Parity of every seed model x format x protocol, a short DLRM load gate, and the report
+# Parity of every zoo model x format x protocol, a short DLRM load gate, and the report
 # ($(GATE_REPORT)/report.md, report.json, junit.xml, plots); the exit code is the verdict.
 gate: $(STAMP)
 	rm -rf $(GATE_REPORT)

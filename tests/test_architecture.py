@@ -145,7 +145,7 @@ def test_no_two_public_functions_share_a_name() -> None:
 
 
 def test_the_gate_report_reads_documents_only() -> None:
-    """pytest_triton.gate turns recorded results and load files into the report: no face, no
+    """pytest_triton.gate turns recorded results and load files into the report: no front end, no
     server, no pytest and no locust, so any front end (or a script) can use it."""
     gate = [m for m in GRAPH if m.startswith("pytest_triton.gate")]
     assert gate

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def _hook() -> object:
     """The site's hook, whose import of the settings table is the only one the docs have."""
     spec = importlib.util.spec_from_file_location(
-        "settings_page", ROOT / "docs" / "hooks" / "settings_page.py")
+        "settings_page", ROOT / "docs" / "hooks" / "settings_page.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -33,20 +34,31 @@ SETTINGS = _hook().SETTINGS  # type: ignore[attr-defined]
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
-        pytest.fail("mkdocs and mkdocs-material are not installed: "
-                    "pip install -c constraints.txt -e '.[docs]'")
+        pytest.fail(
+            "mkdocs and mkdocs-material are not installed: "
+            "pip install -c constraints.txt -e '.[docs]'"
+        )
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
     return out
 
 
 def test_site_builds_strict(site: Path) -> None:
-    for page in ("index.html", "getting-started/index.html", "gpu/index.html",
-                 "architecture/index.html", "reference/settings/index.html"):
+    for page in (
+        "index.html",
+        "getting-started/index.html",
+        "gpu/index.html",
+        "architecture/index.html",
+        "reference/settings/index.html",
+    ):
         assert (site / page).is_file(), page
     assert (site / "images" / "webui-triton-tab.png").is_file()
 

@@ -347,8 +347,11 @@ def test_readme_example_runs_in_an_empty_project(pytester: pytest.Pytester) -> N
     readme = (root / "README.md").read_text()
     parity_page = (root / "docs" / "parity.md").read_text()
     blocks = {}
-    for name, text in (("conftest.py", readme), ("test_model.py", readme),
-                       ("test_more.py", parity_page)):
+    for name, text in (
+        ("conftest.py", readme),
+        ("test_model.py", readme),
+        ("test_more.py", parity_page),
+    ):
         start = text.index(f"# {name}")
         end = text.index("```", start)
         blocks[name] = text[start:end]
