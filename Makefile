@@ -32,9 +32,9 @@ gate: $(STAMP)
 		$(if $(BASELINE),--triton-baseline $(BASELINE)) \
 		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
-# tests/load/test_web_ui.py drives Locust's web UI in headless Chromium: `make test` installs
-# Debian's package where it is missing (as root; without root it says so and the suite runs,
-# that test then failing with the reason).
+# tests/load/test_web_ui.py drives Locust's web UI in headless Chromium: `make test` first
+# installs Debian's package where it is missing (as root, or through password-less sudo;
+# otherwise it stops and says to run `sudo make chromium`).
 test: $(STAMP) chromium
 	$(BIN)/pytest
 
@@ -49,14 +49,14 @@ test-container: $(STAMP)
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/pytest -m container
 
 chromium:
-	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
-	if [ "$$(id -u)" != 0 ]; then \
-		echo "chromium is missing and installing it needs root (make chromium as root);" \
-			"the web UI test will fail"; \
-	else \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y -q --no-install-recommends chromium; \
-	fi
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; \
+		elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+		else echo "make: chromium is missing and installing it needs root:" \
+			"run 'sudo make chromium' (the web UI test fails without it)" >&2; exit 1; fi; \
+		echo "make: installing Debian's chromium for the web UI test"; \
+		$$SUDO apt-get update -q </dev/null && DEBIAN_FRONTEND=noninteractive \
+			$$SUDO apt-get install -y -q --no-install-recommends chromium </dev/null; }
 
 # The README's screenshots of the web UI's Triton tab, taken by its browser test
 screenshots: $(STAMP) chromium

@@ -40,6 +40,16 @@ def run(pytester: pytest.Pytester, *args: str, timeout: float = 300) -> pytest.R
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
 
 
+def test_a_users_session_gets_only_the_plugins_markers(pytester: pytest.Pytester) -> None:
+    """The suite's own markers (container, load, slow) stay in its pyproject.toml."""
+    result = run(pytester, "--markers")
+    assert result.ret == 0
+    out = result.stdout.str()
+    assert "@pytest.mark.triton:" in out and "@pytest.mark.gpu:" in out
+    for suite_only in ("container", "load", "slow", "reliability"):
+        assert f"@pytest.mark.{suite_only}:" not in out, suite_only
+
+
 def test_help_lists_every_option_and_ini_key(pytester: pytest.Pytester) -> None:
     from pytest_triton.base.config import settings_for
 
