@@ -56,8 +56,10 @@ chromium:
 screenshots: $(STAMP) chromium
 	PYTEST_TRITON_SCREENSHOTS=docs/images $(BIN)/pytest tests/load/test_web_ui.py -k chromium
 
+PYTHON_DIRS := pytest_triton tests examples locustfiles benchmarks conftest.py
 lint: $(STAMP)
-	$(BIN)/ruff check pytest_triton tests examples locustfiles benchmarks conftest.py
+	$(BIN)/ruff check $(PYTHON_DIRS)
+	$(BIN)/ruff format --check $(PYTHON_DIRS)
 	$(BIN)/mypy
 
 # pytest-benchmark round trips per format x protocol x batch size; compare with

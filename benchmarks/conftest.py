@@ -13,7 +13,8 @@ from pytest_triton.models import zoo_spec
 BENCH_MODELS = ("mnist", "dlrm")
 
 bench_repository = factories.repository(
-    [zoo_spec(name, instance_count=1, dynamic_batching=None) for name in BENCH_MODELS])
+    [zoo_spec(name, instance_count=1, dynamic_batching=None) for name in BENCH_MODELS]
+)
 bench_server = factories.server(repository="bench_repository")
 bench_client = factories.client(server="bench_server")
 bench_model = factories.model(server="bench_server")

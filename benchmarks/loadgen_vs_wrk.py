@@ -32,14 +32,14 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton import TritonClient
-from pytest_triton.launchers import LocalLauncher, ServerArgs
+from pytest_triton.client.stats import ModelStats, read_stats
 from pytest_triton.repository import pbtxt
-from pytest_triton.stats import ModelStats, read_stats
+from pytest_triton.server import LocalLauncher, ServerArgs
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 MODEL = "trivial"
-TRIVIAL_MODEL = '''
+TRIVIAL_MODEL = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -47,7 +47,7 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]) for r in requests]
-'''
+"""
 
 
 def write_trivial(root: Path) -> None:
@@ -61,14 +61,14 @@ def write_trivial(root: Path) -> None:
     pbtxt.write_config(directory, config)
 
 
-WRK_SCRIPT = '''
+WRK_SCRIPT = """
 local f = assert(io.open("{body}", "rb"))
 wrk.method = "POST"
 wrk.body = f:read("*all")
 f:close()
 wrk.headers["Content-Type"] = "application/octet-stream"
 wrk.headers["Inference-Header-Content-Length"] = "{json_size}"
-'''
+"""
 
 
 def wrk_files(workdir: Path) -> Path:
@@ -98,11 +98,23 @@ def stats_delta(client: TritonClient, before: ModelStats, expect: int) -> ModelS
     return delta
 
 
-def run_wrk(url: str, script: Path, args: argparse.Namespace, client: TritonClient
-            ) -> dict[str, float]:
+def run_wrk(
+    url: str, script: Path, args: argparse.Namespace, client: TritonClient
+) -> dict[str, float]:
     before = read_stats(client, MODEL)
-    cmd = ["wrk", "-t", "1", "-c", str(args.concurrency), "-d", f"{args.duration}s",
-           "--latency", "-s", str(script), f"http://{url}/v2/models/{MODEL}/infer"]
+    cmd = [
+        "wrk",
+        "-t",
+        "1",
+        "-c",
+        str(args.concurrency),
+        "-d",
+        f"{args.duration}s",
+        "--latency",
+        "-s",
+        str(script),
+        f"http://{url}/v2/models/{MODEL}/infer",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()
@@ -115,9 +127,14 @@ def run_wrk(url: str, script: Path, args: argparse.Namespace, client: TritonClie
     assert avg is not None
     avg_ms = float(avg.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[avg.group(2)]
     server = stats_delta(client, before, total)
-    return {"rate": rate, "avg_ms": avg_ms, "server_ms": server.success.avg_us / 1e3,
-            "cpu_percent": 100 * cpu / args.duration, "requests": total,
-            "cpu_us_per_request": 1e6 * cpu / max(total, 1)}
+    return {
+        "rate": rate,
+        "avg_ms": avg_ms,
+        "server_ms": server.success.avg_us / 1e3,
+        "cpu_percent": 100 * cpu / args.duration,
+        "requests": total,
+        "cpu_us_per_request": 1e6 * cpu / max(total, 1),
+    }
 
 
 def py_spy() -> Path | None:
@@ -133,36 +150,71 @@ def run_locust(host: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     if args.py_spy is not None:  # a flame graph of the generator (py-spy slows it a little)
         args.py_spy.mkdir(parents=True, exist_ok=True)
         svg = args.py_spy / f"locust-{host.split(':', 1)[0]}-{time.strftime('%H%M%S')}.svg"
-        profile = [str(py_spy()), "record", "--rate", "100", "--format", "flamegraph", "-o",
-                   str(svg), "--"]
-    cmd = [*profile, sys.executable, "-m", "locust", "-f", str(HERE / "trivial_locustfile.py"),
-           "--headless", "-u", str(args.concurrency), "-r", str(args.concurrency),
-           "-t", f"{args.duration}s", "--host", host, "--only-summary",
-           # a benchmark, not a gate: windows that disagree on a busy machine still count
-           "--triton-allow-unstable", "--triton-report-json", str(report)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration + 120,
-                          cwd=REPO)
+        profile = [
+            str(py_spy()),
+            "record",
+            "--rate",
+            "100",
+            "--format",
+            "flamegraph",
+            "-o",
+            str(svg),
+            "--",
+        ]
+    cmd = [
+        *profile,
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(HERE / "trivial_locustfile.py"),
+        "--headless",
+        "-u",
+        str(args.concurrency),
+        "-r",
+        str(args.concurrency),
+        "-t",
+        f"{args.duration}s",
+        "--host",
+        host,
+        "--only-summary",
+        # a benchmark, not a gate: windows that disagree on a busy machine still count
+        "--triton-allow-unstable",
+        "--triton-report-json",
+        str(report),
+    ]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=args.duration + 120, cwd=REPO
+    )
     if done.returncode != 0:
         raise SystemExit(f"locust failed ({done.returncode}):\n{done.stderr[-3000:]}")
     result = json.loads(report.read_text())
     (server,) = result["server"]
     rate = result["measured"]["throughput"]
     cpu = result["generator_cpu_percent"]
-    return {"rate": rate, "avg_ms": result["measured"]["avg_ms"],
-            "server_ms": server["latency_us"]["request"] / 1e3, "cpu_percent": cpu,
-            "requests": result["measured"]["requests"],
-            "cpu_us_per_request": 1e4 * cpu / max(rate, 1e-9)}
+    return {
+        "rate": rate,
+        "avg_ms": result["measured"]["avg_ms"],
+        "server_ms": server["latency_us"]["request"] / 1e3,
+        "cpu_percent": cpu,
+        "requests": result["measured"]["requests"],
+        "cpu_us_per_request": 1e4 * cpu / max(rate, 1e-9),
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=10, help="seconds per run")
-    parser.add_argument("--concurrency", type=int, default=8,
-                        help="wrk connections = Locust users")
+    parser.add_argument("--concurrency", type=int, default=8, help="wrk connections = Locust users")
     parser.add_argument("--repeat", type=int, default=3, help="alternating runs per tool")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
-                        help="record each Locust run with py-spy into DIR (flame graphs)")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="record each Locust run with py-spy into DIR (flame graphs)",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
@@ -174,41 +226,61 @@ def main() -> int:
     try:
         write_trivial(workdir / "repo")
         script = wrk_files(workdir)
-        runs: dict[str, list[dict[str, float]]] = {"wrk": [], "locust-http": [],
-                                                   "locust-grpc": []}
-        with LocalLauncher().start(ServerArgs(workdir / "repo", model_control_mode="none",
-                                              startup_timeout_s=60)) as server:
+        runs: dict[str, list[dict[str, float]]] = {"wrk": [], "locust-http": [], "locust-grpc": []}
+        with LocalLauncher().start(
+            ServerArgs(workdir / "repo", model_control_mode="none", startup_timeout_s=60)
+        ) as server:
             client = TritonClient(server.endpoints.http, "http")
             for i in range(args.repeat):
                 print(f"round {i + 1}/{args.repeat} ...", file=sys.stderr, flush=True)
                 runs["wrk"].append(run_wrk(server.endpoints.http, script, args, client))
                 runs["locust-http"].append(
-                    run_locust(f"http://{server.endpoints.http}", args, workdir))
+                    run_locust(f"http://{server.endpoints.http}", args, workdir)
+                )
                 runs["locust-grpc"].append(
-                    run_locust(f"grpc://{server.endpoints.grpc}", args, workdir))
+                    run_locust(f"grpc://{server.endpoints.grpc}", args, workdir)
+                )
             client.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    median = {tool: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-              for tool, rs in runs.items()}
+    median = {
+        tool: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for tool, rs in runs.items()
+    }
     wrk_rate = median["wrk"]["rate"]
-    print(f"\nconcurrency {args.concurrency}, {args.duration} s runs, median of "
-          f"{args.repeat}, trivial model, batch 1\n")
-    print("| generator | throughput | / wrk | avg latency | server request latency | "
-          "client overhead | generator CPU | CPU per request |")
+    print(
+        f"\nconcurrency {args.concurrency}, {args.duration} s runs, median of "
+        f"{args.repeat}, trivial model, batch 1\n"
+    )
+    print(
+        "| generator | throughput | / wrk | avg latency | server request latency | "
+        "client overhead | generator CPU | CPU per request |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for tool, m in median.items():
-        print(f"| {tool} | {m['rate']:,.0f} req/s | {m['rate'] / wrk_rate:.2f} | "
-              f"{m['avg_ms']:.2f} ms | {m['server_ms']:.2f} ms | "
-              f"{m['avg_ms'] - m['server_ms']:.2f} ms | {m['cpu_percent']:.0f}% | "
-              f"{m['cpu_us_per_request']:.0f} µs |")
-    print("\nratios per round: " + "; ".join(
-        f"{tool} " + ", ".join(f"{r['rate'] / w['rate']:.2f}" for r, w in
-                               zip(runs[tool], runs["wrk"], strict=True))
-        for tool in runs if tool != "wrk"))
+        print(
+            f"| {tool} | {m['rate']:,.0f} req/s | {m['rate'] / wrk_rate:.2f} | "
+            f"{m['avg_ms']:.2f} ms | {m['server_ms']:.2f} ms | "
+            f"{m['avg_ms'] - m['server_ms']:.2f} ms | {m['cpu_percent']:.0f}% | "
+            f"{m['cpu_us_per_request']:.0f} µs |"
+        )
+    print(
+        "\nratios per round: "
+        + "; ".join(
+            f"{tool} "
+            + ", ".join(
+                f"{r['rate'] / w['rate']:.2f}" for r, w in zip(runs[tool], runs["wrk"], strict=True)
+            )
+            for tool in runs
+            if tool != "wrk"
+        )
+    )
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
-                                         "runs": runs, "median": median}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"args": vars(args) | {"json": str(args.json)}, "runs": runs, "median": median},
+                indent=2,
+            )
+        )
     return 0
 
 

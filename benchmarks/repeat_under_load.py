@@ -21,16 +21,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("selection", nargs="+", help="pytest node ids or arguments")
     parser.add_argument("-n", "--runs", type=int, default=20, help="runs in a row (default 20)")
-    parser.add_argument("--hogs", type=int, default=2,
-                        help="busy-looping processes kept running meanwhile (default 2)")
+    parser.add_argument(
+        "--hogs",
+        type=int,
+        default=2,
+        help="busy-looping processes kept running meanwhile (default 2)",
+    )
     args = parser.parse_args(argv)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(args.hogs)]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     try:
         for run in range(1, args.runs + 1):
             started = time.monotonic()
-            done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                   *args.selection], capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args.selection],
+                capture_output=True,
+                text=True,
+            )
             wall = time.monotonic() - started
             print(f"run {run}/{args.runs}: exit {done.returncode} in {wall:.1f}s", flush=True)
             if done.returncode != 0:

@@ -36,17 +36,23 @@ import numpy as np
 import torch
 
 from pytest_triton import ConfigError, TritonClient
-from pytest_triton.config import from_environ, resolve
-from pytest_triton.deployment import Deployment
+from pytest_triton.base.config import from_environ, resolve
+from pytest_triton.client.stats import read_stats
 from pytest_triton.models import zoo_spec
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.variants import Variant
-from pytest_triton.session import start_deployment
-from pytest_triton.stats import read_stats
+from pytest_triton.session.deployment import Deployment
+from pytest_triton.session.lifecycle import start_deployment
 
-UNITS = {"dlrm": "rec/s", "resnet50": "img/s", "resnext101-32x4d": "img/s",
-         "se-resnext101-32x4d": "img/s", "bert": "seq/s", "mnist": "img/s",
-         "text_recognition": "img/s"}
+UNITS = {
+    "dlrm": "rec/s",
+    "resnet50": "img/s",
+    "resnext101-32x4d": "img/s",
+    "se-resnext101-32x4d": "img/s",
+    "bert": "seq/s",
+    "mnist": "img/s",
+    "text_recognition": "img/s",
+}
 
 
 @dataclass
@@ -63,8 +69,9 @@ class Point:
     server_request_ms: float = float("nan")  # a request's time in the server
 
 
-def measure(calls: list[Callable[[], Any]], batch: int, warmup_s: float,
-            duration_s: float) -> tuple[float, float, int]:
+def measure(
+    calls: list[Callable[[], Any]], batch: int, warmup_s: float, duration_s: float
+) -> tuple[float, float, int]:
     """Run each call in its own thread in a closed loop; (samples/s, p99 ms, requests) over
     the window after the warm-up."""
     start = time.perf_counter() + warmup_s
@@ -82,8 +89,10 @@ def measure(calls: list[Callable[[], Any]], batch: int, warmup_s: float,
         except BaseException as exc:  # reported by the caller, with the point
             errors.append(exc)
 
-    threads = [threading.Thread(target=loop, args=(c, s), daemon=True)
-               for c, s in zip(calls, latencies, strict=True)]
+    threads = [
+        threading.Thread(target=loop, args=(c, s), daemon=True)
+        for c, s in zip(calls, latencies, strict=True)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -93,19 +102,20 @@ def measure(calls: list[Callable[[], Any]], batch: int, warmup_s: float,
     window = [x for sink in latencies for x in sink]
     if not window:
         return float("nan"), float("nan"), 0
-    return (len(window) * batch / duration_s, float(np.percentile(window, 99)) * 1e3,
-            len(window))
+    return (len(window) * batch / duration_s, float(np.percentile(window, 99)) * 1e3, len(window))
 
 
-def in_process(variant: Variant, artifact: Path, inputs: Mapping[str, np.ndarray],
-               device: str) -> Callable[[], Any]:
+def in_process(
+    variant: Variant, artifact: Path, inputs: Mapping[str, np.ndarray], device: str
+) -> Callable[[], Any]:
     """The exported file itself, loaded as the hosted model.py loads it."""
     names = variant.spec.input_names
     if variant.format.startswith("onnx"):
         import onnxruntime as ort
 
         providers = (["CUDAExecutionProvider"] if device == "cuda" else []) + [
-            "CPUExecutionProvider"]
+            "CPUExecutionProvider"
+        ]
         session = ort.InferenceSession(str(artifact), providers=providers)
         feeds = {n: inputs[n] for n in names}
         return lambda: session.run(None, feeds)
@@ -121,14 +131,26 @@ def in_process(variant: Variant, artifact: Path, inputs: Mapping[str, np.ndarray
     return run
 
 
-def served(deployment: Deployment, variant: Variant, protocol: Any, transport: Any,
-           clients: list[TritonClient], count: int, batch: int) -> list[Callable[[], Any]]:
+def served(
+    deployment: Deployment,
+    variant: Variant,
+    protocol: Any,
+    transport: Any,
+    clients: list[TritonClient],
+    count: int,
+    batch: int,
+) -> list[Callable[[], Any]]:
     """One client per thread, each with a prepared request of its own inputs; `clients`
     collects them for closing (their shared memory goes with them)."""
     calls = []
     for i in range(count):
-        client = TritonClient(deployment.server.endpoints.url(protocol), protocol,
-                              server=deployment.server, shared_memory=transport, timeout_s=300)
+        client = TritonClient(
+            deployment.server.endpoints.url(protocol),
+            protocol,
+            server=deployment.server,
+            shared_memory=transport,
+            timeout_s=300,
+        )
         clients.append(client)
         inputs = variant_inputs(deployment, variant, batch, seed=i)
         request = client.prepare(variant.model_name, inputs, variant.spec.output_names)
@@ -136,21 +158,41 @@ def served(deployment: Deployment, variant: Variant, protocol: Any, transport: A
     return calls
 
 
-def variant_inputs(deployment: Deployment, variant: Variant, batch: int,
-                   seed: int) -> dict[str, np.ndarray]:
+def variant_inputs(
+    deployment: Deployment, variant: Variant, batch: int, seed: int
+) -> dict[str, np.ndarray]:
     native = deployment.repository.native(variant)
     return native.cast_inputs(variant.spec.make_inputs(batch, seed))
 
 
-def run_model(name: str, batch: int, fp16: bool, args: argparse.Namespace,
-              transports: list[str], clients: list[int]) -> list[Point]:
+def run_model(
+    name: str,
+    batch: int,
+    fp16: bool,
+    args: argparse.Namespace,
+    transports: list[str],
+    clients: list[int],
+) -> list[Point]:
     kind = "KIND_GPU" if args.device == "cuda" else "KIND_CPU"
-    spec = zoo_spec(name, args.size, instance_count=args.instances, instance_kind=kind,
-                    formats=(args.format,), fp16=fp16)
-    config = resolve(from_environ(os.environ, "pytest"), launcher="local",
-                     model_control="explicit", shared_memory=tuple(transports))
-    repo = Repository.create([spec], formats=(args.format,),
-                             progress=lambda m: print(f"[serving-overhead] {m}", file=sys.stderr))
+    spec = zoo_spec(
+        name,
+        args.size,
+        instance_count=args.instances,
+        instance_kind=kind,
+        formats=(args.format,),
+        fp16=fp16,
+    )
+    config = resolve(
+        from_environ(os.environ, "pytest"),
+        launcher="local",
+        model_control="explicit",
+        shared_memory=tuple(transports),
+    )
+    repo = Repository.create(
+        [spec],
+        formats=(args.format,),
+        progress=lambda m: print(f"[serving-overhead] {m}", file=sys.stderr),
+    )
     points: list[Point] = []
     deployment = None
     try:
@@ -168,21 +210,26 @@ def run_model(name: str, batch: int, fp16: bool, args: argparse.Namespace,
         for round_ in range(1, args.repeat + 1):  # rounds alternate: drift hits all alike
             progress(f"{label} b{batch}, round {round_}/{args.repeat}: in-process")
             measured.setdefault(("in-process", 1), []).append(
-                measure([local], batch, args.warmup, args.duration))
+                measure([local], batch, args.warmup, args.duration)
+            )
             for transport in (t for t in transports if t not in refused):
                 for n in clients:
-                    progress(f"{label} b{batch}, round {round_}/{args.repeat}: "
-                             f"{args.protocol} {transport}, {n} client(s)")
+                    progress(
+                        f"{label} b{batch}, round {round_}/{args.repeat}: "
+                        f"{args.protocol} {transport}, {n} client(s)"
+                    )
                     opened: list[TritonClient] = []
                     try:
-                        calls = served(deployment, variant, args.protocol, transport, opened,
-                                       n, batch)
+                        calls = served(
+                            deployment, variant, args.protocol, transport, opened, n, batch
+                        )
                         before = read_stats(deployment.client("http"), variant.model_name)
                         result = measure(calls, batch, args.warmup, args.duration)
                         delta = read_stats(deployment.client("http"), variant.model_name) - before
                         times = delta.latency_breakdown_us()
                         measured.setdefault((transport, n), []).append(
-                            (*result, times["compute_infer"] / 1e3, times["request"] / 1e3))
+                            (*result, times["compute_infer"] / 1e3, times["request"] / 1e3)
+                        )
                     except ConfigError as exc:  # a transport this machine cannot use
                         refused[transport] = str(exc)
                         break
@@ -190,13 +237,23 @@ def run_model(name: str, batch: int, fp16: bool, args: argparse.Namespace,
                         for client in opened:
                             client.close()
         for (mode, n), results in measured.items():
-            infer, request = (statistics.median(r[i] for r in results)
-                              if len(results[0]) > 3 else float("nan") for i in (3, 4))
-            points.append(Point(label, batch, mode, n,
-                                statistics.median(r[0] for r in results),
-                                statistics.median(r[1] for r in results),
-                                int(sum(r[2] for r in results)),
-                                server_infer_ms=infer, server_request_ms=request))
+            infer, request = (
+                statistics.median(r[i] for r in results) if len(results[0]) > 3 else float("nan")
+                for i in (3, 4)
+            )
+            points.append(
+                Point(
+                    label,
+                    batch,
+                    mode,
+                    n,
+                    statistics.median(r[0] for r in results),
+                    statistics.median(r[1] for r in results),
+                    int(sum(r[2] for r in results)),
+                    server_infer_ms=infer,
+                    server_request_ms=request,
+                )
+            )
         points += [Point(label, batch, t, 0, refused=reason) for t, reason in refused.items()]
     finally:
         if deployment is not None:
@@ -210,51 +267,72 @@ def progress(message: str) -> None:
 
 
 def table(points: list[Point], protocol: str) -> str:
-    lines = [f"| model | batch | transport ({protocol}) | clients | throughput | "
-             "/ in-process | p99 latency | server: request / compute |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| model | batch | transport ({protocol}) | clients | throughput | "
+        "/ in-process | p99 latency | server: request / compute |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     base = {p.model: p for p in points if p.mode == "in-process"}
     for p in points:
         unit = UNITS.get(p.model.removesuffix("-fp16"), "samples/s")
         if p.refused:
-            lines.append(f"| {p.model} | {p.batch} | {p.mode} | - | refused: {p.refused} "
-                         "| | | |")
+            lines.append(f"| {p.model} | {p.batch} | {p.mode} | - | refused: {p.refused} | | | |")
             continue
         ratio = p.samples_per_s / base[p.model].samples_per_s if p.model in base else 1.0
         clients = p.clients if p.mode != "in-process" else "-"
-        server = ("" if p.server_request_ms != p.server_request_ms else
-                  f"{p.server_request_ms:.1f} / {p.server_infer_ms:.1f} ms")
-        lines.append(f"| {p.model} | {p.batch} | {p.mode} | {clients} | "
-                     f"{p.samples_per_s:,.0f} {unit} | {ratio:.2f} | {p.p99_ms:.1f} ms | "
-                     f"{server} |")
+        server = (
+            ""
+            if p.server_request_ms != p.server_request_ms
+            else f"{p.server_request_ms:.1f} / {p.server_infer_ms:.1f} ms"
+        )
+        lines.append(
+            f"| {p.model} | {p.batch} | {p.mode} | {clients} | "
+            f"{p.samples_per_s:,.0f} {unit} | {ratio:.2f} | {p.p99_ms:.1f} ms | "
+            f"{server} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", default=None, metavar="NAME:BATCH[:fp16]",
-                        help="zoo model and batch (repeatable; default dlrm:4096 and "
-                             "resnet50:64)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        metavar="NAME:BATCH[:fp16]",
+        help="zoo model and batch (repeatable; default dlrm:4096 and resnet50:64)",
+    )
     parser.add_argument("--size", choices=("small", "full"), default="small")
-    parser.add_argument("--format", default="torchscript-trace",
-                        choices=("torchscript-script", "torchscript-trace", "onnx"),
-                        help="the artifact run in-process and served (default "
-                             "torchscript-trace)")
+    parser.add_argument(
+        "--format",
+        default="torchscript-trace",
+        choices=("torchscript-script", "torchscript-trace", "onnx"),
+        help="the artifact run in-process and served (default torchscript-trace)",
+    )
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     parser.add_argument("--transports", default="none,system,cuda")
     parser.add_argument("--clients", default="1,8", help="concurrent clients (comma list)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="where the server's instances and the in-process run compute")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the server's instances and the in-process run compute",
+    )
     parser.add_argument("--instances", type=int, default=1, help="server instances")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op threads of the in-process run and of each hosted "
-                             "instance (OMP_NUM_THREADS in the server's environment; default 1: "
-                             "on a shared CPU, two OpenMP threads per instance made the hosted "
-                             "model 4-10x slower than in-process)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads of the in-process run and of each hosted "
+        "instance (OMP_NUM_THREADS in the server's environment; default 1: "
+        "on a shared CPU, two OpenMP threads per instance made the hosted "
+        "model 4-10x slower than in-process)",
+    )
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per point")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="rounds of every point; medians are reported")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds of every point; medians are reported"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     models = args.model or ["dlrm:4096", "resnet50:64"]
@@ -267,15 +345,24 @@ def main() -> int:
         name, batch, *rest = entry.split(":")
         points += run_model(name, int(batch), rest == ["fp16"], args, transports, clients)
     load = os.getloadavg()
-    print(f"\n{args.size} models, {args.format} hosted by the python backend on "
-          f"{args.device}, {args.instances} instance(s) x {args.threads} thread(s) (and "
-          f"{args.threads} in-process), {args.protocol}, median of "
-          f"{args.repeat} x {args.duration:g} s per point; {os.cpu_count()} cores, load "
-          f"average {load[0]:.1f} at the end\n")
+    print(
+        f"\n{args.size} models, {args.format} hosted by the python backend on "
+        f"{args.device}, {args.instances} instance(s) x {args.threads} thread(s) (and "
+        f"{args.threads} in-process), {args.protocol}, median of "
+        f"{args.repeat} x {args.duration:g} s per point; {os.cpu_count()} cores, load "
+        f"average {load[0]:.1f} at the end\n"
+    )
     print(table(points, args.protocol))
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "points": [asdict(p) for p in points]}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "points": [asdict(p) for p in points],
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

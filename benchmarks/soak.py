@@ -34,8 +34,8 @@ from typing import Any
 import psutil
 
 from pytest_triton import TritonClient
-from pytest_triton.load.embedded import EmbeddedServer, zoo_model
-from pytest_triton.stats import read_stats
+from pytest_triton.client.stats import read_stats
+from pytest_triton.load.locust.embedded import EmbeddedServer, zoo_model
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,8 +93,7 @@ class Report:
     def text(self) -> str:
         f, la = self.first, self.last
         lines = [
-            f"Soak: {self.model} ({self.protocol}), {self.users} users, "
-            f"{self.duration_s:.0f} s",
+            f"Soak: {self.model} ({self.protocol}), {self.users} users, {self.duration_s:.0f} s",
             f"  requests: {self.requests:,} ({self.failures} failed)",
             f"  throughput: first window ({f.start:.0f}-{f.end:.0f} s) {f.throughput:,.1f} "
             f"req/s, last window ({la.start:.0f}-{la.end:.0f} s) {la.throughput:,.1f} req/s, "
@@ -128,20 +127,32 @@ def tree_rss(pid: int) -> int:
 def window(samples: list[Sample], start: float, end: float) -> Window:
     inside = [s for s in samples if start <= s.t <= end]
     if len(inside) < 2:
-        raise ValueError(f"fewer than 2 samples between {start:.0f} and {end:.0f} s: sample "
-                         "more often (--sample-interval) or use a longer --window")
+        raise ValueError(
+            f"fewer than 2 samples between {start:.0f} and {end:.0f} s: sample "
+            "more often (--sample-interval) or use a longer --window"
+        )
     first, last = inside[0], inside[-1]
-    return Window(first.t, last.t, (last.requests - first.requests) / (last.t - first.t),
-                  statistics.fmean(s.server_rss for s in inside) / MB,
-                  statistics.fmean(s.client_rss for s in inside) / MB)
+    return Window(
+        first.t,
+        last.t,
+        (last.requests - first.requests) / (last.t - first.t),
+        statistics.fmean(s.server_rss for s in inside) / MB,
+        statistics.fmean(s.client_rss for s in inside) / MB,
+    )
 
 
 def growth(before: float, after: float) -> float:
     return (after - before) / before if before else 0.0
 
 
-def judge(samples: list[Sample], window_s: float, requests: int, failures: int,
-          max_growth: float, **about: Any) -> Report:
+def judge(
+    samples: list[Sample],
+    window_s: float,
+    requests: int,
+    failures: int,
+    max_growth: float,
+    **about: Any,
+) -> Report:
     """Windows from the first sample with load to the last one with load; the verdict."""
     loaded = [s for s in samples if s.requests > 0]
     if len(loaded) < 2:
@@ -151,11 +162,18 @@ def judge(samples: list[Sample], window_s: float, requests: int, failures: int,
     span = min(window_s, (end - begin) / 2)  # two windows that do not overlap
     first, last = window(samples, begin, begin + span), window(samples, end - span, end)
     report = Report(
-        requests=requests, failures=failures, first=first, last=last,
+        requests=requests,
+        failures=failures,
+        first=first,
+        last=last,
         throughput_drift=growth(first.throughput, last.throughput),
         server_rss_growth=growth(first.server_rss_mb, last.server_rss_mb),
         client_rss_growth=growth(first.client_rss_mb, last.client_rss_mb),
-        max_rss_growth=max_growth, passed=True, samples=samples, **about)
+        max_rss_growth=max_growth,
+        passed=True,
+        samples=samples,
+        **about,
+    )
     start = begin
     while start + span <= end + 1e-9:  # the run window by window: is a drift steady or noise?
         with contextlib.suppress(ValueError):
@@ -163,8 +181,7 @@ def judge(samples: list[Sample], window_s: float, requests: int, failures: int,
         start += span
     if failures:
         report.reasons.append(f"{failures} of {requests} requests failed")
-    for side, grown in (("server", report.server_rss_growth),
-                        ("client", report.client_rss_growth)):
+    for side, grown in (("server", report.server_rss_growth), ("client", report.client_rss_growth)):
         if grown > max_growth:
             report.reasons.append(f"{side} RSS grew {grown:.2%} (limit {max_growth:.0%})")
     report.passed = not report.reasons
@@ -181,13 +198,28 @@ def run(args: argparse.Namespace, workdir: Path) -> Report:
         stats = TritonClient(endpoints.http, "http", timeout_s=30)
         tritonserver = server.deployment.server.process.pid  # type: ignore[union-attr]
         report_json = workdir / "locust.json"
-        cmd = [sys.executable, "-m", "locust", "-f", str(REPO / "locustfiles" /
-                                                          f"{args.model}.py"),
-               "--headless", "-u", str(args.users), "-r", str(args.users),
-               "-t", f"{args.duration:.0f}s", "--host", host, "--only-summary",
-               "--triton-report-json", str(report_json)]
-        print(f"[soak] {args.users} users on {model} at {host} for {args.duration:.0f} s",
-              flush=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(REPO / "locustfiles" / f"{args.model}.py"),
+            "--headless",
+            "-u",
+            str(args.users),
+            "-r",
+            str(args.users),
+            "-t",
+            f"{args.duration:.0f}s",
+            "--host",
+            host,
+            "--only-summary",
+            "--triton-report-json",
+            str(report_json),
+        ]
+        print(
+            f"[soak] {args.users} users on {model} at {host} for {args.duration:.0f} s", flush=True
+        )
         samples: list[Sample] = []
         log = workdir / "locust.log"
         with open(log, "w") as out:
@@ -199,43 +231,73 @@ def run(args: argparse.Namespace, workdir: Path) -> Report:
                 if time.monotonic() > deadline:
                     locust.kill()
                     raise SystemExit(f"locust did not end by {args.duration + 300:.0f} s")
-                samples.append(Sample(time.monotonic() - started, tree_rss(tritonserver),
-                                      tree_rss(locust.pid),
-                                      read_stats(stats, model).success.count))
+                samples.append(
+                    Sample(
+                        time.monotonic() - started,
+                        tree_rss(tritonserver),
+                        tree_rss(locust.pid),
+                        read_stats(stats, model).success.count,
+                    )
+                )
                 if time.monotonic() >= next_report:
                     s = samples[-1]
-                    print(f"[soak] {s.t:.0f} s: {s.requests:,} requests, server "
-                          f"{s.server_rss / MB:.1f} MiB, client {s.client_rss / MB:.1f} MiB",
-                          flush=True)
+                    print(
+                        f"[soak] {s.t:.0f} s: {s.requests:,} requests, server "
+                        f"{s.server_rss / MB:.1f} MiB, client {s.client_rss / MB:.1f} MiB",
+                        flush=True,
+                    )
                     next_report += 60
                 time.sleep(args.sample_interval)
         if not report_json.exists():
-            raise SystemExit(f"locust failed (exit {locust.returncode}):\n"
-                             f"{log.read_text()[-3000:]}")
+            raise SystemExit(
+                f"locust failed (exit {locust.returncode}):\n{log.read_text()[-3000:]}"
+            )
         measured = json.loads(report_json.read_text())["measured"]
         stats.close()
     finally:
         server.stop()
     samples = [s for s in samples if s.client_rss]  # Locust's own start and end
-    return judge(samples, args.window, measured["requests"], measured["failures"],
-                 args.max_rss_growth, model=model, protocol=args.protocol, users=args.users,
-                 duration_s=args.duration)
+    return judge(
+        samples,
+        args.window,
+        measured["requests"],
+        measured["failures"],
+        args.max_rss_growth,
+        model=model,
+        protocol=args.protocol,
+        users=args.users,
+        duration_s=args.duration,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=MODELS, default="mnist",
-                        help="zoo model (small configuration, its locustfile)")
+    parser.add_argument(
+        "--model",
+        choices=MODELS,
+        default="mnist",
+        help="zoo model (small configuration, its locustfile)",
+    )
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--users", type=int, default=8)
-    parser.add_argument("--duration", type=seconds, default=600.0,
-                        help="load duration (default 10m)")
-    parser.add_argument("--window", type=seconds, default=60.0,
-                        help="first and last window compared (default 1m)")
-    parser.add_argument("--sample-interval", type=seconds, default=5.0,
-                        help="seconds between RSS and request-count samples (default 5)")
-    parser.add_argument("--max-rss-growth", type=float, default=0.05,
-                        help="largest RSS growth allowed, server and client (default 0.05)")
+    parser.add_argument(
+        "--duration", type=seconds, default=600.0, help="load duration (default 10m)"
+    )
+    parser.add_argument(
+        "--window", type=seconds, default=60.0, help="first and last window compared (default 1m)"
+    )
+    parser.add_argument(
+        "--sample-interval",
+        type=seconds,
+        default=5.0,
+        help="seconds between RSS and request-count samples (default 5)",
+    )
+    parser.add_argument(
+        "--max-rss-growth",
+        type=float,
+        default=0.05,
+        help="largest RSS growth allowed, server and client (default 0.05)",
+    )
     parser.add_argument("--report-json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pytest-triton-soak-") as tmp:

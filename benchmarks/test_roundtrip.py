@@ -12,20 +12,22 @@ from typing import Any
 import pytest
 
 from pytest_triton import TritonClient
-from pytest_triton.deployment import ServedModel
+from pytest_triton.session.deployment import ServedModel
 
 pytestmark = pytest.mark.triton
 
 
 @pytest.mark.parametrize("batch_size", [1, 8])
-def test_round_trip(benchmark: Any, bench_model: ServedModel, bench_client: TritonClient,
-                    batch_size: int) -> None:
+def test_round_trip(
+    benchmark: Any, bench_model: ServedModel, bench_client: TritonClient, batch_size: int
+) -> None:
     inputs = bench_model.inputs(batch_size)
     outputs = bench_model.variant.spec.output_names
     bench_client.infer(bench_model.name, inputs, outputs)  # warm: first call loads lazily
     benchmark.group = f"{bench_model.variant.spec.name} batch {batch_size}"
-    benchmark.extra_info.update(variant=bench_model.id, protocol=bench_client.protocol,
-                                batch_size=batch_size)
+    benchmark.extra_info.update(
+        variant=bench_model.id, protocol=bench_client.protocol, batch_size=batch_size
+    )
     result = benchmark(bench_client.infer, bench_model.name, inputs, outputs)
     assert set(result) == set(outputs)
     assert all(len(v) == batch_size for v in result.values())

@@ -27,8 +27,13 @@ from pytest_triton import Deployment, TritonConfig
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locustfiles" / "dlrm.py"
 USERS, ROWS, SECONDS = 2, 1024, 7
 TARGETS = {"--perf-throughput": "10000", "--perf-latency-p99": "2000", "--perf-fail-ratio": "0"}
-WINDOWS = ("--triton-load-warmup", "1000", "--triton-measurement-interval", "1000",
-           "--triton-allow-unstable")
+WINDOWS = (
+    "--triton-load-warmup",
+    "1000",
+    "--triton-measurement-interval",
+    "1000",
+    "--triton-allow-unstable",
+)
 
 
 def dlrm_variant(server: Deployment) -> str:
@@ -40,25 +45,54 @@ def dlrm_variant(server: Deployment) -> str:
 
 
 @pytest.mark.load
-def test_dlrm_meets_its_load_targets(triton_server: Deployment, triton_config: TritonConfig,
-                                     tmp_path: Path) -> None:
+def test_dlrm_meets_its_load_targets(
+    triton_server: Deployment, triton_config: TritonConfig, tmp_path: Path
+) -> None:
     model = triton_server.model(dlrm_variant(triton_server))  # a variant id or a Triton name
     out = Path(triton_config.report) if triton_config.report else tmp_path
     out.mkdir(parents=True, exist_ok=True)
     report = out / "load-dlrm.json"
     report.unlink(missing_ok=True)  # never let an earlier run's verdict stand in for this one
-    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-               "-u", str(USERS), "-r", str(USERS), "-t", f"{SECONDS}s", "--only-summary",
-               "--host", f"http://{triton_server.server.endpoints.http}",
-               "--triton-model", model.name, "--triton-batch-size", str(ROWS),
-               "--triton-report-json", str(report), *WINDOWS,
-               *(part for flag, value in TARGETS.items() for part in (flag, value))]
+    command = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "-u",
+        str(USERS),
+        "-r",
+        str(USERS),
+        "-t",
+        f"{SECONDS}s",
+        "--only-summary",
+        "--host",
+        f"http://{triton_server.server.endpoints.http}",
+        "--triton-model",
+        model.name,
+        "--triton-batch-size",
+        str(ROWS),
+        "--triton-report-json",
+        str(report),
+        *WINDOWS,
+        *(part for flag, value in TARGETS.items() for part in (flag, value)),
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_PERF_")}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=SECONDS + 120,
-                          env=env, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=SECONDS + 120,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     output = (done.stdout + done.stderr).strip()
-    verdict = output[output.rfind("Verdict (pytest-triton targets)"):] \
-        if "Verdict (pytest-triton targets)" in output else output[-3000:]
+    verdict = (
+        output[output.rfind("Verdict (pytest-triton targets)") :]
+        if "Verdict (pytest-triton targets)" in output
+        else output[-3000:]
+    )
     print(verdict)
     assert done.returncode == 0, f"locust exited {done.returncode}:\n{verdict}"
     assert report.exists(), f"locust wrote no verdict file:\n{output[-3000:]}"

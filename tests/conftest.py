@@ -17,7 +17,8 @@ from pytest_triton.models import ZOO, zoo_spec
 # would depend on scheduling luck.
 PROVABLE = DynamicBatching(max_queue_delay_microseconds=20_000)
 zoo_repository = factories.repository(
-    [zoo_spec(name, instance_count=1, dynamic_batching=PROVABLE) for name in ZOO])
+    [zoo_spec(name, instance_count=1, dynamic_batching=PROVABLE) for name in ZOO]
+)
 zoo_server = factories.server(repository="zoo_repository")
 zoo_client = factories.client(server="zoo_server")
 zoo_model = factories.model(server="zoo_server")

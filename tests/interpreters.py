@@ -11,8 +11,7 @@ PROBE = "import numpy; print(numpy.__version__)"
 
 
 def numpy_version(python: Path) -> str | None:
-    done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=60)
     return done.stdout.strip() if done.returncode == 0 else None
 
 
@@ -22,15 +21,25 @@ def make_numpy2_venv(root: Path) -> Path:
     from the package index. Returns its bin directory."""
     base = Path(getattr(sys, "_base_executable", sys.executable))
     venv = root / "numpy2-venv"
-    subprocess.run([str(base), "-m", "venv", "--system-site-packages", "--without-pip",
-                    str(venv)], check=True, timeout=120)
+    subprocess.run(
+        [str(base), "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        check=True,
+        timeout=120,
+    )
     python = venv / "bin" / "python3"
     version = numpy_version(python)
     if version is None or int(version.split(".")[0]) < 2:
-        site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        subprocess.run([str(base), "-m", "pip", "install", "-q", "--target", site,
-                        "numpy>=2,<3"], check=True, timeout=300)
+        site = subprocess.run(
+            [str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        subprocess.run(
+            [str(base), "-m", "pip", "install", "-q", "--target", site, "numpy>=2,<3"],
+            check=True,
+            timeout=300,
+        )
         version = numpy_version(python)
     assert version is not None and int(version.split(".")[0]) >= 2, version
     return venv / "bin"

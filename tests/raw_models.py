@@ -11,9 +11,15 @@ from pytest_triton.repository import pbtxt
 Tensor = tuple[str, int, list[int]]  # name, model_config_pb2 data type, dims
 
 
-def write_python_directory(root: Path, name: str, source: str, inputs: list[Tensor],
-                           outputs: list[Tensor], max_batch_size: int = 8,
-                           cpu_instances: int | None = None) -> Path:
+def write_python_directory(
+    root: Path,
+    name: str,
+    source: str,
+    inputs: list[Tensor],
+    outputs: list[Tensor],
+    max_batch_size: int = 8,
+    cpu_instances: int | None = None,
+) -> Path:
     """root/name/1/model.py and root/name/config.pbtxt for the python backend (Triton's
     default instance group unless `cpu_instances` says how many)."""
     directory = root / name
@@ -23,13 +29,14 @@ def write_python_directory(root: Path, name: str, source: str, inputs: list[Tens
     config.input.extend(mc.ModelInput(name=n, data_type=t, dims=d) for n, t, d in inputs)
     config.output.extend(mc.ModelOutput(name=n, data_type=t, dims=d) for n, t, d in outputs)
     if cpu_instances is not None:
-        config.instance_group.append(mc.ModelInstanceGroup(
-            count=cpu_instances, kind=mc.ModelInstanceGroup.KIND_CPU))
+        config.instance_group.append(
+            mc.ModelInstanceGroup(count=cpu_instances, kind=mc.ModelInstanceGroup.KIND_CPU)
+        )
     pbtxt.write_config(directory, config)
     return directory
 
 
-ADD_ONE = '''
+ADD_ONE = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -41,18 +48,24 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)]) for r in requests]
-'''
+"""
 
 
-def write_python_model(root: Path, name: str, *, initialize: str = "pass",
-                       max_batch_size: int = 8) -> Path:
+def write_python_model(
+    root: Path, name: str, *, initialize: str = "pass", max_batch_size: int = 8
+) -> Path:
     """A model computing Y = X + 1; `initialize` is the body of initialize() (e.g. a raise)."""
     return write_python_directory(
-        root, name, ADD_ONE.replace("{initialize}", initialize), [("X", mc.TYPE_FP32, [4])],
-        [("Y", mc.TYPE_FP32, [4])], max_batch_size)
+        root,
+        name,
+        ADD_ONE.replace("{initialize}", initialize),
+        [("X", mc.TYPE_FP32, [4])],
+        [("Y", mc.TYPE_FP32, [4])],
+        max_batch_size,
+    )
 
 
-ECHO_BYTES = '''
+ECHO_BYTES = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -66,9 +79,9 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse(
                 [pb_utils.Tensor("UPPER", upper.reshape(text.shape))]))
         return responses
-'''
+"""
 
-SLEEP_S = '''
+SLEEP_S = """
 import time
 import triton_python_backend_utils as pb_utils
 
@@ -78,22 +91,28 @@ class TritonPythonModel:
         time.sleep({seconds})
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]) for r in requests]
-'''
+"""
 
 
 def write_bytes_model(root: Path, name: str = "echo_bytes") -> Path:
     """BYTES in, BYTES out: each element upper-cased (TYPE_STRING in config.pbtxt)."""
-    return write_python_directory(root, name, ECHO_BYTES, [("TEXT", mc.TYPE_STRING, [-1])],
-                                  [("UPPER", mc.TYPE_STRING, [-1])])
+    return write_python_directory(
+        root, name, ECHO_BYTES, [("TEXT", mc.TYPE_STRING, [-1])], [("UPPER", mc.TYPE_STRING, [-1])]
+    )
 
 
 def write_slow_model(root: Path, name: str = "slow", seconds: float = 3.0) -> Path:
     """Y = X after `seconds` of sleep: longer than a short client timeout."""
-    return write_python_directory(root, name, SLEEP_S.replace("{seconds}", str(seconds)),
-                                  [("X", mc.TYPE_FP32, [4])], [("Y", mc.TYPE_FP32, [4])])
+    return write_python_directory(
+        root,
+        name,
+        SLEEP_S.replace("{seconds}", str(seconds)),
+        [("X", mc.TYPE_FP32, [4])],
+        [("Y", mc.TYPE_FP32, [4])],
+    )
 
 
-SUM_TWO = '''
+SUM_TWO = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -107,9 +126,9 @@ class TritonPythonModel:
             s = a + b.astype(np.float32).sum(axis=1, keepdims=True)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("S", s)]))
         return responses
-'''
+"""
 
-IDENTITY = '''
+IDENTITY = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -117,17 +136,22 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "W", pb_utils.get_input_tensor_by_name(r, "V").as_numpy())]) for r in requests]
-'''
+"""
 
 
 def write_two_input_model(root: Path, name: str = "sum_two") -> Path:
     """S = A + sum(B) per row: A FP32 [4], B INT32 [2] (for missing and extra inputs)."""
     return write_python_directory(
-        root, name, SUM_TWO, [("A", mc.TYPE_FP32, [4]), ("B", mc.TYPE_INT32, [2])],
-        [("S", mc.TYPE_FP32, [4])])
+        root,
+        name,
+        SUM_TWO,
+        [("A", mc.TYPE_FP32, [4]), ("B", mc.TYPE_INT32, [2])],
+        [("S", mc.TYPE_FP32, [4])],
+    )
 
 
 def write_variable_length_model(root: Path, name: str = "identity_var") -> Path:
     """W = V, FP32 of any length per row (dims [-1]): a shape can claim any size."""
-    return write_python_directory(root, name, IDENTITY, [("V", mc.TYPE_FP32, [-1])],
-                                  [("W", mc.TYPE_FP32, [-1])])
+    return write_python_directory(
+        root, name, IDENTITY, [("V", mc.TYPE_FP32, [-1])], [("W", mc.TYPE_FP32, [-1])]
+    )

@@ -1,24 +1,26 @@
-"""The package's layers, kept by walking its imports: no cycles, faces never import each other,
-what a server offers sits below launchers and repository, and the load package stays small
-and free of pytest. One settings table feeds every front end."""
+"""The package's layers, kept by walking its imports: one folder per layer, each importing
+only from the layers below it; front ends never import each other; the gate report reads
+documents only; load/measure and the Locust process stay free of what they must not load.
+One settings table feeds every front end."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from pytest_triton.config import SETTINGS, settings_for
+from pytest_triton.base.config import SETTINGS, settings_for
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_triton"
-FACES = {
-    "pytest": ("pytest_triton.plugin", "pytest_triton.factories", "pytest_triton.reporting"),
-    "locust": ("pytest_triton.load",),
-    "deploy": ("pytest_triton.cli",),
-}
+# Bottom to top: a layer may import itself and the layers before it. Front ends sit above
+# them all and never import each other.
+LAYERS = ("base", "client", "parity", "repository", "models", "server", "session", "gate")
+FRONTS = ("plugin", "load", "cli")
+ROOT_FILES = {"__init__.py", "py.typed"}
 
 
 def module_name(path: Path) -> str:
@@ -37,7 +39,7 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -64,8 +66,26 @@ def reaches(start: str) -> set[str]:
     return seen
 
 
-def in_face(module: str, face: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in FACES[face])
+def layer(module: str) -> str:
+    """The top-level folder a module lives in ('' for the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def rank(name: str) -> int:
+    return LAYERS.index(name) if name in LAYERS else len(LAYERS)
+
+
+def import_roots(module: str) -> set[str]:
+    tree = ast.parse(MODULES[module].read_text())
+    roots = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    return roots | {
+        (n.module or "").split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and not n.level
+    }
 
 
 def test_no_import_cycles() -> None:
@@ -73,21 +93,55 @@ def test_no_import_cycles() -> None:
     assert not cycles, f"modules on an import cycle: {cycles}"
 
 
-@pytest.mark.parametrize("face", FACES)
-def test_faces_never_import_each_other(face: str) -> None:
-    others = [f for f in FACES if f != face]
-    bad = sorted((m, dep) for m in GRAPH if in_face(m, face) for dep in GRAPH[m]
-                 if any(in_face(dep, o) for o in others))
-    assert not bad, f"the {face} face imports another face: {bad}"
+def test_the_package_root_holds_only_the_layers() -> None:
+    loose = sorted(p.name for p in PACKAGE.iterdir() if p.is_file() and p.name not in ROOT_FILES)
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert loose == []
+    assert folders == set(LAYERS) | set(FRONTS)
 
 
-def test_what_a_server_offers_sits_below_launchers_and_repository() -> None:
-    launchers = [m for m in GRAPH if m.startswith("pytest_triton.launchers")]
-    repository = [m for m in GRAPH if m.startswith("pytest_triton.repository")]
-    assert not [(m, d) for m in launchers for d in GRAPH[m] if d in repository]
-    assert not [(m, d) for m in repository for d in GRAPH[m] if d in launchers]
-    assert "pytest_triton.target" in GRAPH["pytest_triton.launchers.base"]
-    assert "pytest_triton.target" in GRAPH["pytest_triton.repository.variants"]
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    bad = sorted(
+        (m, dep)
+        for m in GRAPH
+        if layer(m)
+        for dep in GRAPH[m]
+        if layer(dep) != layer(m) and rank(layer(dep)) >= rank(layer(m))
+    )
+    assert not bad, f"imports of a layer at or above the importer's: {bad}"
+
+
+@pytest.mark.parametrize("name", [*LAYERS, *FRONTS])
+def test_every_layer_states_its_rule(name: str) -> None:
+    doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text()))
+    assert doc and "Rule" in doc, f"pytest_triton/{name}/__init__.py states no layer rule"
+
+
+def test_no_module_is_named_like_the_stdlib_or_another_module() -> None:
+    leaves: dict[str, list[str]] = defaultdict(list)
+    for module in MODULES:
+        if module != "pytest_triton":
+            leaves[module.rsplit(".", 1)[-1]].append(module)
+    assert sorted(n for n in leaves if n in sys.stdlib_module_names) == []
+    assert {n: ms for n, ms in leaves.items() if len(ms) > 1 and n != "__main__"} == {}
+
+
+# Every zoo model module offers these (pytest_triton/models/__init__.py): one interface.
+ZOO_INTERFACE = {"build", "construct", "example_inputs"}
+
+
+def test_no_two_public_functions_share_a_name() -> None:
+    owners: dict[str, list[str]] = defaultdict(list)
+    for module, path in MODULES.items():
+        zoo = module.startswith("pytest_triton.models.")
+        for node in ast.parse(path.read_text()).body:
+            if (
+                isinstance(node, ast.FunctionDef)
+                and not node.name.startswith(("_", "pytest_"))
+                and not (zoo and node.name in ZOO_INTERFACE)
+            ):
+                owners[node.name].append(module)
+    assert {n: ms for n, ms in owners.items() if len(ms) > 1} == {}
 
 
 def test_the_gate_report_reads_documents_only() -> None:
@@ -98,26 +152,34 @@ def test_the_gate_report_reads_documents_only() -> None:
     allowed = set(gate)
     assert not [(m, d) for m in gate for d in GRAPH[m] if d not in allowed]
     for module in gate:
-        tree = ast.parse(MODULES[module].read_text())
-        roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
-                 for a in n.names}
-        roots |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
-                  if isinstance(n, ast.ImportFrom) and not n.level}
+        roots = import_roots(module)
         assert not roots & {"pytest", "_pytest", "locust", "gevent"}, (module, roots)
 
 
-def test_load_modules_stay_small() -> None:
-    sizes = {m: len(p.read_text().splitlines()) for m, p in MODULES.items()
-             if m.startswith("pytest_triton.load")}
-    assert {m: n for m, n in sizes.items() if n > 250} == {}
+def test_load_measure_imports_no_locust() -> None:
+    """What a run measured is read by pytest and the gate too: no locust, gevent or pytest."""
+    measure = [m for m in MODULES if m.startswith("pytest_triton.load.measure")]
+    assert measure
+    for module in measure:
+        assert not import_roots(module) & {"locust", "gevent", "pytest"}, module
+        assert all(
+            d.startswith("pytest_triton.load.measure") or layer(d) != "load" for d in GRAPH[module]
+        ), module
 
 
 def test_the_locust_process_imports_no_pytest() -> None:
-    code = ("import sys, locust, pytest_triton.load.users, pytest_triton.load._generator; "
-            "bad = sorted(m for m in sys.modules if m == 'pytest' or m.startswith('_pytest')); "
-            "assert not bad, bad")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=PACKAGE.parent)
+    code = (
+        "import sys, locust, pytest_triton.load.users, pytest_triton.load.sweep.generator; "
+        "bad = sorted(m for m in sys.modules if m == 'pytest' or m.startswith('_pytest')); "
+        "assert not bad, bad"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PACKAGE.parent,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -126,16 +188,21 @@ def test_every_setting_reaches_each_of_its_front_ends() -> None:
     """pytest --help is checked in test_plugin; here Locust's own parser and triton-perf's."""
     code = """
 import sys, locust.argument_parser as ap
-from pytest_triton.load.options import add_options
+from pytest_triton.load.locust.options import add_options
 parser = ap.get_parser()
 add_options(parser)
 print(parser.format_help())
 print("=====")
-from pytest_triton.load.sweep import _parser
+from pytest_triton.load.sweep.command import _parser
 print(_parser().format_help())
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=PACKAGE.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PACKAGE.parent,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     locust_help, perf_help = done.stdout.split("=====")
     for setting in settings_for("locust"):
@@ -148,8 +215,8 @@ print(_parser().format_help())
 
 @pytest.mark.parametrize("front", ["pytest", "locust", "perf"])
 def test_readme_tables_are_the_settings_table(front: str) -> None:
-    """Regenerate with `python -m pytest_triton.config` after changing a setting."""
-    from pytest_triton.config import markdown_table
+    """Regenerate with `python -m pytest_triton.base.config` after changing a setting."""
+    from pytest_triton.base.config import markdown_table
 
     readme = (PACKAGE.parent / "README.md").read_text()
     assert f"<!-- settings: {front} -->\n{markdown_table(front)}\n" in readme  # type: ignore[arg-type]

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_triton.config import settings_for
-from pytest_triton.plugin import MARKERS
+from pytest_triton.base.config import settings_for
+from pytest_triton.plugin.hooks import MARKERS
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / ".github" / "workflows" / "ci.yml"
@@ -31,8 +31,9 @@ def workflow() -> dict[str, Any]:
 
 
 def makefile_targets() -> set[str]:
-    return set(re.findall(r"^([A-Za-z][\w.-]*)\s*:(?!=)", (REPO / "Makefile").read_text(),
-                          re.MULTILINE))
+    return set(
+        re.findall(r"^([A-Za-z][\w.-]*)\s*:(?!=)", (REPO / "Makefile").read_text(), re.MULTILINE)
+    )
 
 
 def makefile_recipe(target: str) -> str:
@@ -103,8 +104,11 @@ def check_command(where: str, command: str) -> list[str]:
         program = tokens[0].rsplit("/", 1)[-1]
         if program == "make":
             targets = [t for t in tokens[1:] if "=" not in t and not t.startswith("-")]
-            problems += [f"{where}: make {t}: no such Makefile target" for t in targets
-                         if t not in makefile_targets() and not t.endswith(".installed")]
+            problems += [
+                f"{where}: make {t}: no such Makefile target"
+                for t in targets
+                if t not in makefile_targets() and not t.endswith(".installed")
+            ]
         if program == "tox" and "-e" in tokens:
             envs = tokens[tokens.index("-e") + 1].split(",")
             problems += [f"{where}: tox -e {e}: no such env" for e in envs if e not in tox_envs()]
@@ -112,17 +116,19 @@ def check_command(where: str, command: str) -> list[str]:
             if token.startswith((".venv/bin/", "$(BIN)/")):
                 if token.rsplit("/", 1)[1] not in TOOLS:
                     problems.append(f"{where}: {token}: not a tool this project installs")
-            elif (re.fullmatch(r"\.?[\w-]+(/[\w.-]+)+", token) and not token.endswith("/")
-                  and not token.startswith(OUTPUTS) and not (REPO / token).exists()):
+            elif (
+                re.fullmatch(r"\.?[\w-]+(/[\w.-]+)+", token)
+                and not token.endswith("/")
+                and not token.startswith(OUTPUTS)
+                and not (REPO / token).exists()
+            ):
                 problems.append(f"{where}: {token}: no such file in the repository")
             if token.startswith("--triton-") and token.split("=")[0] not in PYTEST_OPTIONS:
                 problems.append(f"{where}: {token}: not a pytest-triton option")
             if program == "pytest" and i and tokens[i - 1] == "-m":
-                unknown = set(re.findall(r"[a-z_]+", token)) - set(MARKERS) - {"and", "or",
-                                                                                "not"}
+                unknown = set(re.findall(r"[a-z_]+", token)) - set(MARKERS) - {"and", "or", "not"}
                 if unknown:
-                    problems.append(f"{where}: -m {token!r}: unknown marker(s) "
-                                    f"{sorted(unknown)}")
+                    problems.append(f"{where}: -m {token!r}: unknown marker(s) {sorted(unknown)}")
     return problems
 
 
@@ -143,14 +149,18 @@ def test_workflow_parses_and_has_the_jobs_users_copy() -> None:
                 assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w.-]+)*@v\d+", step["uses"]), step
     for name in ("gpu", "gpu-in-ngc-image"):
         job = jobs[name]
-        assert "vars.TRITON_GPU_RUNNER" in job["if"], "GPU jobs must not wait for a runner " \
-            "that a fork does not have"
+        assert "vars.TRITON_GPU_RUNNER" in job["if"], (
+            "GPU jobs must not wait for a runner that a fork does not have"
+        )
         assert {"self-hosted", "gpu"} <= set(job["runs-on"])
         assert any("--triton-gpu" in c for j, c in workflow_commands() if j == name)
     ngc = jobs["gpu-in-ngc-image"]["container"]
     assert ngc["image"].startswith("nvcr.io/nvidia/tritonserver:") and "--gpus" in ngc["options"]
-    assert any("--triton-executable /opt/tritonserver/bin/tritonserver" in c
-               for j, c in workflow_commands() if j == "gpu-in-ngc-image")
+    assert any(
+        "--triton-executable /opt/tritonserver/bin/tritonserver" in c
+        for j, c in workflow_commands()
+        if j == "gpu-in-ngc-image"
+    )
     uploads = [s for s in jobs["gate"]["steps"] if "upload-artifact" in s.get("uses", "")]
     assert uploads and uploads[0]["with"]["path"].startswith("gate-report")
 
@@ -162,10 +172,14 @@ def test_every_command_called_exists(source: str) -> None:
     elif source == "tox":
         commands = list(tox_commands())
     else:
-            commands = [(f"make {t}", makefile_recipe(t)) for t in sorted(makefile_targets())]
+        commands = [(f"make {t}", makefile_recipe(t)) for t in sorted(makefile_targets())]
     assert commands
-    problems = [p for where, command in commands for line in command.splitlines()
-                for p in check_command(where, line)]
+    problems = [
+        p
+        for where, command in commands
+        for line in command.splitlines()
+        for p in check_command(where, line)
+    ]
     assert not problems, "\n".join(problems)
 
 
@@ -175,11 +189,14 @@ def test_the_checker_catches_what_does_not_exist() -> None:
     assert check_command("x", "make nonsense") == ["x: make nonsense: no such Makefile target"]
     assert check_command("x", "tox -e py,nope") == ["x: tox -e nope: no such env"]
     assert check_command("x", "images/build-nothing") == [
-        "x: images/build-nothing: no such file in the repository"]
+        "x: images/build-nothing: no such file in the repository"
+    ]
     assert check_command("x", ".venv/bin/pytest --triton-gpux") == [
-        "x: --triton-gpux: not a pytest-triton option"]
+        "x: --triton-gpux: not a pytest-triton option"
+    ]
     assert check_command("x", 'A=1 $(BIN)/pytest -m "not heavy"') == [
-        "x: -m 'not heavy': unknown marker(s) ['heavy']"]
+        "x: -m 'not heavy': unknown marker(s) ['heavy']"
+    ]
 
 
 def test_ci_jobs_match_make_targets_and_tox_envs() -> None:
@@ -188,7 +205,7 @@ def test_ci_jobs_match_make_targets_and_tox_envs() -> None:
     assert {"py", "container", "gate", "gpu", "lint"} <= tox_envs()
     config = tox()
     assert config.get("testenv", "commands") == 'pytest -m "not container" {posargs}'
-    assert "pytest -m \"not container\"" in makefile_recipe("test-cpu")
+    assert 'pytest -m "not container"' in makefile_recipe("test-cpu")
     assert "pytest -m container" in makefile_recipe("test-container")
     assert "pytest -m container" in config.get("testenv:container", "commands")
     assert "pytest examples -v --triton-report" in config.get("testenv:gate", "commands")
@@ -197,18 +214,21 @@ def test_ci_jobs_match_make_targets_and_tox_envs() -> None:
 def test_pre_commit_runs_the_pinned_linters_as_make_lint_does() -> None:
     config = yaml.safe_load(PRE_COMMIT.read_text())
     hooks = {h["id"]: h for repo in config["repos"] for h in repo["hooks"]}
-    assert set(hooks) == {"ruff", "mypy"}
+    assert set(hooks) == {"ruff", "ruff-format", "mypy"}
     pyproject = (REPO / "pyproject.toml").read_text()
     dev = re.findall(r"^dev = \[(.*?)\]", pyproject, re.MULTILINE | re.DOTALL)[0]
     pins = (REPO / "constraints.txt").read_text()
     lint = makefile_recipe("lint")
-    for name, hook in hooks.items():
+    for hook_id, hook in hooks.items():
         entry = shlex.split(hook["entry"])
+        name = hook_id.split("-")[0]  # ruff-format runs ruff
         assert entry[0] == f".venv/bin/{name}" and hook["language"] == "system", hook
         assert name in dev and re.search(rf"^{name}==", pins, re.MULTILINE), name
         assert (Path(sys.executable).parent / name).exists(), f"{name} is not installed"
         assert f"$(BIN)/{' '.join(entry[0].split('/')[-1:] + entry[1:])}" in lint
     assert hooks["mypy"]["pass_filenames"] is False  # packages come from pyproject.toml
-    excluded = re.findall(r'"([^"]+)"', re.findall(r"extend-exclude = \[(.*?)\]", pyproject,
-                                                   re.DOTALL)[0])
-    assert excluded and all(re.search(hooks["ruff"]["exclude"], path) for path in excluded)
+    excluded = re.findall(
+        r'"([^"]+)"', re.findall(r"extend-exclude = \[(.*?)\]", pyproject, re.DOTALL)[0]
+    )
+    for hook_id in ("ruff", "ruff-format"):
+        assert excluded and all(re.search(hooks[hook_id]["exclude"], p) for p in excluded)

@@ -13,15 +13,25 @@ import pytest
 import torch
 
 from pytest_triton import TritonClient, assert_parity
-from pytest_triton.cli import deploy, deploy_main
-from pytest_triton.launchers import LocalLauncher, ServerArgs
+from pytest_triton.cli.deploy import deploy, deploy_main
 from pytest_triton.models import ZOO, dlrm
 from pytest_triton.models.committed import committed_config
 from pytest_triton.repository import pbtxt
+from pytest_triton.server import LocalLauncher, ServerArgs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SMALL_DLRM = ["--embedding_dim", "16", "--bottom_mlp_sizes", "32", "16", "--top_mlp_sizes",
-              "64", "32", "1", "--small"]
+SMALL_DLRM = [
+    "--embedding_dim",
+    "16",
+    "--bottom_mlp_sizes",
+    "32",
+    "16",
+    "--top_mlp_sizes",
+    "64",
+    "32",
+    "1",
+    "--small",
+]
 
 
 def run_deploy(*argv: str) -> str:
@@ -35,7 +45,8 @@ def test_committed_configs_are_the_seeds_settings(name: str) -> None:
     committed = pbtxt.read_config(REPO_ROOT / "model_repository" / name / "config.pbtxt")
     assert committed == committed_config(name), (
         f"model_repository/{name}/config.pbtxt drifted from the zoo: regenerate it with "
-        "`python -m pytest_triton.models.committed model_repository`")
+        "`python -m pytest_triton.models.committed model_repository`"
+    )
 
 
 def test_committed_configs_carry_the_seeds_numbers() -> None:
@@ -55,17 +66,34 @@ def test_done_when_dlrm_onnx_loads_and_matches_pytorch(tmp_path: Path) -> None:
     """The issue's acceptance command, through the console script, then checked by hand."""
     save = tmp_path / "repo"
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "triton-deploy"), "--onnx", "--triton-model-name",
-         "dlrm-onnx", "--triton-max-batch-size", "4096", "--save-dir", str(save), "--",
-         *SMALL_DLRM], capture_output=True, text=True, timeout=600)
+        [
+            str(Path(sys.executable).parent / "triton-deploy"),
+            "--onnx",
+            "--triton-model-name",
+            "dlrm-onnx",
+            "--triton-max-batch-size",
+            "4096",
+            "--save-dir",
+            str(save),
+            "--",
+            *SMALL_DLRM,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     assert f"wrote {save / 'dlrm-onnx' / 'config.pbtxt'}" in result.stdout
     assert f"wrote {save / 'dlrm-onnx' / '1' / 'model.onnx'}" in result.stdout
     config = pbtxt.read_config(save / "dlrm-onnx" / "config.pbtxt")
     assert config.max_batch_size == 4096 and config.name == "dlrm-onnx"
 
-    model = dlrm.build(dlrm.Config.small().with_(embedding_dim=16, bottom_mlp_sizes=(32, 16),
-                                                 top_mlp_sizes=(64, 32, 1)), seed=0)
+    model = dlrm.build(
+        dlrm.Config.small().with_(
+            embedding_dim=16, bottom_mlp_sizes=(32, 16), top_mlp_sizes=(64, 32, 1)
+        ),
+        seed=0,
+    )
     inputs = dlrm.example_inputs(dlrm.Config.small(), batch_size=64, seed=7)
     with torch.inference_mode():
         native = model(*inputs.values()).numpy()
@@ -73,8 +101,14 @@ def test_done_when_dlrm_onnx_loads_and_matches_pytorch(tmp_path: Path) -> None:
         for protocol in ("http", "grpc"):
             client = TritonClient(server.endpoints.url(protocol), protocol)  # type: ignore[arg-type]
             served = client.infer("dlrm-onnx", {k: v.numpy() for k, v in inputs.items()})
-            assert_parity({"output": native}, served, model="dlrm", backend="dlrm-onnx",
-                          protocol=protocol, fmt="onnx")
+            assert_parity(
+                {"output": native},
+                served,
+                model="dlrm",
+                backend="dlrm-onnx",
+                protocol=protocol,
+                fmt="onnx",
+            )
             client.close()
 
 
@@ -82,45 +116,99 @@ def test_done_when_dlrm_onnx_loads_and_matches_pytorch(tmp_path: Path) -> None:
 def test_check_flag_serves_and_compares(tmp_path: Path) -> None:
     # One instance, not the seed's five: each is a python stub that imports torch to start
     # and takes its turn to stop (8 s of the test).
-    out = run_deploy("--ts-script", "--model", "mnist", "--save-dir", str(tmp_path), "--check",
-                     "--triton-engine-count", "1", "--", "--small")
+    out = run_deploy(
+        "--ts-script",
+        "--model",
+        "mnist",
+        "--save-dir",
+        str(tmp_path),
+        "--check",
+        "--triton-engine-count",
+        "1",
+        "--",
+        "--small",
+    )
     assert "check http: parity ok" in out and "check grpc: parity ok" in out
 
 
-@pytest.mark.parametrize(("flags", "model_args", "directory", "artifact"), [
-    (["--ts-trace"], ["--config", "resnet50", "--small"], "resnet50", "model.pt"),
-    (["--ts-script", "--triton-model-name", "bert-ts"], ["--bert_model", "base", "--small"],
-     "bert-ts", "model.pt"),
-    (["--onnx", "--model", "text_recognition"], ["--small"], "text_recognition", "model.onnx"),
-])
-def test_each_format_and_family(tmp_path: Path, flags: list[str], model_args: list[str],
-                                directory: str, artifact: str) -> None:
+@pytest.mark.parametrize(
+    ("flags", "model_args", "directory", "artifact"),
+    [
+        (["--ts-trace"], ["--config", "resnet50", "--small"], "resnet50", "model.pt"),
+        (
+            ["--ts-script", "--triton-model-name", "bert-ts"],
+            ["--bert_model", "base", "--small"],
+            "bert-ts",
+            "model.pt",
+        ),
+        (["--onnx", "--model", "text_recognition"], ["--small"], "text_recognition", "model.onnx"),
+    ],
+)
+def test_each_format_and_family(
+    tmp_path: Path, flags: list[str], model_args: list[str], directory: str, artifact: str
+) -> None:
     out = run_deploy(*flags, "--save-dir", str(tmp_path), "--", *model_args)
     assert (tmp_path / directory / "1" / artifact).is_file(), out
     assert (tmp_path / directory / "config.pbtxt").is_file()
 
 
 def test_scheduling_flags_become_config_fields(tmp_path: Path) -> None:
-    run_deploy("--onnx", "--config-only", "--native", "--triton-model-name", "d",
-               "--triton-model-version", "3", "--triton-max-batch-size", "2048",
-               "--triton-dyn-batching-delay", "2.5", "--triton-engine-count", "2",
-               "--save-dir", str(tmp_path), "--", *SMALL_DLRM)
+    run_deploy(
+        "--onnx",
+        "--config-only",
+        "--native",
+        "--triton-model-name",
+        "d",
+        "--triton-model-version",
+        "3",
+        "--triton-max-batch-size",
+        "2048",
+        "--triton-dyn-batching-delay",
+        "2.5",
+        "--triton-engine-count",
+        "2",
+        "--save-dir",
+        str(tmp_path),
+        "--",
+        *SMALL_DLRM,
+    )
     config = pbtxt.read_config(tmp_path / "d" / "config.pbtxt")
     assert config.platform == "onnxruntime_onnx" and config.max_batch_size == 2048
     assert config.dynamic_batching.max_queue_delay_microseconds == 2500
     assert config.instance_group[0].count == 2
     for static in ("0", "-1"):
-        run_deploy("--onnx", "--config-only", "--triton-model-name", f"s{static}",
-                   "--triton-dyn-batching-delay", static, "--save-dir", str(tmp_path), "--",
-                   *SMALL_DLRM)
+        run_deploy(
+            "--onnx",
+            "--config-only",
+            "--triton-model-name",
+            f"s{static}",
+            "--triton-dyn-batching-delay",
+            static,
+            "--save-dir",
+            str(tmp_path),
+            "--",
+            *SMALL_DLRM,
+        )
         assert not pbtxt.read_config(tmp_path / f"s{static}" / "config.pbtxt").HasField(
-            "dynamic_batching")
+            "dynamic_batching"
+        )
 
 
 def test_dump_perf_data_is_perf_analyzer_input_json(tmp_path: Path) -> None:
-    out = run_deploy("--onnx", "--config-only", "--triton-model-name", "dlrm-onnx",
-                     "--save-dir", str(tmp_path / "repo"), "--dump-perf-data",
-                     str(tmp_path / "perf"), "--", *SMALL_DLRM, "--batch_size", "3")
+    out = run_deploy(
+        "--onnx",
+        "--config-only",
+        "--triton-model-name",
+        "dlrm-onnx",
+        "--save-dir",
+        str(tmp_path / "repo"),
+        "--dump-perf-data",
+        str(tmp_path / "perf"),
+        "--",
+        *SMALL_DLRM,
+        "--batch_size",
+        "3",
+    )
     data = json.loads((tmp_path / "perf" / "dlrm-onnx.json").read_text())["data"]
     assert len(data) == 3
     assert data[0]["numerical_features"]["shape"] == [13]
@@ -129,23 +217,49 @@ def test_dump_perf_data_is_perf_analyzer_input_json(tmp_path: Path) -> None:
     assert "perf_analyzer -m dlrm-onnx --input-data" in out
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--trt", "--save-dir", "x", "--", "--config", "resnet50"],
-     "--trt builds a TensorRT plan on a GPU"),
-    (["--onnx", "--trt-fp16", "--save-dir", "x", "--", "--config", "resnet50"],
-     "--trt-fp16 applies to --trt only"),
-    (["--onnx", "--save-dir", "x"], "cannot tell which model to deploy"),
-    (["--onnx", "--save-dir", "x", "--", "--embedding_dim", "32", "--small"],
-     "DLRM arguments: last bottom MLP size 16 must equal embedding_dim 32"),
-    (["--onnx", "--save-dir", "x", "--", "--dataset", "/nonexistent"],
-     "--dataset /nonexistent: no model_size.json in it"),
-    (["--onnx", "--triton-model-name", "a/b", "--save-dir", "x", "--", "--small",
-      "--embedding_dim", "16"], "not a valid Triton model directory name"),
-])
-def test_bad_combinations_are_clear_errors(argv: list[str], message: str,
-                                           capsys: pytest.CaptureFixture[str],
-                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                           ) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--trt", "--save-dir", "x", "--", "--config", "resnet50"],
+            "--trt builds a TensorRT plan on a GPU",
+        ),
+        (
+            ["--onnx", "--trt-fp16", "--save-dir", "x", "--", "--config", "resnet50"],
+            "--trt-fp16 applies to --trt only",
+        ),
+        (["--onnx", "--save-dir", "x"], "cannot tell which model to deploy"),
+        (
+            ["--onnx", "--save-dir", "x", "--", "--embedding_dim", "32", "--small"],
+            "DLRM arguments: last bottom MLP size 16 must equal embedding_dim 32",
+        ),
+        (
+            ["--onnx", "--save-dir", "x", "--", "--dataset", "/nonexistent"],
+            "--dataset /nonexistent: no model_size.json in it",
+        ),
+        (
+            [
+                "--onnx",
+                "--triton-model-name",
+                "a/b",
+                "--save-dir",
+                "x",
+                "--",
+                "--small",
+                "--embedding_dim",
+                "16",
+            ],
+            "not a valid Triton model directory name",
+        ),
+    ],
+)
+def test_bad_combinations_are_clear_errors(
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert deploy_main(argv) == 2
     err = capsys.readouterr().err

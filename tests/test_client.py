@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from pytest_triton import InferenceError, TritonClient
-from pytest_triton.launchers import LocalLauncher, ServerArgs
-from pytest_triton.launchers.base import RunningServer, free_ports
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.launcher import RunningServer, free_ports
 from tests.raw_models import write_bytes_model, write_python_model, write_slow_model
 
 pytestmark = pytest.mark.triton
@@ -31,8 +31,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 
 def client(server: RunningServer, protocol: str, **kwargs: float) -> TritonClient:
-    return TritonClient(server.endpoints.url(protocol), protocol,  # type: ignore[arg-type]
-                        server=server, **kwargs)
+    return TritonClient(
+        server.endpoints.url(protocol),
+        protocol,  # type: ignore[arg-type]
+        server=server,
+        **kwargs,
+    )
 
 
 def test_metadata_reads_the_same_on_both_protocols(server: RunningServer) -> None:
@@ -58,7 +62,8 @@ def test_metadata_reads_the_same_on_both_protocols(server: RunningServer) -> Non
     servers = [client(server, p).server_metadata() for p in PROTOCOLS]
     assert servers[0]["version"] == servers[1]["version"] == "2.51.0"  # the bundled server
     assert "statistics" in servers[0]["extensions"] and set(servers[0]["extensions"]) == set(
-        servers[1]["extensions"])
+        servers[1]["extensions"]
+    )
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -84,47 +89,54 @@ def test_str_arrays_travel_as_utf8_bytes(server: RunningServer, protocol: str) -
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("version", ["abc", "7", "-1"])
-def test_unknown_versions_name_model_and_version(server: RunningServer, protocol: str,
-                                                 version: str) -> None:
+def test_unknown_versions_name_model_and_version(
+    server: RunningServer, protocol: str, version: str
+) -> None:
     with pytest.raises(InferenceError) as info:
-        client(server, protocol).infer("add_one", {"X": np.zeros((1, 4), np.float32)},
-                                       version=version)
+        client(server, protocol).infer(
+            "add_one", {"X": np.zeros((1, 4), np.float32)}, version=version
+        )
     message = str(info.value)
     assert f"{protocol} request to model 'add_one' failed" in message
     assert version in message, message
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_missing_version_names_those_the_model_has(server: RunningServer,
-                                                     protocol: str) -> None:
+def test_a_missing_version_names_those_the_model_has(server: RunningServer, protocol: str) -> None:
     with pytest.raises(InferenceError) as info:
         client(server, protocol).model_metadata("add_one", "7")
-    assert "'add_one' version 7 is not found (the server has version(s) 1 of 'add_one'" \
-        in str(info.value), info.value
+    assert "'add_one' version 7 is not found (the server has version(s) 1 of 'add_one'" in str(
+        info.value
+    ), info.value
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("call", ["infer", "model_metadata", "is_model_ready", "statistics"])
 @pytest.mark.parametrize("version", ["1.5", "abc", "0", " ", "../1", "99999999999999999999"])
-def test_malformed_versions_are_refused_alike_everywhere(server: RunningServer, protocol: str,
-                                                        call: str, version: str) -> None:
+def test_malformed_versions_are_refused_alike_everywhere(
+    server: RunningServer, protocol: str, call: str, version: str
+) -> None:
     """Over gRPC Triton read '1.5' as version 1 and over HTTP ' ' broke the URL; a version
     that cannot exist is refused before sending, with the same words on both protocols."""
     c = client(server, protocol)
     args = {"infer": ("add_one", {"X": np.zeros((1, 4), np.float32)}, None, version)}.get(
-        call, ("add_one", version))
+        call, ("add_one", version)
+    )
     with pytest.raises(InferenceError) as info:
         getattr(c, call)(*args)
     assert str(info.value) == (
         f"{protocol} request to model 'add_one' failed: not sent: version {version!r} of model "
         "'add_one' is not a version number: Triton model versions are positive integers "
-        "('1', '2', ...), and '' asks for the latest")
+        "('1', '2', ...), and '' asks for the latest"
+    )
 
 
 def test_a_client_made_from_a_bare_url_finds_its_server(server: RunningServer) -> None:
     for protocol in PROTOCOLS:
-        for url in (server.endpoints.url(protocol),
-                    server.endpoints.url(protocol).replace("127.0.0.1", "localhost")):
+        for url in (
+            server.endpoints.url(protocol),
+            server.endpoints.url(protocol).replace("127.0.0.1", "localhost"),
+        ):
             assert TritonClient(url, protocol).server is server  # type: ignore[arg-type]
     (port,) = free_ports(1)
     assert TritonClient(f"127.0.0.1:{port}", "grpc").server is None
@@ -138,10 +150,12 @@ def test_one_http_client_serves_many_threads(server: RunningServer) -> None:
     shared.is_server_ready()
     answers: dict[str, object] = {}
     x = {"X": np.ones((1, 4), np.float32)}
-    calls = {"slow": lambda: shared.infer("slow", x)["Y"],  # 3 s: others wait meanwhile
-             "add_one": lambda: shared.infer("add_one", x)["Y"],  # metadata fetched here
-             "config": lambda: shared.model_config("slow")["name"],
-             "statistics": lambda: shared.statistics("add_one")["model_stats"][0]["name"]}
+    calls = {
+        "slow": lambda: shared.infer("slow", x)["Y"],  # 3 s: others wait meanwhile
+        "add_one": lambda: shared.infer("add_one", x)["Y"],  # metadata fetched here
+        "config": lambda: shared.model_config("slow")["name"],
+        "statistics": lambda: shared.statistics("add_one")["model_stats"][0]["name"],
+    }
 
     def use(name: str) -> None:
         try:

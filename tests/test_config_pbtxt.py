@@ -22,26 +22,38 @@ def _config(tmp_path: Path, backends: list[str], fmt: str, **overrides: object) 
 
 def test_scheduling_fields(tmp_path: Path) -> None:
     config = _config(
-        tmp_path, ["python"], "torchscript-trace", max_batch_size=64, version=3,
-        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=1500,
-                                         preferred_batch_size=(16, 32)),
+        tmp_path,
+        ["python"],
+        "torchscript-trace",
+        max_batch_size=64,
+        version=3,
+        dynamic_batching=DynamicBatching(
+            max_queue_delay_microseconds=1500, preferred_batch_size=(16, 32)
+        ),
         instance_group=InstanceGroup(count=2, kind="KIND_CPU"),
     )
     assert config.name == "scorer_torchscript_trace"
     assert config.max_batch_size == 64
     assert config.dynamic_batching.max_queue_delay_microseconds == 1500
     assert list(config.dynamic_batching.preferred_batch_size) == [16, 32]
-    assert [(g.count, mc.ModelInstanceGroup.Kind.Name(g.kind)) for g in config.instance_group] \
-        == [(2, "KIND_CPU")]
+    assert [(g.count, mc.ModelInstanceGroup.Kind.Name(g.kind)) for g in config.instance_group] == [
+        (2, "KIND_CPU")
+    ]
     assert (tmp_path / "scorer_torchscript_trace" / "3" / "model.pt").is_file()
 
 
 def test_io_types_and_dims_come_from_pytorch(tmp_path: Path) -> None:
     config = _config(tmp_path, ["python"], "onnx")
-    io = [(t.name, mc.DataType.Name(t.data_type), list(t.dims))
-          for t in list(config.input) + list(config.output)]
-    assert io == [("x", "TYPE_FP32", [4]), ("idx", "TYPE_INT64", [2]),
-                  ("score", "TYPE_FP32", [3]), ("label", "TYPE_INT64", [1])]
+    io = [
+        (t.name, mc.DataType.Name(t.data_type), list(t.dims))
+        for t in list(config.input) + list(config.output)
+    ]
+    assert io == [
+        ("x", "TYPE_FP32", [4]),
+        ("idx", "TYPE_INT64", [2]),
+        ("score", "TYPE_FP32", [3]),
+        ("label", "TYPE_INT64", [1]),
+    ]
     # A per-row scalar: Triton needs non-empty dims, the backend returns [batch].
     assert config.output[1].HasField("reshape") and list(config.output[1].reshape.shape) == []
     assert not config.output[0].HasField("reshape")
@@ -55,8 +67,9 @@ def test_hosted_variant_names_its_artifact(tmp_path: Path) -> None:
     assert (tmp_path / "scorer_onnx" / "1" / "model.py").is_file()
 
 
-@pytest.mark.parametrize(("fmt", "platform"), [("onnx", "onnxruntime_onnx"),
-                                               ("torchscript-script", "pytorch_libtorch")])
+@pytest.mark.parametrize(
+    ("fmt", "platform"), [("onnx", "onnxruntime_onnx"), ("torchscript-script", "pytorch_libtorch")]
+)
 def test_native_variant_uses_the_backend_platform(tmp_path: Path, fmt: str, platform: str) -> None:
     config = _config(tmp_path, ["python", "onnxruntime", "pytorch"], fmt)
     assert config.platform == platform and not config.backend
@@ -73,9 +86,16 @@ def test_dynamic_axes_become_minus_one(tmp_path: Path) -> None:
 
     from pytest_triton import ModelSpec
 
-    spec = ModelSpec(name="seq", module=Seq(), example_inputs=(torch.ones(2, 7, dtype=torch.long),),
-                     inputs=["ids"], outputs=["sums"], max_batch_size=4,
-                     dynamic_axes={"ids": [1]}, formats=["torchscript-trace"])
+    spec = ModelSpec(
+        name="seq",
+        module=Seq(),
+        example_inputs=(torch.ones(2, 7, dtype=torch.long),),
+        inputs=["ids"],
+        outputs=["sums"],
+        max_batch_size=4,
+        dynamic_axes={"ids": [1]},
+        formats=["torchscript-trace"],
+    )
     repo = Repository(tmp_path, [spec])
     (variant,) = repo.plan(["python"])
     config = pbtxt.read_config(repo.ensure(variant) / "config.pbtxt")

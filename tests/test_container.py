@@ -19,9 +19,11 @@ import pytest
 from docker.types import DeviceRequest, Ulimit
 
 from pytest_triton import ConfigError, ModelLoadError, Repository, ServerError, TritonClient
-from pytest_triton.config import resolve
-from pytest_triton.launchers import ServerArgs
-from pytest_triton.launchers.container import (
+from pytest_triton.base.config import resolve
+from pytest_triton.base.server_offer import ServerTarget
+from pytest_triton.repository import pbtxt
+from pytest_triton.server import ServerArgs
+from pytest_triton.server.container import (
     CPU_IMAGE,
     NGC_BACKENDS,
     NGC_IMAGE,
@@ -30,11 +32,9 @@ from pytest_triton.launchers.container import (
     ContainerSettings,
     command,
     docker_client,
-    reap_orphans,
+    reap_orphan_containers,
 )
-from pytest_triton.launchers.tensorrt import plan_problem
-from pytest_triton.repository import pbtxt
-from pytest_triton.target import ServerTarget
+from pytest_triton.server.tensorrt import plan_problem
 from tests.raw_models import write_python_model
 from tests.tiny_models import scorer_spec
 
@@ -47,10 +47,13 @@ def test_gpu_settings_follow_the_seeds_docker_run_flags() -> None:
     assert settings.image == NGC_IMAGE and settings.backends == NGC_BACKENDS
     kwargs = settings.run_kwargs()
     assert kwargs["shm_size"] == "1g"
-    assert kwargs["ulimits"] == [Ulimit(name="memlock", soft=-1, hard=-1),
-                                 Ulimit(name="stack", soft=67108864, hard=67108864)]
-    assert kwargs["device_requests"] == [DeviceRequest(device_ids=["0", "1"],
-                                                       capabilities=[["gpu"]])]
+    assert kwargs["ulimits"] == [
+        Ulimit(name="memlock", soft=-1, hard=-1),
+        Ulimit(name="stack", soft=67108864, hard=67108864),
+    ]
+    assert kwargs["device_requests"] == [
+        DeviceRequest(device_ids=["0", "1"], capabilities=[["gpu"]])
+    ]
     assert kwargs["labels"] == {OWNER_LABEL: str(os.getpid())}
     everything = ContainerSettings.from_config(resolve(gpu=True)).run_kwargs()
     assert everything["device_requests"] == [DeviceRequest(count=-1, capabilities=[["gpu"]])]
@@ -60,26 +63,44 @@ def test_cpu_image_settings_have_no_gpu_flags() -> None:
     settings = ContainerSettings.from_config(resolve(launcher="container"))
     assert settings.image == CPU_IMAGE and settings.backends == frozenset({"python"})
     assert set(settings.run_kwargs()) == {"shm_size", "init", "labels"}
-    image = ContainerSettings.from_config(resolve(launcher="container",
-                                                  image="nvcr.io/nvidia/tritonserver:25.01-py3"))
+    image = ContainerSettings.from_config(
+        resolve(launcher="container", image="nvcr.io/nvidia/tritonserver:25.01-py3")
+    )
     assert image.backends == NGC_BACKENDS and image.gpus is None
 
 
 def test_server_command_inside_the_container() -> None:
-    args = ServerArgs(Path("/host/repo"), model_control_mode="explicit", log_verbose=1,
-                      extra_args=("--pinned-memory-pool-byte-size=0",))
+    args = ServerArgs(
+        Path("/host/repo"),
+        model_control_mode="explicit",
+        log_verbose=1,
+        extra_args=("--pinned-memory-pool-byte-size=0",),
+    )
     assert command(args) == [
-        "tritonserver", "--model-repository=/models", "--model-control-mode=explicit",
-        "--http-address=0.0.0.0", "--http-port=8000", "--grpc-address=0.0.0.0",
-        "--grpc-port=8001", "--metrics-address=0.0.0.0", "--metrics-port=8002",
-        "--exit-timeout-secs=10", "--log-verbose=1", "--strict-readiness=true",
+        "tritonserver",
+        "--model-repository=/models",
+        "--model-control-mode=explicit",
+        "--http-address=0.0.0.0",
+        "--http-port=8000",
+        "--grpc-address=0.0.0.0",
+        "--grpc-port=8001",
+        "--metrics-address=0.0.0.0",
+        "--metrics-port=8002",
+        "--exit-timeout-secs=10",
+        "--log-verbose=1",
+        "--strict-readiness=true",
         "--pinned-memory-pool-byte-size=0",
     ]
 
 
 def test_gpu_mode_adds_tensorrt_formats_unless_formats_are_given() -> None:
-    assert resolve(gpu=True).formats == ("torchscript-script", "torchscript-trace", "onnx",
-                                               "tensorrt", "onnx-trt")
+    assert resolve(gpu=True).formats == (
+        "torchscript-script",
+        "torchscript-trace",
+        "onnx",
+        "tensorrt",
+        "onnx-trt",
+    )
     assert resolve(gpu=True, formats="onnx").formats == ("onnx",)
 
 
@@ -90,13 +111,17 @@ def _gpu_config(tmp_path: Path, fmt: str, **spec: Any) -> str:
     return pbtxt.to_text(pbtxt.model_config(variant, repo.signature(variant.spec)))
 
 
-@pytest.mark.parametrize(("fmt", "platform"), [
-    ("onnx", 'platform: "onnxruntime_onnx"'),
-    ("torchscript-trace", 'platform: "pytorch_libtorch"'),
-    ("tensorrt", 'platform: "tensorrt_plan"'),
-])
-def test_gpu_configs_use_native_backends_on_gpu_instances(tmp_path: Path, fmt: str,
-                                                          platform: str) -> None:
+@pytest.mark.parametrize(
+    ("fmt", "platform"),
+    [
+        ("onnx", 'platform: "onnxruntime_onnx"'),
+        ("torchscript-trace", 'platform: "pytorch_libtorch"'),
+        ("tensorrt", 'platform: "tensorrt_plan"'),
+    ],
+)
+def test_gpu_configs_use_native_backends_on_gpu_instances(
+    tmp_path: Path, fmt: str, platform: str
+) -> None:
     text = _gpu_config(tmp_path, fmt)
     assert platform in text
     assert "instance_group {\n  count: 1\n  kind: KIND_GPU\n}" in text
@@ -106,8 +131,10 @@ def test_gpu_configs_use_native_backends_on_gpu_instances(tmp_path: Path, fmt: s
 def test_onnx_tensorrt_accelerator_config(tmp_path: Path) -> None:
     text = _gpu_config(tmp_path, "onnx-trt")
     assert 'platform: "onnxruntime_onnx"' in text
-    assert ('optimization {\n  execution_accelerators {\n    gpu_execution_accelerator {\n'
-            '      name: "tensorrt"\n') in text
+    assert (
+        "optimization {\n  execution_accelerators {\n    gpu_execution_accelerator {\n"
+        '      name: "tensorrt"\n'
+    ) in text
     assert 'key: "precision_mode"\n        value: "FP16"' in text
 
 
@@ -126,8 +153,9 @@ def test_tensorrt_version_check_says_what_to_install() -> None:
     assert plan_problem(image, "10.5.0.18", "10.5.0") is None
     assert "pip install tensorrt==10.5.0" in str(plan_problem(image, None, "10.5.0"))
     mismatch = str(plan_problem(image, "10.7.0", "10.5.0"))
-    assert "tensorrt 10.7.0 is installed but" in mismatch and "loads only in the TensorRT" \
-        in mismatch
+    assert (
+        "tensorrt 10.7.0 is installed but" in mismatch and "loads only in the TensorRT" in mismatch
+    )
     assert "no TensorRT library found" in str(plan_problem("busybox", "10.5.0", None))
 
 
@@ -137,14 +165,21 @@ def test_tensorrt_variant_is_skipped_with_its_reason_on_cpu(pytester: pytest.Pyt
     pytester.makeconftest(CONFTEST.replace('formats=["torchscript-trace"]', "formats=None"))
     pytester.makepyfile(test_x="def test_x(triton_model): pass")
     result = run(pytester, "--collect-only", "-q", "--triton-formats=onnx,tensorrt,onnx-trt")
-    result.stdout.fnmatch_lines(["*test_x[[]affine-onnx-hosted[]]", "*test_x[[]affine-tensorrt[]]",
-                                 "*test_x[[]affine-onnx-trt[]]"])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_x[[]affine-onnx-hosted[]]",
+            "*test_x[[]affine-tensorrt[]]",
+            "*test_x[[]affine-onnx-trt[]]",
+        ]
+    )
     result = run(pytester, "-rs", "--triton-formats=tensorrt,onnx-trt")
-    result.stdout.fnmatch_lines([
-        "*SKIPPED*TensorRT plans need a GPU server with the tensorrt backend: run with "
-        "--triton-gpu*",
-        "*SKIPPED*ONNX Runtime's TensorRT execution accelerator needs a GPU server*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*SKIPPED*TensorRT plans need a GPU server with the tensorrt backend: run with "
+            "--triton-gpu*",
+            "*SKIPPED*ONNX Runtime's TensorRT execution accelerator needs a GPU server*",
+        ]
+    )
 
 
 # -- real containers from the offline CPU image ----------------------------------------------
@@ -153,8 +188,10 @@ def _docker() -> Any:
         client = docker_client()
         client.images.get(CPU_IMAGE)
     except Exception as exc:
-        pytest.skip(f"needs a Docker engine and the {CPU_IMAGE} image (run .ci/docker-engine and "
-                    f"images/build-cpu-image; CI does): {exc}")
+        pytest.skip(
+            f"needs a Docker engine and the {CPU_IMAGE} image (run .ci/docker-engine and "
+            f"images/build-cpu-image; CI does): {exc}"
+        )
     return client
 
 
@@ -170,15 +207,19 @@ def docker() -> Iterator[Any]:
 
 
 @pytest.mark.container
-def test_container_publishes_loopback_mounts_read_only_and_is_removed(docker: Any,
-                                                                      tmp_path: Path) -> None:
+def test_container_publishes_loopback_mounts_read_only_and_is_removed(
+    docker: Any, tmp_path: Path
+) -> None:
     write_python_model(tmp_path, "add_one")
     launcher = ContainerLauncher(ContainerSettings(CPU_IMAGE))
     with launcher.start(ServerArgs(tmp_path, startup_timeout_s=120)) as server:
         info = server.container.get_wrapped_container().attrs  # type: ignore[attr-defined]
         bindings = info["HostConfig"]["PortBindings"]
         assert {p: [b["HostIp"] for b in v] for p, v in bindings.items()} == {
-            "8000/tcp": ["127.0.0.1"], "8001/tcp": ["127.0.0.1"], "8002/tcp": ["127.0.0.1"]}
+            "8000/tcp": ["127.0.0.1"],
+            "8001/tcp": ["127.0.0.1"],
+            "8002/tcp": ["127.0.0.1"],
+        }
         (mount,) = [m for m in info["Mounts"] if m["Destination"] == "/models"]
         assert mount["RW"] is False and Path(mount["Source"]) == tmp_path
         for protocol, url in (("http", server.endpoints.http), ("grpc", server.endpoints.grpc)):
@@ -194,24 +235,33 @@ def test_container_publishes_loopback_mounts_read_only_and_is_removed(docker: An
 
 
 @pytest.mark.container
-def test_shared_memory_reaches_a_container_only_with_the_host_dev_shm(docker: Any,
-                                                                     tmp_path: Path) -> None:
+def test_shared_memory_reaches_a_container_only_with_the_host_dev_shm(
+    docker: Any, tmp_path: Path
+) -> None:
     """--triton-shared-memory system mounts this machine's /dev/shm into the container (and
     prefixes the python backend's own regions there with our pid); without the mount a client
     is refused before it makes anything, with the reason."""
     write_python_model(tmp_path, "add_one")
-    settings = ContainerSettings.from_config(resolve(launcher="container",
-                                                     shared_memory="none,system"))
+    settings = ContainerSettings.from_config(
+        resolve(launcher="container", shared_memory="none,system")
+    )
     assert settings.host_shm and "shm_size" not in settings.run_kwargs()
-    with ContainerLauncher(settings).start(ServerArgs(tmp_path, startup_timeout_s=120,
-                                                      model_control_mode="none")) as server:
+    with ContainerLauncher(settings).start(
+        ServerArgs(tmp_path, startup_timeout_s=120, model_control_mode="none")
+    ) as server:
         mounts = server.container.get_wrapped_container().attrs["Mounts"]  # type: ignore[attr-defined]
         assert [m["RW"] for m in mounts if m["Destination"] == "/dev/shm"] == [True]
-        assert any(a.startswith("--backend-config=python,shm-region-prefix-name=pytest_triton_")
-                   for a in server.command)  # type: ignore[attr-defined]
+        assert any(
+            a.startswith("--backend-config=python,shm-region-prefix-name=pytest_triton_")
+            for a in server.command
+        )  # type: ignore[attr-defined]
         for protocol in ("http", "grpc"):
-            with TritonClient(server.endpoints.url(protocol), protocol,  # type: ignore[arg-type]
-                              server=server, shared_memory="system") as client:
+            with TritonClient(
+                server.endpoints.url(protocol),
+                protocol,  # type: ignore[arg-type]
+                server=server,
+                shared_memory="system",
+            ) as client:
                 out = client.infer("add_one", {"X": np.full((2, 4), 2, np.float32)})
                 regions = client.shared_memory_regions
             np.testing.assert_array_equal(out["Y"], np.full((2, 4), 3, np.float32))
@@ -219,9 +269,12 @@ def test_shared_memory_reaches_a_container_only_with_the_host_dev_shm(docker: An
     assert not list(Path("/dev/shm").glob(f"pytest_triton_{os.getpid()}_k*"))
     plain = ContainerSettings.from_config(resolve(launcher="container"))
     assert not plain.host_shm and plain.run_kwargs()["shm_size"] == "1g"
-    with ContainerLauncher(plain).start(ServerArgs(tmp_path, startup_timeout_s=120,
-                                                   model_control_mode="none")) as server, \
-            pytest.raises(ConfigError, match="does not map this machine's /dev/shm"):
+    with (
+        ContainerLauncher(plain).start(
+            ServerArgs(tmp_path, startup_timeout_s=120, model_control_mode="none")
+        ) as server,
+        pytest.raises(ConfigError, match="does not map this machine's /dev/shm"),
+    ):
         TritonClient(server.endpoints.http, "http", server=server, shared_memory="system")
 
 
@@ -239,7 +292,8 @@ def test_container_model_load_failure_names_the_model(docker: Any, tmp_path: Pat
     write_python_model(tmp_path, "broken", initialize="raise RuntimeError('no weights here')")
     with pytest.raises(ModelLoadError) as info:
         ContainerLauncher(ContainerSettings(CPU_IMAGE)).start(
-            ServerArgs(tmp_path, model_control_mode="none"))
+            ServerArgs(tmp_path, model_control_mode="none")
+        )
     assert info.value.model == "broken" and "no weights here" in info.value.reason
 
 
@@ -247,20 +301,23 @@ def test_container_model_load_failure_names_the_model(docker: Any, tmp_path: Pat
 def test_missing_image_says_how_to_get_it(docker: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="build it with images/build-cpu-image"):
         ContainerLauncher(ContainerSettings("pytest-triton-cpu:no-such-tag")).start(
-            ServerArgs(tmp_path))
+            ServerArgs(tmp_path)
+        )
     with pytest.raises(ConfigError, match=r"could not be pulled .* `docker pull` it first"):
         ContainerLauncher(ContainerSettings("nvcr.io/nvidia/tritonserver:99.99-py3")).start(
-            ServerArgs(tmp_path))
+            ServerArgs(tmp_path)
+        )
 
 
 @pytest.mark.container
 def test_orphans_of_dead_processes_are_reaped(docker: Any) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
-    orphan = docker.containers.run(CPU_IMAGE, ["sleep", "300"], detach=True,
-                                   labels={OWNER_LABEL: str(dead.pid)})
+    orphan = docker.containers.run(
+        CPU_IMAGE, ["sleep", "300"], detach=True, labels={OWNER_LABEL: str(dead.pid)}
+    )
     try:
-        assert orphan.short_id in reap_orphans(docker)
+        assert orphan.short_id in reap_orphan_containers(docker)
         assert orphan.id not in [c.id for c in docker.containers.list(all=True)]
     finally:
         with contextlib.suppress(Exception):
@@ -275,9 +332,23 @@ def test_conformance_suite_runs_in_the_container(docker: Any) -> None:
     `make test`'s 20 minutes)."""
     before = {c.id for c in docker.containers.list(all=True)}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-         "--triton-launcher=container", "tests/test_zoo_served.py", "-k", "mnist or dlrm"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1500)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--triton-launcher=container",
+            "tests/test_zoo_served.py",
+            "-k",
+            "mnist or dlrm",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     tail = result.stdout[-3000:]
     assert result.returncode == 0, tail
     assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
@@ -289,16 +360,29 @@ def test_ctrl_c_removes_the_container(docker: Any, pytester: pytest.Pytester) ->
     from tests.test_plugin import CONFTEST
 
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_wait='''
+    pytester.makepyfile(
+        test_wait="""
 import time
 def test_wait(triton_model, triton_client):
     open("ready", "w").write(triton_model.deployment.server.container.get_container_id())
     time.sleep(120)
-''')
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                             "--triton-launcher=container", "--triton-protocol=http"],
-                            cwd=pytester.path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+"""
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--triton-launcher=container",
+            "--triton-protocol=http",
+        ],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ready = pytester.path / "ready"
     deadline = time.monotonic() + 180
     while not (ready.exists() and ready.read_text()):

@@ -13,7 +13,7 @@ from tests.test_plugin import CONFTEST, run
 
 pytestmark = pytest.mark.triton
 
-TESTS = '''
+TESTS = """
 import pytest
 from pytest_triton import assert_dynamic_batching
 
@@ -32,27 +32,37 @@ def test_reference_drifts(triton_server, triton_client):
 @pytest.mark.skip(reason="needs a GPU runner")
 def test_gpu_only():
     pass
-'''
+"""
 
 
-def test_report_of_a_failing_session(pytester: pytest.Pytester,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_report_of_a_failing_session(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_affine=TESTS)
     summary = pytester.path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     # Workers record on their test reports; the controller writes the report.
-    result = run(pytester, "-n", "2", "--triton-report", "out", "--triton-save-baseline",
-                 "b.json")
+    result = run(pytester, "-n", "2", "--triton-report", "out", "--triton-save-baseline", "b.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([
-        "*= pytest-triton gate =*", "gate: FAIL", "  - 2 test(s) failed: *",
-        "report: out*report.json", "report: out*parity-headroom.png",
-        "baseline NOT saved to b.json: the gate failed*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*= pytest-triton gate =*",
+            "gate: FAIL",
+            "  - 2 test(s) failed: *",
+            "report: out*report.json",
+            "report: out*parity-headroom.png",
+            "baseline NOT saved to b.json: the gate failed*",
+        ]
+    )
     assert not (pytester.path / "b.json").exists()
     out = pytester.path / "out"
     assert sorted(p.name for p in out.iterdir()) == [
-        "junit.xml", "parity-headroom.png", "report.json", "report.md"]
+        "junit.xml",
+        "parity-headroom.png",
+        "report.json",
+        "report.md",
+    ]
     report = json.loads((out / "report.json").read_text())
     assert report["verdict"]["passed"] is False
     assert report["session"]["tests"] == {"passed": 4, "failed": 2, "skipped": 1}
@@ -71,15 +81,20 @@ def test_report_of_a_failing_session(pytester: pytest.Pytester,
         assert (row["worst_output"], row["rtol"], row["atol"]) == ("y", 1.3e-6, 1e-5)
     checks = [c for c in report["parity_checks"] if c["check"] == "parity" and c["ok"]]
     assert checks and all(c["headroom_used"] < 1 for c in checks)
-    assert {(b["protocol"], b["requests"]) for b in report["batching"]} == {("http", 8),
-                                                                           ("grpc", 8)}
+    assert {(b["protocol"], b["requests"]) for b in report["batching"]} == {
+        ("http", 8),
+        ("grpc", 8),
+    }
     assert all(b["executions"] < 8 for b in report["batching"])
-    assert report["skipped"] == [{"reason": "needs a GPU runner", "count": 1,
-                                  "tests": ["test_affine.py::test_gpu_only"]}]
+    assert report["skipped"] == [
+        {"reason": "needs a GPU runner", "count": 1, "tests": ["test_affine.py::test_gpu_only"]}
+    ]
     assert {f["test"] for f in report["failed"]} == {
-        f"test_affine.py::test_reference_drifts[{p}]" for p in ("http", "grpc")}
-    assert report["failed"][0]["message"].startswith("AssertionError: parity FAILED: model "
-                                                     "'affine'")
+        f"test_affine.py::test_reference_drifts[{p}]" for p in ("http", "grpc")
+    }
+    assert report["failed"][0]["message"].startswith(
+        "AssertionError: parity FAILED: model 'affine'"
+    )
     markdown = (out / "report.md").read_text()
     assert markdown.startswith("# Release gate: FAIL")
     assert "| affine-torchscript-trace-hosted | grpc | none | 3 | y (FP32) |" in markdown
@@ -95,5 +110,7 @@ def test_missing_baseline_stops_the_session_before_any_server(pytester: pytest.P
     pytester.makepyfile(test_x="def test_x(): pass")
     result = run(pytester, "--triton-baseline", "nowhere.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert ("pytest-triton --triton-baseline: baseline nowhere.json does not exist; write one "
-            "with --triton-save-baseline FILE") in result.stderr.str()
+    assert (
+        "pytest-triton --triton-baseline: baseline nowhere.json does not exist; write one "
+        "with --triton-save-baseline FILE"
+    ) in result.stderr.str()

@@ -18,8 +18,8 @@ from pytest_triton.gate import document as gd
 from pytest_triton.gate.load_results import figure, load_run, read_load_files
 from pytest_triton.gate.markdown import render
 from pytest_triton.gate.output import REPORT_JSON, save_baseline, write_report
-from pytest_triton.parity import Tolerance, compare, compare_output
-from pytest_triton.results import transport_of
+from pytest_triton.parity.compare import Tolerance, compare_output, compare_outputs
+from pytest_triton.parity.results import transport_of
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -38,10 +38,12 @@ def test_headroom_is_diff_over_the_allowance() -> None:
 
 
 def test_exact_outputs_and_problems_have_no_finite_headroom() -> None:
-    ints = compare({"label": np.array([1, 2])}, {"label": np.array([1, 3])})
+    ints = compare_outputs({"label": np.array([1, 2])}, {"label": np.array([1, 3])})
     assert ints.headroom_used == math.inf
-    assert compare({"label": np.array([1, 2])}, {"label": np.array([1, 2])}).headroom_used == 0
-    missing = compare({"y": np.zeros(2, np.float32)}, {})
+    assert (
+        compare_outputs({"label": np.array([1, 2])}, {"label": np.array([1, 2])}).headroom_used == 0
+    )
+    missing = compare_outputs({"y": np.zeros(2, np.float32)}, {})
     assert missing.headroom_used == math.inf
     assert missing.diffs[0].as_dict()["headroom_used"] is None  # strict JSON: no Infinity
 
@@ -59,17 +61,39 @@ def test_transport_is_read_from_the_client_when_it_has_one() -> None:
 
 # -- rows -----------------------------------------------------------------------------------------
 def output(name: str, used: float | None, **more: Any) -> dict[str, Any]:
-    return {"name": name, "dtype": "FP32", "rtol": 1.3e-6, "atol": 1e-5, "max_abs": 1e-7,
-            "max_rel": 1e-7, "headroom_used": used, "ok": used is not None and used <= 1,
-            **more}
+    return {
+        "name": name,
+        "dtype": "FP32",
+        "rtol": 1.3e-6,
+        "atol": 1e-5,
+        "max_abs": 1e-7,
+        "max_rel": 1e-7,
+        "headroom_used": used,
+        "ok": used is not None and used <= 1,
+        **more,
+    }
 
 
-def record(variant: str, protocol: str, outputs: list[dict[str, Any]], *,
-           transport: str = "none", batching: dict[str, Any] | None = None,
-           test: str = "t") -> dict[str, Any]:
-    return {"variant": variant, "model": variant.split("-")[0], "format": "onnx",
-            "protocol": protocol, "transport": transport, "outputs": outputs,
-            "ok": all(o["ok"] for o in outputs), "batching": batching, "test": test}
+def record(
+    variant: str,
+    protocol: str,
+    outputs: list[dict[str, Any]],
+    *,
+    transport: str = "none",
+    batching: dict[str, Any] | None = None,
+    test: str = "t",
+) -> dict[str, Any]:
+    return {
+        "variant": variant,
+        "model": variant.split("-")[0],
+        "format": "onnx",
+        "protocol": protocol,
+        "transport": transport,
+        "outputs": outputs,
+        "ok": all(o["ok"] for o in outputs),
+        "batching": batching,
+        "test": test,
+    }
 
 
 def test_one_parity_row_per_variant_protocol_and_transport_with_the_worst_figures() -> None:
@@ -90,11 +114,17 @@ def test_one_parity_row_per_variant_protocol_and_transport_with_the_worst_figure
 
 
 def test_batching_rows_sum_requests_and_executions() -> None:
-    batching = {"requests": 8, "executions": 2, "inferences": 8,
-                "batch_histogram": {"1": 1, "7": 1}}
-    records = [record("m", "grpc", [output("a", 0.0)], batching=batching),
-               record("m", "grpc", [output("a", 0.0)], batching=batching),
-               record("m", "http", [output("a", 0.0)])]
+    batching = {
+        "requests": 8,
+        "executions": 2,
+        "inferences": 8,
+        "batch_histogram": {"1": 1, "7": 1},
+    }
+    records = [
+        record("m", "grpc", [output("a", 0.0)], batching=batching),
+        record("m", "grpc", [output("a", 0.0)], batching=batching),
+        record("m", "http", [output("a", 0.0)]),
+    ]
     (row,) = gd.batching_rows(records)
     assert (row["requests"], row["executions"], row["inferences"]) == (16, 4, 16)
     assert row["avg_batch_size"] == 4.0 and row["batched"]
@@ -102,19 +132,53 @@ def test_batching_rows_sum_requests_and_executions() -> None:
 
 
 # -- load files -----------------------------------------------------------------------------------
-def locust_document(throughput: float = 50_000.0, p99: float = 80.0, *, passed: bool = True,
-                    windows: list[dict[str, float]] | None = None) -> dict[str, Any]:
-    measured = {"requests": 250, "failures": 0, "samples": 256_000, "duration_s": 5.0,
-                "avg_ms": 40.0, "p50_ms": 32.0, "p95_ms": 73.0, "p99_ms": p99,
-                "throughput": throughput, "request_rate": 50.0, "fail_ratio": 0.0}
+def locust_document(
+    throughput: float = 50_000.0,
+    p99: float = 80.0,
+    *,
+    passed: bool = True,
+    windows: list[dict[str, float]] | None = None,
+) -> dict[str, Any]:
+    measured = {
+        "requests": 250,
+        "failures": 0,
+        "samples": 256_000,
+        "duration_s": 5.0,
+        "avg_ms": 40.0,
+        "p50_ms": 32.0,
+        "p95_ms": 73.0,
+        "p99_ms": p99,
+        "throughput": throughput,
+        "request_rate": 50.0,
+        "fail_ratio": 0.0,
+    }
     doc: dict[str, Any] = {
-        "host": "http://127.0.0.1:1", "passed": passed, "exit_code": 0 if passed else 1,
-        "checks": [{"name": "perf_throughput", "unit": "samples/s", "kind": "min",
-                    "limit": 10_000, "measured": throughput, "passed": passed, "note": ""}],
+        "host": "http://127.0.0.1:1",
+        "passed": passed,
+        "exit_code": 0 if passed else 1,
+        "checks": [
+            {
+                "name": "perf_throughput",
+                "unit": "samples/s",
+                "kind": "min",
+                "limit": 10_000,
+                "measured": throughput,
+                "passed": passed,
+                "note": "",
+            }
+        ],
         "measured": measured,
-        "server": [{"model": "dlrm_onnx", "inference_count": 256_000, "execution_count": 200,
-                    "success_count": 250, "avg_batch_size": 1280.0}],
-        "warnings": []}
+        "server": [
+            {
+                "model": "dlrm_onnx",
+                "inference_count": 256_000,
+                "execution_count": 200,
+                "success_count": 250,
+                "avg_batch_size": 1280.0,
+            }
+        ],
+        "warnings": [],
+    }
     if windows is not None:
         doc["windows"] = windows
     return doc
@@ -122,16 +186,34 @@ def locust_document(throughput: float = 50_000.0, p99: float = 80.0, *, passed: 
 
 def perf_document() -> dict[str, Any]:
     def point(concurrency: int, throughput: float, p99: float) -> dict[str, Any]:
-        return {"batch_size": 64, "concurrency": concurrency, "duration_s": 5.0,
-                "requests": 100, "failures": 0, "avg_ms": p99 / 2, "p50_ms": p99 / 2,
-                "p90_ms": p99, "p95_ms": p99, "p99_ms": p99, "throughput": throughput,
-                "server_avg_batch": 64.0}
+        return {
+            "batch_size": 64,
+            "concurrency": concurrency,
+            "duration_s": 5.0,
+            "requests": 100,
+            "failures": 0,
+            "avg_ms": p99 / 2,
+            "p50_ms": p99 / 2,
+            "p90_ms": p99,
+            "p95_ms": p99,
+            "p99_ms": p99,
+            "throughput": throughput,
+            "server_avg_batch": 64.0,
+        }
 
-    return {"model": "mnist_onnx", "unit": "img/s",
-            "points": [point(1, 1000.0, 5.0), point(2, 1800.0, 9.0)],
-            "verdict": {"targets": {"perf_latency_p99": 8.0}, "passed": True, "points": [
+    return {
+        "model": "mnist_onnx",
+        "unit": "img/s",
+        "points": [point(1, 1000.0, 5.0), point(2, 1800.0, 9.0)],
+        "verdict": {
+            "targets": {"perf_latency_p99": 8.0},
+            "passed": True,
+            "points": [
                 {"batch_size": 64, "concurrency": 1, "passed": True},
-                {"batch_size": 64, "concurrency": 2, "passed": False}]}}
+                {"batch_size": 64, "concurrency": 2, "passed": False},
+            ],
+        },
+    }
 
 
 def test_locust_and_triton_perf_files_become_runs(tmp_path: Path) -> None:
@@ -148,16 +230,19 @@ def test_locust_and_triton_perf_files_become_runs(tmp_path: Path) -> None:
     assert dlrm["points"][0]["p50_ms"] == 32.0
     mnist = by_name["mnist"]
     assert mnist["kind"] == "triton-perf" and mnist["passed"] is True
-    assert [p["key"] for p in mnist["points"]] == ["mnist batch 64 concurrency 1",
-                                                    "mnist batch 64 concurrency 2"]
+    assert [p["key"] for p in mnist["points"]] == [
+        "mnist batch 64 concurrency 1",
+        "mnist batch 64 concurrency 2",
+    ]
     assert [p["passed"] for p in mnist["points"]] == [True, False]
     (problem,) = problems
     assert problem.startswith("load-broken.json: cannot be read as a load result")
 
 
 def test_a_point_is_the_median_of_its_windows() -> None:
-    windows = [{"throughput": t, "p99_ms": p} for t, p in ((100.0, 9.0), (10.0, 90.0),
-                                                            (110.0, 11.0))]
+    windows = [
+        {"throughput": t, "p99_ms": p} for t, p in ((100.0, 9.0), (10.0, 90.0), (110.0, 11.0))
+    ]
     run = load_run("x", "load-x.json", locust_document(throughput=73.0, windows=windows))
     point = run["points"][0]
     assert figure(point, "throughput") == 100.0 and point["throughput"] == 100.0
@@ -166,22 +251,32 @@ def test_a_point_is_the_median_of_its_windows() -> None:
 
 
 # -- baselines ------------------------------------------------------------------------------------
-def gate_document(throughput: float = 50_000.0, p99: float = 80.0, headroom: float = 0.05,
-                  windows: list[dict[str, float]] | None = None) -> dict[str, Any]:
+def gate_document(
+    throughput: float = 50_000.0,
+    p99: float = 80.0,
+    headroom: float = 0.05,
+    windows: list[dict[str, float]] | None = None,
+) -> dict[str, Any]:
     collected = gd.Collected(parity=[record("m-onnx-hosted", "http", [output("y", headroom)])])
-    run = load_run("dlrm", "load-dlrm.json",
-                   locust_document(throughput, p99, windows=windows))
-    doc = gd.build(collected, environment={"python": "3", "platform": "p", "packages": {}},
-                   load_runs=[run], problems=[], exit_status=0, duration_s=1.0, junit=None)
+    run = load_run("dlrm", "load-dlrm.json", locust_document(throughput, p99, windows=windows))
+    doc = gd.build_document(
+        collected,
+        environment={"python": "3", "platform": "p", "packages": {}},
+        load_runs=[run],
+        problems=[],
+        exit_status=0,
+        duration_s=1.0,
+        junit=None,
+    )
     return gd.decide(doc)
 
 
 def test_same_figures_pass_and_a_faster_baseline_names_the_throughput_drop() -> None:
     now = gate_document()
-    assert gb.compare(now, now, gb.Limits(), "b.json")["regressions"] == []
+    assert gb.compare_with_baseline(now, now, gb.Limits(), "b.json")["regressions"] == []
     faster = copy.deepcopy(now)
     faster["load"][0]["points"][0]["throughput"] *= 1.5
-    result = gb.compare(now, faster, gb.Limits(), "b.json")
+    result = gb.compare_with_baseline(now, faster, gb.Limits(), "b.json")
     (regression,) = result["regressions"]
     assert regression.startswith("dlrm: throughput down 33.3% (75,000 -> 50,000; limit 10%)")
 
@@ -189,20 +284,26 @@ def test_same_figures_pass_and_a_faster_baseline_names_the_throughput_drop() -> 
 def test_p99_rise_and_headroom_limits() -> None:
     then = gate_document(p99=80.0)
     now = gate_document(p99=100.0, headroom=0.9)
-    regressions = gb.compare(now, then, gb.Limits(), "b.json")["regressions"]
+    regressions = gb.compare_with_baseline(now, then, gb.Limits(), "b.json")["regressions"]
     assert any("p99 latency (ms) up 25.0%" in r for r in regressions), regressions
-    assert any("parity used 90.0% of its tolerance allowance (limit 80%, baseline 5.0%)" in r
-               for r in regressions), regressions
+    assert any(
+        "parity used 90.0% of its tolerance allowance (limit 80%, baseline 5.0%)" in r
+        for r in regressions
+    ), regressions
     relaxed = gb.Limits(p99_rise_pct=30, headroom_pct=95)
-    assert gb.compare(now, then, relaxed, "b.json")["regressions"] == []
+    assert gb.compare_with_baseline(now, then, relaxed, "b.json")["regressions"] == []
 
 
 def test_one_slow_window_cannot_fail_a_run_measured_in_several() -> None:
     steady = [{"throughput": 100.0, "p99_ms": 10.0}] * 3
-    one_slow = [{"throughput": 100.0, "p99_ms": 10.0}, {"throughput": 20.0, "p99_ms": 90.0},
-                {"throughput": 99.0, "p99_ms": 10.5}]
-    result = gb.compare(gate_document(windows=one_slow), gate_document(windows=steady),
-                        gb.Limits(), "b.json")
+    one_slow = [
+        {"throughput": 100.0, "p99_ms": 10.0},
+        {"throughput": 20.0, "p99_ms": 90.0},
+        {"throughput": 99.0, "p99_ms": 10.5},
+    ]
+    result = gb.compare_with_baseline(
+        gate_document(windows=one_slow), gate_document(windows=steady), gb.Limits(), "b.json"
+    )
     assert result["regressions"] == []
     assert {c["windows"] for c in result["comparisons"] if c["kind"] == "load"} == {3}
 
@@ -212,18 +313,22 @@ def test_what_the_baseline_had_and_this_run_did_not_is_listed() -> None:
     then = copy.deepcopy(now)
     then["load"][0]["points"][0]["key"] = "bert"
     then["parity"][0]["protocol"] = "grpc"
-    result = gb.compare(now, then, gb.Limits(), "b.json")
+    result = gb.compare_with_baseline(now, then, gb.Limits(), "b.json")
     assert result["not_measured"] == ["load bert", "parity m-onnx-hosted grpc none"]
     assert result["regressions"] == []
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "does not exist"),
-    ("{oops", "is not readable JSON"),
-    ('{"schema": "something-else"}', "is not a pytest-triton gate report"),
-])
-def test_unusable_baselines_say_how_to_make_one(tmp_path: Path, content: str | None,
-                                                message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "does not exist"),
+        ("{oops", "is not readable JSON"),
+        ('{"schema": "something-else"}', "is not a pytest-triton gate report"),
+    ],
+)
+def test_unusable_baselines_say_how_to_make_one(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
     path = tmp_path / "baseline.json"
     if content is not None:
         path.write_text(content)
@@ -236,7 +341,8 @@ def test_a_saved_baseline_reads_back(tmp_path: Path) -> None:
     doc = gate_document()
     save_baseline(doc, tmp_path / "b" / "baseline.json")
     assert gb.read_baseline(tmp_path / "b" / "baseline.json")["load"] == json.loads(
-        json.dumps(doc["load"]))
+        json.dumps(doc["load"])
+    )
 
 
 # -- verdict, markdown, plots ---------------------------------------------------------------------
@@ -249,32 +355,44 @@ def test_verdict_names_every_reason() -> None:
     doc["session"]["exit_status"] = 5
     reasons = gd.decide(doc)["verdict"]["reasons"]
     assert not doc["verdict"]["passed"]
-    assert reasons == ["1 test(s) failed: t::a", "pytest ended with exit status 5 (no tests ran)",
-                       "load run dlrm failed its targets: perf_latency_p99 (ms) measured 90, "
-                       "target <= 50", "load result unreadable: load-x.json: cannot be read"]
+    assert reasons == [
+        "1 test(s) failed: t::a",
+        "pytest ended with exit status 5 (no tests ran)",
+        "load run dlrm failed its targets: perf_latency_p99 (ms) measured 90, target <= 50",
+        "load result unreadable: load-x.json: cannot be read",
+    ]
 
 
 def test_report_files_markdown_and_plots(tmp_path: Path) -> None:
     doc = gate_document()
     doc["load"].append(load_run("mnist", "load-mnist.json", perf_document()))
-    doc["baseline"] = gb.compare(doc, doc, gb.Limits(), "main.json")
+    doc["baseline"] = gb.compare_with_baseline(doc, doc, gb.Limits(), "main.json")
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
-    written = write_report(doc, tmp_path / "out", headroom_limit_pct=80,
-                           step_summary=str(summary))
-    assert [p.name for p in written] == ["report.json", "report.md", "parity-headroom.png",
-                                         "load-latency.png"]
+    written = write_report(doc, tmp_path / "out", headroom_limit_pct=80, step_summary=str(summary))
+    assert [p.name for p in written] == [
+        "report.json",
+        "report.md",
+        "parity-headroom.png",
+        "load-latency.png",
+    ]
     for png in written[2:]:
         assert png.read_bytes().startswith(PNG) and png.stat().st_size > 5000
     stored = json.loads((tmp_path / "out" / REPORT_JSON).read_text())
     assert stored["plots"] == ["parity-headroom.png", "load-latency.png"]
     markdown = (tmp_path / "out" / "report.md").read_text()
-    for part in ("# Release gate: PASS", "## Parity: served vs PyTorch",
-                 "| m-onnx-hosted | http | none | 1 | y (FP32) |", "5.00%",
-                 "![parity headroom per variant](parity-headroom.png)", "## Load",
-                 "| dlrm | locust | dlrm_onnx | 50,000 | 32 | 73 | 80 | 250 (0) | 1 | PASS |",
-                 "mnist batch 64 concurrency 2", "## Baseline: main.json",
-                 "![latency vs throughput](load-latency.png)"):
+    for part in (
+        "# Release gate: PASS",
+        "## Parity: served vs PyTorch",
+        "| m-onnx-hosted | http | none | 1 | y (FP32) |",
+        "5.00%",
+        "![parity headroom per variant](parity-headroom.png)",
+        "## Load",
+        "| dlrm | locust | dlrm_onnx | 50,000 | 32 | 73 | 80 | 250 (0) | 1 | PASS |",
+        "mnist batch 64 concurrency 2",
+        "## Baseline: main.json",
+        "![latency vs throughput](load-latency.png)",
+    ):
         assert part in markdown, part
     step = summary.read_text()
     assert step.startswith("earlier step\n# Release gate: PASS") and "![" not in step
@@ -283,8 +401,9 @@ def test_report_files_markdown_and_plots(tmp_path: Path) -> None:
 def test_markdown_of_a_failed_gate_lists_failures_and_skips() -> None:
     doc = gate_document()
     doc["failed"] = [{"test": "t::bad", "message": "parity FAILED: model 'm'"}]
-    doc["skipped"] = gd.skipped([gd.Outcome(f"t::s{i}", "skipped", "needs a GPU")
-                                 for i in range(5)])
+    doc["skipped"] = gd.skipped(
+        [gd.Outcome(f"t::s{i}", "skipped", "needs a GPU") for i in range(5)]
+    )
     text = render(gd.decide(doc))
     assert text.startswith("# Release gate: FAIL\n\n- 1 test(s) failed: t::bad\n")
     assert "| t::bad | parity FAILED: model 'm' |" in text
@@ -292,12 +411,15 @@ def test_markdown_of_a_failed_gate_lists_failures_and_skips() -> None:
 
 
 def test_baseline_limits_are_settings_with_checked_values() -> None:
-    from pytest_triton.config import from_mapping, resolve
-    from pytest_triton.errors import ConfigError
+    from pytest_triton.base.config import from_mapping, resolve
+    from pytest_triton.base.errors import ConfigError
 
     config = resolve()
-    assert (config.baseline_throughput_drop, config.baseline_p99_rise,
-            config.baseline_headroom) == (10.0, 20.0, 80.0)
+    assert (
+        config.baseline_throughput_drop,
+        config.baseline_p99_rise,
+        config.baseline_headroom,
+    ) == (10.0, 20.0, 80.0)
     with pytest.raises(ConfigError, match="expected a number >= 0, got '-5'"):
         resolve(from_mapping({"baseline_throughput_drop": "-5"}, "ini"))
 
@@ -306,24 +428,45 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
     """triton-perf's own --json (write_reports + sweep_verdict) as the report reads it."""
     import argparse
 
-    from pytest_triton.config import from_mapping, resolve
-    from pytest_triton.load import perf
-    from pytest_triton.load.sweep_report import sweep_verdict, write_reports
+    from pytest_triton.base.config import from_mapping, resolve
+    from pytest_triton.load.sweep import points as perf
+    from pytest_triton.load.sweep.report import sweep_verdict, write_reports
 
-    points = [perf.Point(batch_size=8, concurrency=c, duration_s=2.0, requests=100,
-                         failures=0, avg_ms=5.0 * c, p50_ms=5.0 * c, p90_ms=9.0 * c,
-                         p95_ms=9.5 * c, p99_ms=10.0 * c) for c in (1, 2, 4)]
+    points = [
+        perf.Point(
+            batch_size=8,
+            concurrency=c,
+            duration_s=2.0,
+            requests=100,
+            failures=0,
+            avg_ms=5.0 * c,
+            p50_ms=5.0 * c,
+            p90_ms=9.0 * c,
+            p95_ms=9.5 * c,
+            p99_ms=10.0 * c,
+        )
+        for c in (1, 2, 4)
+    ]
     config = resolve(from_mapping({"perf_latency_p99": 25.0}, "test"))
     verdict = sweep_verdict(points, config)
     assert verdict is not None and verdict["passed"]
-    args = argparse.Namespace(latency_bound=None, percentile=99, csv=None, markdown=None,
-                              plot=None, json=tmp_path / "load-sweep.json")
+    args = argparse.Namespace(
+        latency_bound=None,
+        percentile=99,
+        csv=None,
+        markdown=None,
+        plot=None,
+        json=tmp_path / "load-sweep.json",
+    )
     write_reports(points, args, "rec/s", "dlrm_onnx", verdict)
     (run,), problems = read_load_files(tmp_path)
     assert problems == [] and run["kind"] == "triton-perf" and run["passed"] is True
     assert run["targets"] == {"perf_latency_p99": 25.0, "perf_fail_ratio": 0.0}
     assert [(p["concurrency"], p["passed"], p["throughput"]) for p in run["points"]] == [
-        (1, True, 400.0), (2, True, 400.0), (4, False, 400.0)]
+        (1, True, 400.0),
+        (2, True, 400.0),
+        (4, False, 400.0),
+    ]
     assert sweep_verdict(points, resolve()) is None  # no targets, no verdict
 
 
@@ -333,5 +476,5 @@ def test_a_baseline_edited_by_hand_compares_as_edited() -> None:
     now = gate_document(windows=windows)
     then = copy.deepcopy(now)
     then["load"][0]["points"][0]["throughput"] = 150.0  # windows left as measured
-    (regression,) = gb.compare(now, then, gb.Limits(), "b.json")["regressions"]
+    (regression,) = gb.compare_with_baseline(now, then, gb.Limits(), "b.json")["regressions"]
     assert regression == "dlrm: throughput down 33.3% (150 -> 100; limit 10%)"

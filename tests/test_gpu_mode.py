@@ -16,32 +16,43 @@ import pytest
 import torch
 
 from pytest_triton import ConfigError, InstanceGroup, Repository
-from pytest_triton.config import resolve
-from pytest_triton.launchers import gpu
-from pytest_triton.launchers.container import ContainerSettings
-from pytest_triton.launchers.docker_engine import docker_sdk_problem
-from pytest_triton.launchers.hosted_env import (
+from pytest_triton.base.config import resolve
+from pytest_triton.base.server_offer import ServerTarget
+from pytest_triton.parity.compare import (
+    DEFAULT_TOLERANCES,
+    TOLERANCES,
+    compare_outputs,
+    tolerance_for,
+)
+from pytest_triton.repository import hosted_model, pbtxt
+from pytest_triton.repository.reference import NativeModel, ieee_fp32
+from pytest_triton.repository.variants import DEFAULT_GPU_WARMUP, plan_variants
+from pytest_triton.repository.warmup import WARMUP_DIR, batch_sizes
+from pytest_triton.server import gpu
+from pytest_triton.server.choice import launcher_name
+from pytest_triton.server.container import ContainerSettings
+from pytest_triton.server.docker_engine import docker_sdk_problem
+from pytest_triton.server.hosted_env import (
     NO_CUDA_PROVIDER,
     onnx_cuda_problem,
     stub_numpy_problem,
 )
-from pytest_triton.launchers.local import LocalLauncher, find_installation, server_environment
-from pytest_triton.launchers.select import launcher_name
-from pytest_triton.parity import DEFAULT_TOLERANCES, TOLERANCES, compare, tolerance_for
-from pytest_triton.reference import NativeModel, ieee_fp32
-from pytest_triton.repository import hosted_model, pbtxt
-from pytest_triton.repository.variants import DEFAULT_GPU_WARMUP, plan_variants
-from pytest_triton.repository.warmup import WARMUP_DIR, batch_sizes
-from pytest_triton.target import ServerTarget
+from pytest_triton.server.local import LocalLauncher, find_installation, server_environment
 from tests.tiny_models import Scorer, scorer_spec
 
 # This machine's real conditions; on a GPU machine the tests that need them skip, saying so.
-NO_GPU = pytest.mark.skipif(gpu.visible_gpus().count > 0, reason="this machine has a GPU: the "
-                            "no-GPU path is tested on CPU machines")
-CPU_TORCH = pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees CUDA here: the "
-                               "CPU-only torch path is tested on CPU machines")
-CPU_ORT = pytest.mark.skipif(onnx_cuda_problem() is None, reason="onnxruntime has its CUDA "
-                             "provider here: the missing-provider path is tested elsewhere")
+NO_GPU = pytest.mark.skipif(
+    gpu.visible_gpus().count > 0,
+    reason="this machine has a GPU: the no-GPU path is tested on CPU machines",
+)
+CPU_TORCH = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="torch sees CUDA here: the CPU-only torch path is tested on CPU machines",
+)
+CPU_ORT = pytest.mark.skipif(
+    onnx_cuda_problem() is None,
+    reason="onnxruntime has its CUDA provider here: the missing-provider path is tested elsewhere",
+)
 
 SEEN = gpu.GpuVisibility(2, "test: 2 GPUs")
 NONE = gpu.GpuVisibility(0, "test: no driver")
@@ -49,15 +60,20 @@ GPU_TARGET = ServerTarget(frozenset({"python"}), "KIND_GPU", onnx_gpu_problem=NO
 
 
 # -- which launcher runs a GPU server ------------------------------------------------------
-@pytest.mark.parametrize(("gpus", "docker", "expected"), [
-    pytest.param(SEEN, None, "container", id="gpu+docker-nvidia"),
-    pytest.param(SEEN, "Docker has no nvidia runtime", "local", id="gpu+docker-without-runtime"),
-    pytest.param(SEEN, "no Docker engine answers", "local", id="gpu+no-engine"),
-    pytest.param(SEEN, "the Docker SDK is not installed", "local", id="gpu+no-sdk"),
-])
-def test_auto_prefers_the_container_then_a_local_server(gpus: gpu.GpuVisibility,
-                                                        docker: str | None,
-                                                        expected: str) -> None:
+@pytest.mark.parametrize(
+    ("gpus", "docker", "expected"),
+    [
+        pytest.param(SEEN, None, "container", id="gpu+docker-nvidia"),
+        pytest.param(
+            SEEN, "Docker has no nvidia runtime", "local", id="gpu+docker-without-runtime"
+        ),
+        pytest.param(SEEN, "no Docker engine answers", "local", id="gpu+no-engine"),
+        pytest.param(SEEN, "the Docker SDK is not installed", "local", id="gpu+no-sdk"),
+    ],
+)
+def test_auto_prefers_the_container_then_a_local_server(
+    gpus: gpu.GpuVisibility, docker: str | None, expected: str
+) -> None:
     assert gpu.choose_launcher(gpus, docker) == expected
 
 
@@ -65,8 +81,9 @@ def test_auto_prefers_the_container_then_a_local_server(gpus: gpu.GpuVisibility,
 def test_auto_without_a_gpu_names_the_gpu_not_docker(docker: str | None) -> None:
     with pytest.raises(ConfigError) as info:
         gpu.choose_launcher(NONE, docker)
-    assert "--triton-gpu needs an NVIDIA GPU, and none is visible here (test: no driver)" \
-        in str(info.value)
+    assert "--triton-gpu needs an NVIDIA GPU, and none is visible here (test: no driver)" in str(
+        info.value
+    )
     assert "Docker" not in str(info.value)
 
 
@@ -78,7 +95,8 @@ def test_this_machine_sees_no_gpu() -> None:
 
 
 def test_gpu_visibility_from_driver_entries_device_nodes_and_cuda_visible_devices(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     proc, dev = tmp_path / "gpus", tmp_path / "dev"
     proc.mkdir()
     dev.mkdir()
@@ -87,7 +105,8 @@ def test_gpu_visibility_from_driver_entries_device_nodes_and_cuda_visible_device
     for node in ("nvidia0", "nvidia1"):
         (dev / node).touch()
     assert gpu.visible_gpus({}, proc, dev) == gpu.GpuVisibility(
-        2, f"{dev}/nvidia* has 2 device node(s)")
+        2, f"{dev}/nvidia* has 2 device node(s)"
+    )
     for bus in ("0000:3b:00.0", "0000:5e:00.0", "0000:86:00.0"):
         (proc / bus).mkdir()
     assert gpu.visible_gpus({}, proc, dev).count == 3
@@ -99,8 +118,11 @@ def test_gpu_visibility_from_driver_entries_device_nodes_and_cuda_visible_device
 def test_gpu_ordinals_that_do_not_exist_are_named() -> None:
     gpu.check_gpu_ordinals("all", SEEN)
     gpu.check_gpu_ordinals("0,1", SEEN)
-    with pytest.raises(ConfigError, match=r"--triton-gpus 1,3: GPU\(s\) \[3\] do not exist; "
-                                          r"this machine has 2 \(0..1; test: 2 GPUs\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--triton-gpus 1,3: GPU\(s\) \[3\] do not exist; "
+        r"this machine has 2 \(0..1; test: 2 GPUs\)",
+    ):
         gpu.check_gpu_ordinals("1,3", SEEN)
 
 
@@ -115,8 +137,10 @@ def test_auto_and_local_preflight_name_the_missing_gpu() -> None:
 @NO_GPU
 def test_container_preflight_names_what_docker_lacks() -> None:
     problem = gpu.docker_gpu_problem()
-    assert problem is not None and any(text in problem for text in (
-        "Docker has no nvidia runtime", "no Docker engine answers", "the Docker SDK")), problem
+    assert problem is not None and any(
+        text in problem
+        for text in ("Docker has no nvidia runtime", "no Docker engine answers", "the Docker SDK")
+    ), problem
     with pytest.raises(ConfigError) as info:
         launcher_name(resolve(gpu=True, launcher="container"))
     assert str(info.value) == problem
@@ -124,8 +148,11 @@ def test_container_preflight_names_what_docker_lacks() -> None:
 
 @CPU_TORCH
 def test_external_preflight_checks_the_references_cuda() -> None:
-    with pytest.raises(ConfigError, match=r"torch .*\(a CPU-only build\) sees no CUDA device: "
-                                          "install a CUDA build of torch"):
+    with pytest.raises(
+        ConfigError,
+        match=r"torch .*\(a CPU-only build\) sees no CUDA device: "
+        "install a CUDA build of torch",
+    ):
         launcher_name(resolve(gpu=True, url="http://127.0.0.1:8000"))
 
 
@@ -139,8 +166,9 @@ def test_a_docker_folder_is_not_taken_for_the_docker_sdk(tmp_path: Path) -> None
     assert problem is not None
     assert f"not the Docker SDK but the folder {tmp_path / 'docker'}" in problem
     assert "pip install 'pytest-triton[container]'" in problem
-    assert docker_sdk_problem(None) == ("the Docker SDK is not installed: pip install "
-                                        "'pytest-triton[container]'")
+    assert docker_sdk_problem(None) == (
+        "the Docker SDK is not installed: pip install 'pytest-triton[container]'"
+    )
     import docker
 
     assert docker_sdk_problem(docker) is None
@@ -174,27 +202,35 @@ def test_this_onnxruntime_has_no_cuda_provider() -> None:
 def test_hosted_onnx_is_not_offered_on_a_gpu_without_the_cuda_provider() -> None:
     target = LocalLauncher(gpus="all").target()
     assert target.gpu and target.onnx_gpu_problem == NO_CUDA_PROVIDER
-    plan = plan_variants([scorer_spec()], ("torchscript-script", "torchscript-trace", "onnx"),
-                         target)
-    assert [v.id for v in plan.variants] == ["scorer-torchscript-script-hosted-gpu",
-                                             "scorer-torchscript-trace-hosted-gpu"]
+    plan = plan_variants(
+        [scorer_spec()], ("torchscript-script", "torchscript-trace", "onnx"), target
+    )
+    assert [v.id for v in plan.variants] == [
+        "scorer-torchscript-script-hosted-gpu",
+        "scorer-torchscript-trace-hosted-gpu",
+    ]
     assert [(u.id, u.reason) for u in plan.unavailable] == [
-        ("scorer-onnx-gpu", "onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")]
+        ("scorer-onnx-gpu", "onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
+    ]
     # a spec that asks for CPU instances keeps its ONNX variant, on the CPU, id unchanged
     cpu_spec = scorer_spec(instance_group=InstanceGroup(kind="KIND_CPU"))
     assert [v.id for v in plan_variants([cpu_spec], ("onnx",), target).variants] == [
-        "scorer-onnx-hosted"]
+        "scorer-onnx-hosted"
+    ]
 
 
 def test_a_local_gpu_server_without_tensorrt_says_where_to_get_it() -> None:
-    plan = plan_variants([scorer_spec()], ("tensorrt", "onnx-trt"),
-                         LocalLauncher(gpus="0").target())
+    plan = plan_variants(
+        [scorer_spec()], ("tensorrt", "onnx-trt"), LocalLauncher(gpus="0").target()
+    )
     reasons = {u.id: u.reason for u in plan.unavailable}
     assert reasons["scorer-tensorrt-gpu"].endswith(
         "has no tensorrt backend: run inside an NGC image with --triton-executable "
-        "/opt/tritonserver/bin/tritonserver, or use --triton-launcher container")
+        "/opt/tritonserver/bin/tritonserver, or use --triton-launcher container"
+    )
     assert reasons["scorer-onnx-trt-gpu"].endswith(
-        "onnxruntime backend, which this one lacks (an NGC image has it)")
+        "onnxruntime backend, which this one lacks (an NGC image has it)"
+    )
 
 
 def test_cpu_ids_are_unchanged() -> None:
@@ -209,8 +245,9 @@ def test_hosted_model_refuses_a_gpu_it_cannot_use() -> None:
     assert hosted_model.device_problem("onnx", False, 0) is None
     assert hosted_model.device_problem("torchscript", False, 0) is None
     onnx = hosted_model.device_problem("onnx", True, 0)
-    assert onnx is not None and onnx.startswith(f"KIND_GPU instance on GPU 0, but the stub's "
-                                                f"Python ({sys.prefix}) has onnxruntime")
+    assert onnx is not None and onnx.startswith(
+        f"KIND_GPU instance on GPU 0, but the stub's Python ({sys.prefix}) has onnxruntime"
+    )
     assert onnx.endswith("onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
     ts = hosted_model.device_problem("torchscript", True, 1)
     assert ts is not None and f"has torch {torch.__version__}, which sees no CUDA device" in ts
@@ -242,10 +279,11 @@ def test_every_widened_tolerance_says_why_and_what_was_measured() -> None:
 
 def test_an_empty_served_output_is_named_as_such() -> None:
     native = {"logits": np.ones((3, 10), np.float32)}
-    report = compare(native, {"logits": np.empty(0, np.float32)})
+    report = compare_outputs(native, {"logits": np.empty(0, np.float32)})
     assert not report.ok
     assert report.diffs[0].problem.startswith(
-        "served output is EMPTY (0 elements) where PyTorch's has 30 (shape (3, 10))")
+        "served output is EMPTY (0 elements) where PyTorch's has 30 (shape (3, 10))"
+    )
     assert "numpy >= 2" in report.describe()
 
 
@@ -258,43 +296,62 @@ def test_numerics_settings_reach_both_server_kinds() -> None:
     assert "NVIDIA_TF32_OVERRIDE" not in production
     assert production["CUDA_VISIBLE_DEVICES"] == "0,1,2"  # all: what this process may use
     assert ContainerSettings.from_config(resolve(gpu=True)).environment == {
-        "NVIDIA_TF32_OVERRIDE": "0"}
-    assert ContainerSettings.from_config(resolve(gpu=True, numerics="production")
-                                         ).environment == {}
+        "NVIDIA_TF32_OVERRIDE": "0"
+    }
+    assert ContainerSettings.from_config(resolve(gpu=True, numerics="production")).environment == {}
 
 
 def test_gpu_settings_parse_and_no_longer_force_a_container() -> None:
-    config = resolve(gpu=True, gpus=" 1, 0 ", numerics="production", warmup="2",
-                     precisions="fp16,fp32")
-    assert (config.launcher, config.gpus, config.numerics, config.warmup, config.precisions) \
-        == ("auto", "1,0", "production", 2, ("fp16", "fp32"))
+    config = resolve(
+        gpu=True, gpus=" 1, 0 ", numerics="production", warmup="2", precisions="fp16,fp32"
+    )
+    assert (config.launcher, config.gpus, config.numerics, config.warmup, config.precisions) == (
+        "auto",
+        "1,0",
+        "production",
+        2,
+        ("fp16", "fp32"),
+    )
     assert resolve(gpu=True, launcher="local").launcher == "local"
     assert resolve().launcher == "local" and resolve().warmup is None
-    for bad, message in ((dict(gpus="first"), "expected all or a comma list of GPU ordinals"),
-                         (dict(numerics="fast"), "'fast' is not one of strict, production"),
-                         (dict(warmup="-1"), "expected an integer >= 0"),
-                         (dict(precisions="int8"), "unknown precision(s) ['int8']")):
-        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
-                           .replace("[", r"\[").replace("]", r"\]")):
+    for bad, message in (
+        (dict(gpus="first"), "expected all or a comma list of GPU ordinals"),
+        (dict(numerics="fast"), "'fast' is not one of strict, production"),
+        (dict(warmup="-1"), "expected an integer >= 0"),
+        (dict(precisions="int8"), "unknown precision(s) ['int8']"),
+    ):
+        with pytest.raises(
+            ConfigError,
+            match=message.replace("(", r"\(")
+            .replace(")", r"\)")
+            .replace("[", r"\[")
+            .replace("]", r"\]"),
+        ):
             resolve(**bad)
 
 
 def test_precisions_setting_adds_fp16_variants() -> None:
-    plan = plan_variants([scorer_spec()], ("onnx", "torchscript-trace"), ServerTarget(),
-                         precisions=("fp32", "fp16"))
+    plan = plan_variants(
+        [scorer_spec()], ("onnx", "torchscript-trace"), ServerTarget(), precisions=("fp32", "fp16")
+    )
     assert [v.id for v in plan.variants] == [
-        "scorer-onnx-hosted", "scorer-onnx-fp16-hosted", "scorer-torchscript-trace-hosted",
-        "scorer-torchscript-trace-fp16-hosted"]
+        "scorer-onnx-hosted",
+        "scorer-onnx-fp16-hosted",
+        "scorer-torchscript-trace-hosted",
+        "scorer-torchscript-trace-fp16-hosted",
+    ]
     only = plan_variants([scorer_spec(fp16=True)], ("onnx",), ServerTarget(), precisions=["fp32"])
     assert [v.id for v in only.variants] == ["scorer-onnx-hosted"]
 
 
 # -- warm-up --------------------------------------------------------------------------------
 def test_warmup_defaults_on_for_gpu_servers_only() -> None:
-    def runs(target: ServerTarget, spec_warmup: int | None = None,
-             setting: int | None = None) -> int:
-        (variant,) = plan_variants([scorer_spec(warmup=spec_warmup)], ("onnx",), target,
-                                   warmup=setting).variants
+    def runs(
+        target: ServerTarget, spec_warmup: int | None = None, setting: int | None = None
+    ) -> int:
+        (variant,) = plan_variants(
+            [scorer_spec(warmup=spec_warmup)], ("onnx",), target, warmup=setting
+        ).variants
         return variant.warmup
 
     cpu, gpu_target = ServerTarget(), ServerTarget(instance_kind="KIND_GPU")
@@ -309,10 +366,15 @@ def test_warmup_config_and_sample_files(tmp_path: Path) -> None:
     assert batch_sizes(fp32.spec) == (1, 4)
     config = repo.config(fp32)
     assert [(w.name, w.batch_size, w.count) for w in config.model_warmup] == [
-        ("scorer_sample_batch_1", 1, 3), ("scorer_sample_batch_4", 4, 3)]
+        ("scorer_sample_batch_1", 1, 3),
+        ("scorer_sample_batch_4", 4, 3),
+    ]
     inputs = config.model_warmup[0].inputs
     assert (inputs["x"].data_type, list(inputs["x"].dims), inputs["x"].input_data_file) == (
-        pbtxt.mc.TYPE_FP32, [4], "x")
+        pbtxt.mc.TYPE_FP32,
+        [4],
+        "x",
+    )
     assert (inputs["idx"].data_type, list(inputs["idx"].dims)) == (pbtxt.mc.TYPE_INT64, [2])
     assert "model_warmup {" in pbtxt.to_text(config)
     row = scorer_spec().make_inputs(1, seed=0)
@@ -338,8 +400,10 @@ def test_no_warmup_no_files(tmp_path: Path) -> None:
 
 # -- the reference --------------------------------------------------------------------------
 def _state(module: torch.nn.Module) -> list[tuple[str, torch.device, torch.dtype, int]]:
-    return [(name, t.device, t.dtype, t.data_ptr()) for name, t in
-            [*module.named_parameters(), *module.named_buffers()]]
+    return [
+        (name, t.device, t.dtype, t.data_ptr())
+        for name, t in [*module.named_parameters(), *module.named_buffers()]
+    ]
 
 
 def test_references_never_move_or_cast_the_users_module() -> None:
@@ -376,22 +440,32 @@ class _Flags(torch.nn.Module):
 def _tf32_settings() -> object:
     backends = torch.backends
     if hasattr(backends.cuda.matmul, "fp32_precision"):
-        return (backends.cuda.matmul.fp32_precision, backends.cudnn.conv.fp32_precision,
-                backends.cudnn.rnn.fp32_precision)
+        return (
+            backends.cuda.matmul.fp32_precision,
+            backends.cudnn.conv.fp32_precision,
+            backends.cudnn.rnn.fp32_precision,
+        )
     return (backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32)
 
 
 def test_the_reference_runs_without_tf32_and_restores_the_settings() -> None:
     before = _tf32_settings()
-    spec = scorer_spec(module=_Flags(), inputs=["x"], outputs=["y"],
-                       example_inputs={"x": torch.zeros(2, 4)}, input_factory=None)
+    spec = scorer_spec(
+        module=_Flags(),
+        inputs=["x"],
+        outputs=["y"],
+        example_inputs={"x": torch.zeros(2, 4)},
+        input_factory=None,
+    )
     _Flags.seen.clear()
     NativeModel(spec)({"x": np.zeros((2, 4), np.float32)})
-    strict = ("ieee", "ieee", "ieee") if isinstance(before, tuple) and len(before) == 3 \
+    strict = (
+        ("ieee", "ieee", "ieee")
+        if isinstance(before, tuple) and len(before) == 3
         else (False, False)
+    )
     assert _Flags.seen == [strict]
     assert _tf32_settings() == before
     with ieee_fp32():
         assert _tf32_settings() == strict
     assert _tf32_settings() == before
-

@@ -13,34 +13,46 @@ import numpy as np
 import pytest
 
 from pytest_triton import Repository, TritonClient
-from pytest_triton.config import TritonConfig, resolve
-from pytest_triton.launchers import LocalLauncher, ServerArgs
-from pytest_triton.launchers.base import wait_until_ready
-from pytest_triton.launchers.hosted_env import stub_numpy_problem
-from pytest_triton.launchers.local import LocalServer, server_environment
-from pytest_triton.parity import compare
-from pytest_triton.session import start_deployment
+from pytest_triton.base.config import TritonConfig, resolve
+from pytest_triton.parity.compare import compare_outputs
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.hosted_env import stub_numpy_problem
+from pytest_triton.server.launcher import wait_until_ready
+from pytest_triton.server.local import LocalServer, server_environment
+from pytest_triton.session.lifecycle import start_deployment
 from tests.raw_models import write_python_model
 from tests.tiny_models import scorer_spec
 
 pytestmark = pytest.mark.triton
 
-EXPECT_ENV = '''
+EXPECT_ENV = """
         import os
         seen = {{k: os.environ.get(k) for k in ("NVIDIA_TF32_OVERRIDE", "CUDA_VISIBLE_DEVICES")}}
         if seen != {expected!r}:
-            raise RuntimeError(f"stub environment {{seen}}")'''
+            raise RuntimeError(f"stub environment {{seen}}")"""
 
 
-@pytest.mark.parametrize(("launcher", "expected"), [
-    pytest.param(dict(gpus="1", numerics="strict"),
-                 {"NVIDIA_TF32_OVERRIDE": "0", "CUDA_VISIBLE_DEVICES": "1"}, id="strict-gpu1"),
-    pytest.param(dict(numerics="production"),
-                 {"NVIDIA_TF32_OVERRIDE": None, "CUDA_VISIBLE_DEVICES": None}, id="production"),
-])
-def test_numerics_and_gpus_reach_the_python_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 launcher: dict[str, str],
-                                                 expected: dict[str, str | None]) -> None:
+@pytest.mark.parametrize(
+    ("launcher", "expected"),
+    [
+        pytest.param(
+            dict(gpus="1", numerics="strict"),
+            {"NVIDIA_TF32_OVERRIDE": "0", "CUDA_VISIBLE_DEVICES": "1"},
+            id="strict-gpu1",
+        ),
+        pytest.param(
+            dict(numerics="production"),
+            {"NVIDIA_TF32_OVERRIDE": None, "CUDA_VISIBLE_DEVICES": None},
+            id="production",
+        ),
+    ],
+)
+def test_numerics_and_gpus_reach_the_python_stub(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    launcher: dict[str, str],
+    expected: dict[str, str | None],
+) -> None:
     """The model loads only if its stub process sees exactly the expected environment."""
     monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "1")  # a user's setting production must drop
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -69,8 +81,9 @@ def test_warmup_runs_before_the_model_serves_and_parity_holds(tmp_path: Path) ->
                 stats = client.statistics(served.name)["model_stats"][0]
                 # batch sizes 1 and 4, three runs each: 6 executions of 15 samples
                 assert (stats["execution_count"], stats["inference_count"]) == (6, 15), stats
-                assert sorted((b["batch_size"], b["compute_infer"]["count"])
-                              for b in stats["batch_stats"]) == [(1, 3), (4, 3)]
+                assert sorted(
+                    (b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]
+                ) == [(1, 3), (4, 3)]
             served.assert_parity(client, batch_size=4)
             served.assert_batched_parity(client, requests=8)
     finally:
@@ -89,8 +102,9 @@ def test_numpy2_stub_answers_empty_outputs_that_parity_names(numpy2_bin: Path) -
     root = Path(tempfile.mkdtemp(prefix="pytest-triton-numpy2-"))
     write_python_model(root, "add_one")
     workdir = Path(tempfile.mkdtemp(prefix=f"pytest-triton-server-{os.getpid()}-"))
-    server = LocalServer(launcher.install, ServerArgs(root, model_control_mode="none"), workdir,
-                         env=env)
+    server = LocalServer(
+        launcher.install, ServerArgs(root, model_control_mode="none"), workdir, env=env
+    )
     try:
         wait_until_ready(server, 60)
         x = np.ones((3, 4), np.float32)
@@ -101,17 +115,20 @@ def test_numpy2_stub_answers_empty_outputs_that_parity_names(numpy2_bin: Path) -
             finally:
                 client.close()
             assert answer["Y"].size == 0, (protocol, answer)
-            report = compare({"Y": x + 1}, answer)
-            assert "served output is EMPTY (0 elements) where PyTorch's has 12 (shape (3, 4))" \
-                in report.describe(), (protocol, report.describe())
+            report = compare_outputs({"Y": x + 1}, answer)
+            assert (
+                "served output is EMPTY (0 elements) where PyTorch's has 12 (shape (3, 4))"
+                in report.describe()
+            ), (protocol, report.describe())
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.gpu
-def test_hosted_torchscript_runs_on_the_gpu_and_matches(triton_config: TritonConfig,
-                                                        tmp_path: Path) -> None:
+def test_hosted_torchscript_runs_on_the_gpu_and_matches(
+    triton_config: TritonConfig, tmp_path: Path
+) -> None:
     """On a GPU (run with --triton-gpu, docs/gpu.md): the variant's id says -gpu, Triton puts
     its instance on a GPU device, and parity holds in the session's numerics, warm."""
     config = triton_config.with_overrides({"server_args": ("--log-info=true",)})

@@ -17,13 +17,18 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from pytest_triton import InferenceError, TritonClient
-from pytest_triton.errors import ServerError
-from pytest_triton.launchers import LocalLauncher, ServerArgs
-from pytest_triton.launchers.base import RunningServer
-from pytest_triton.launchers.local import LocalServer
-from pytest_triton.wire import grpc_h2
-from pytest_triton.wire.grpc_call import GrpcInfer
-from pytest_triton.wire.grpc_h2 import DEFAULT_FRAME, DEFAULT_WINDOW, GrpcConnections, GrpcFrames
+from pytest_triton.base.errors import ServerError
+from pytest_triton.client.wire import grpc_h2
+from pytest_triton.client.wire.grpc_call import GrpcInfer
+from pytest_triton.client.wire.grpc_h2 import (
+    DEFAULT_FRAME,
+    DEFAULT_WINDOW,
+    GrpcConnections,
+    GrpcFrames,
+)
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.launcher import RunningServer
+from pytest_triton.server.local import LocalServer
 from tests.raw_models import (
     write_bytes_model,
     write_python_model,
@@ -75,10 +80,14 @@ def floats(count: int, rows: int = 1) -> dict[str, np.ndarray]:
 CASES = {
     "add_one-b1": ("add_one", lambda: {"X": np.ones((1, 4), np.float32)}),
     "add_one-b8": ("add_one", lambda: {"X": np.arange(32, dtype=np.float32).reshape(8, 4)}),
-    "sum_two-b3": ("sum_two", lambda: {"A": np.ones((3, 4), np.float32),
-                                       "B": np.arange(6, dtype=np.int32).reshape(3, 2)}),
-    "echo_bytes": ("echo_bytes", lambda: {"TEXT": np.array([[b"a", b"\x00bc", b""]],
-                                                            dtype=object)}),
+    "sum_two-b3": (
+        "sum_two",
+        lambda: {"A": np.ones((3, 4), np.float32), "B": np.arange(6, dtype=np.int32).reshape(3, 2)},
+    ),
+    "echo_bytes": (
+        "echo_bytes",
+        lambda: {"TEXT": np.array([[b"a", b"\x00bc", b""]], dtype=object)},
+    ),
     # one DATA frame any peer accepts, just not: the request goes out in several frames
     "identity_var-17KiB": ("identity_var", lambda: floats(DEFAULT_FRAME // 4 + 100)),
     # past the 64 KiB windows both ways (the server's connection window before its update)
@@ -89,8 +98,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_answers_are_the_channels_byte_for_byte(client: TritonClient, channel: GrpcInfer,
-                                                lean: GrpcConnections, case: str) -> None:
+def test_answers_are_the_channels_byte_for_byte(
+    client: TritonClient, channel: GrpcInfer, lean: GrpcConnections, case: str
+) -> None:
     model, make = CASES[case]
     with client.prepare(model, make()) as request:
         assert request.frames is not None
@@ -108,7 +118,8 @@ def test_answers_are_the_channels_byte_for_byte(client: TritonClient, channel: G
 
 
 def test_a_request_past_the_windows_waits_for_window_updates(
-        client: TritonClient, lean: GrpcConnections) -> None:
+    client: TritonClient, lean: GrpcConnections
+) -> None:
     """5 MiB out on one new connection: more than the 64 KiB it may send before the server's
     WINDOW_UPDATE, and more than the server's own stream window."""
     inputs = floats(5 * MIB // 4)
@@ -130,8 +141,9 @@ REJECTED = {
 
 
 @pytest.mark.parametrize("case", REJECTED)
-def test_rejections_read_as_the_channels(client: TritonClient, channel: GrpcInfer,
-                                         lean: GrpcConnections, case: str) -> None:
+def test_rejections_read_as_the_channels(
+    client: TritonClient, channel: GrpcInfer, lean: GrpcConnections, case: str
+) -> None:
     model, inputs, *version = REJECTED[case]
     request = client.prepare(model, inputs, ["Y"], *version)
     assert request.frames is not None
@@ -139,8 +151,10 @@ def test_rejections_read_as_the_channels(client: TritonClient, channel: GrpcInfe
         channel.exchange(request.wire, 30.0)
     with pytest.raises(InferenceServerException) as by_lean:
         lean.exchange(request.frames)
-    assert (by_lean.value.message(), by_lean.value.status()) == \
-        (by_channel.value.message(), by_channel.value.status())
+    assert (by_lean.value.message(), by_lean.value.status()) == (
+        by_channel.value.message(),
+        by_channel.value.status(),
+    )
     assert by_lean.value.status().startswith("StatusCode.")
     # through the client, the error a user reads; the same connection serves on after it
     with pytest.raises(InferenceError) as info:
@@ -168,8 +182,7 @@ def test_a_timeout_is_a_timeout(server: RunningServer) -> None:
 
 def test_the_lean_path_is_what_grpc_clients_send_through(server: RunningServer) -> None:
     for memory in ("none", "system"):
-        with TritonClient(server.endpoints.grpc, "grpc", server=server,
-                          shared_memory=memory) as c:  # type: ignore[arg-type]
+        with TritonClient(server.endpoints.grpc, "grpc", server=server, shared_memory=memory) as c:  # type: ignore[arg-type]
             request = c.prepare("add_one", {"X": np.ones((2, 4), np.float32)})
             out = c.send(request)
             np.testing.assert_array_equal(out["Y"], np.full((2, 4), 2, np.float32))
@@ -211,8 +224,10 @@ def test_a_killed_server_drops_the_request_at_once(doomed: LocalServer) -> None:
         else:
             outcomes[name] = (None, time.monotonic() - started)
 
-    threads = [threading.Thread(target=send, args=item)
-               for item in (("knowing", knowing), ("blind", blind))]
+    threads = [
+        threading.Thread(target=send, args=item)
+        for item in (("knowing", knowing), ("blind", blind))
+    ]
     for t in threads:
         t.start()
     time.sleep(1.0)
@@ -224,8 +239,9 @@ def test_a_killed_server_drops_the_request_at_once(doomed: LocalServer) -> None:
     assert "grpc request to model 'slow'" in str(died) and took < 10
     dropped, took = outcomes["blind"]
     assert isinstance(dropped, InferenceError), repr(dropped)
-    assert f"the server at {url} dropped the connection before answering" in str(dropped) \
-        or f"server at {url} unreachable" in str(dropped), str(dropped)
+    assert f"the server at {url} dropped the connection before answering" in str(
+        dropped
+    ) or f"server at {url} unreachable" in str(dropped), str(dropped)
     assert took < 10
     for c in (knowing, blind):
         c.close()
@@ -246,22 +262,31 @@ def test_the_preface_asks_for_no_table_and_large_windows() -> None:
     settings = preface[24:]
     length = int.from_bytes(settings[:3], "big")
     assert settings[3:5] == bytes((grpc_h2.SETTINGS, 0))
-    pairs = {int.from_bytes(settings[9 + i:11 + i], "big"):
-             int.from_bytes(settings[11 + i:15 + i], "big") for i in range(0, length, 6)}
+    pairs = {
+        int.from_bytes(settings[9 + i : 11 + i], "big"): int.from_bytes(
+            settings[11 + i : 15 + i], "big"
+        )
+        for i in range(0, length, 6)
+    }
     assert pairs == {1: 0, 2: 0, 4: 2**31 - 1, 5: 2**20}
-    update = settings[9 + length:]
-    assert update[3] == grpc_h2.WINDOW_UPDATE and int.from_bytes(update[9:], "big") == \
-        2**31 - 1 - 65535
+    update = settings[9 + length :]
+    assert (
+        update[3] == grpc_h2.WINDOW_UPDATE
+        and int.from_bytes(update[9:], "big") == 2**31 - 1 - 65535
+    )
 
 
-@pytest.mark.parametrize(("seconds", "header"), [(60.0, "60000m"), (0.5, "500m"),
-                                                 (0.0001, "1m"), (10**6, "1000000S")])
+@pytest.mark.parametrize(
+    ("seconds", "header"), [(60.0, "60000m"), (0.5, "500m"), (0.0001, "1m"), (10**6, "1000000S")]
+)
 def test_grpc_timeout_fits_eight_digits(seconds: float, header: str) -> None:
     assert grpc_h2.grpc_timeout(seconds) == header
 
 
 def test_a_non_zero_status_reads_as_tritonclients() -> None:
-    error = grpc_h2.rejected("3", "unexpected shape %25 for input %27X%27", "h:1")
-    assert (error.message(), error.status()) == ("unexpected shape % for input 'X'",
-                                                 "StatusCode.INVALID_ARGUMENT")
-    assert grpc_h2.rejected("99", "", "h:1").status() == "StatusCode.UNKNOWN"
+    error = grpc_h2.grpc_status_error("3", "unexpected shape %25 for input %27X%27", "h:1")
+    assert (error.message(), error.status()) == (
+        "unexpected shape % for input 'X'",
+        "StatusCode.INVALID_ARGUMENT",
+    )
+    assert grpc_h2.grpc_status_error("99", "", "h:1").status() == "StatusCode.UNKNOWN"

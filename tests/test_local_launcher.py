@@ -15,11 +15,11 @@ import psutil
 import pytest
 
 from pytest_triton import ConfigError, ModelLoadError, ServerError, TritonClient
-from pytest_triton.client import release_connections
-from pytest_triton.launchers import LocalLauncher, ServerArgs
-from pytest_triton.launchers import local as local_module
-from pytest_triton.launchers.local import LocalServer
-from pytest_triton.processes import group_members
+from pytest_triton.base.processes import group_members
+from pytest_triton.client.triton_client import release_connections
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server import local as local_module
+from pytest_triton.server.local import LocalServer
 from tests.raw_models import write_python_model
 
 pytestmark = pytest.mark.triton
@@ -39,12 +39,17 @@ def server(repo: Path) -> Iterator[LocalServer]:
 
 
 def test_serves_on_ephemeral_loopback_ports(server: LocalServer) -> None:
-    ports = {int(e.rsplit(":", 1)[1]) for e in (server.endpoints.http, server.endpoints.grpc,
-                                                 server.endpoints.metrics or "")}
+    ports = {
+        int(e.rsplit(":", 1)[1])
+        for e in (server.endpoints.http, server.endpoints.grpc, server.endpoints.metrics or "")
+    }
     assert len(ports) == 3 and not ports & {8000, 8001, 8002}
     assert all(e.startswith("127.0.0.1:") for e in (server.endpoints.http, server.endpoints.grpc))
-    for flag in ("--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
-                 "--metrics-address=127.0.0.1"):
+    for flag in (
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--metrics-address=127.0.0.1",
+    ):
         assert flag in server.command
     assert TritonClient(server.endpoints.http, "http").is_server_ready()
     assert TritonClient(server.endpoints.grpc, "grpc").is_server_ready()
@@ -111,8 +116,9 @@ def test_startup_timeout_is_an_error_not_a_hang(tmp_path: Path) -> None:
     write_python_model(tmp_path, "slow", initialize="import time; time.sleep(60)")
     started = time.monotonic()
     with pytest.raises(ServerError, match=r"not ready after 2s .*--triton-startup-timeout"):
-        LocalLauncher().start(ServerArgs(tmp_path, model_control_mode="none",
-                                         startup_timeout_s=2, exit_timeout_s=1))
+        LocalLauncher().start(
+            ServerArgs(tmp_path, model_control_mode="none", startup_timeout_s=2, exit_timeout_s=1)
+        )
     assert time.monotonic() - started < 30
 
 
@@ -121,8 +127,9 @@ def test_missing_executable_says_how_to_fix() -> None:
         LocalLauncher("/nonexistent/tritonserver")
 
 
-def test_port_taken_between_choice_and_bind_is_retried(repo: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_port_taken_between_choice_and_bind_is_retried(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
     squatter.listen()
@@ -184,8 +191,11 @@ def _infer_and_drop(url: str, protocol: str) -> None:
 
 
 def _connections_to(port: int) -> list[object]:
-    return [c for c in psutil.Process().net_connections("tcp")
-            if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED]
+    return [
+        c
+        for c in psutil.Process().net_connections("tcp")
+        if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+    ]
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -205,10 +215,12 @@ def test_a_client_dropped_without_close_leaves_no_connection(repo: Path, protoco
 
 
 def test_addresses_name_the_same_server_however_written() -> None:
-    from pytest_triton.health import address_key
+    from pytest_triton.base.watched_servers import address_key
 
-    same = {address_key(u) for u in ("127.0.0.1:8000", "http://localhost:8000/",
-                                     "grpc://LOCALHOST:8000")}
+    same = {
+        address_key(u)
+        for u in ("127.0.0.1:8000", "http://localhost:8000/", "grpc://LOCALHOST:8000")
+    }
     assert same == {"127.0.0.1:8000"}
     assert address_key("10.0.0.7:8001") == "10.0.0.7:8001"
     assert address_key("[::1]:8000") == "[::1]:8000"  # another address than 127.0.0.1

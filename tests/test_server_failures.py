@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from pytest_triton import ModelLoadError, Repository, ServerError, TritonClient
-from pytest_triton.config import resolve
-from pytest_triton.deployment import Deployment
-from pytest_triton.processes import group_members
-from pytest_triton.session import start_deployment
+from pytest_triton.base.config import resolve
+from pytest_triton.base.processes import group_members
+from pytest_triton.session.deployment import Deployment
+from pytest_triton.session.lifecycle import start_deployment
 from tests.tiny_models import scorer_spec
 
 pytestmark = pytest.mark.triton
@@ -21,10 +21,13 @@ pytestmark = pytest.mark.triton
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Iterator[Deployment]:
-    specs = [scorer_spec(formats=["torchscript-trace"]),
-             # A config parameter the hosted model cannot parse: initialize() raises.
-             scorer_spec("broken", formats=["torchscript-trace"],
-                         parameters={"intra_op_threads": "many"})]
+    specs = [
+        scorer_spec(formats=["torchscript-trace"]),
+        # A config parameter the hosted model cannot parse: initialize() raises.
+        scorer_spec(
+            "broken", formats=["torchscript-trace"], parameters={"intra_op_threads": "many"}
+        ),
+    ]
     deployment = start_deployment(resolve(protocol="http"), Repository(tmp_path, specs))
     yield deployment
     deployment.close()

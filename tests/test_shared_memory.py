@@ -26,11 +26,11 @@ from pytest_triton import (
     assert_dynamic_batching,
     factories,
 )
-from pytest_triton.deployment import Deployment, ServedModel
-from pytest_triton.launchers import LocalLauncher, ServerArgs
-from pytest_triton.launchers.base import RunningServer
-from pytest_triton.wire import shm
-from pytest_triton.wire.shm import cuda_problem, our_regions, reap_orphaned_regions, refusal
+from pytest_triton.client.wire import shm
+from pytest_triton.client.wire.shm import cuda_problem, our_regions, reap_orphaned_regions, refusal
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.launcher import RunningServer
+from pytest_triton.session.deployment import Deployment, ServedModel
 from tests.raw_models import write_bytes_model, write_python_model
 from tests.test_plugin import CONFTEST
 
@@ -51,8 +51,9 @@ def zoo_regions_checked(zoo_server: Deployment) -> Iterator[None]:
 
 
 @pytest.mark.triton
-def test_parity_over_shared_memory(zoo_model: ServedModel, zoo_shm_client: TritonClient,
-                                   zoo_regions_checked: None) -> None:
+def test_parity_over_shared_memory(
+    zoo_model: ServedModel, zoo_shm_client: TritonClient, zoo_regions_checked: None
+) -> None:
     assert zoo_shm_client.shared_memory == "system" and zoo_shm_client.id.endswith("-shm")
     report = zoo_model.assert_parity(zoo_shm_client, batch_size=3)
     assert report.ok and {d.name for d in report.diffs} == set(zoo_model.variant.spec.output_names)
@@ -60,8 +61,9 @@ def test_parity_over_shared_memory(zoo_model: ServedModel, zoo_shm_client: Trito
 
 
 @pytest.mark.triton
-def test_batched_parity_over_shared_memory(zoo_model: ServedModel, zoo_shm_client: TritonClient,
-                                           zoo_regions_checked: None) -> None:
+def test_batched_parity_over_shared_memory(
+    zoo_model: ServedModel, zoo_shm_client: TritonClient, zoo_regions_checked: None
+) -> None:
     """Eight requests in flight together, each in its own blocks of one region."""
     delta = zoo_model.assert_batched_parity(zoo_shm_client, requests=8, seed=5)
     assert delta.requests == 8 and delta.inference_count == 8
@@ -79,8 +81,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 
 def shm_client(server: RunningServer, protocol: str, **kwargs: object) -> TritonClient:
-    return TritonClient(server.endpoints.url(protocol), protocol,  # type: ignore[arg-type]
-                        server=server, shared_memory="system", **kwargs)  # type: ignore[arg-type]
+    return TritonClient(
+        server.endpoints.url(protocol),
+        protocol,  # type: ignore[arg-type]
+        server=server,
+        shared_memory="system",
+        **kwargs,
+    )  # type: ignore[arg-type]
 
 
 def server_regions(client: TritonClient) -> list[str]:
@@ -100,8 +107,9 @@ def left(names: list[str], server: RunningServer) -> list[str]:
 
 @pytest.mark.triton
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_load_users_batches_share_one_registered_region(server: RunningServer,
-                                                          protocol: str) -> None:
+def test_a_load_users_batches_share_one_registered_region(
+    server: RunningServer, protocol: str
+) -> None:
     client = shm_client(server, protocol)
     batches = [{"X": np.full((16, 4), i, np.float32)} for i in range(4)]
     requests = client.prepare_all("add_one", batches)
@@ -119,8 +127,9 @@ def test_a_load_users_batches_share_one_registered_region(server: RunningServer,
 
 @pytest.mark.triton
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_larger_request_grows_the_region_and_the_old_one_goes(server: RunningServer,
-                                                                protocol: str) -> None:
+def test_a_larger_request_grows_the_region_and_the_old_one_goes(
+    server: RunningServer, protocol: str
+) -> None:
     with shm_client(server, protocol) as client:
         small = client.infer("add_one", {"X": np.zeros((1, 4), np.float32)})
         first = client.shared_memory_regions
@@ -146,8 +155,9 @@ def test_bytes_tensors_over_shared_memory(server: RunningServer, protocol: str) 
 
 @pytest.mark.triton
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_an_output_larger_than_its_block_names_the_setting(server: RunningServer,
-                                                           protocol: str) -> None:
+def test_an_output_larger_than_its_block_names_the_setting(
+    server: RunningServer, protocol: str
+) -> None:
     """BYTES outputs have no size in the metadata: they get --triton-output-shared-memory-size
     bytes, and an answer that does not fit says which setting to raise."""
     words = np.array([[b"x" * 100]], dtype=object)
@@ -160,8 +170,9 @@ def test_an_output_larger_than_its_block_names_the_setting(server: RunningServer
 
 @pytest.mark.triton
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_rejected_request_over_shared_memory_keeps_triton_s_words(server: RunningServer,
-                                                                    protocol: str) -> None:
+def test_a_rejected_request_over_shared_memory_keeps_triton_s_words(
+    server: RunningServer, protocol: str
+) -> None:
     with shm_client(server, protocol) as client:
         with pytest.raises(InferenceError, match="unexpected shape for input 'X'"):
             client.infer("add_one", {"X": np.zeros((2, 5), np.float32)})
@@ -174,20 +185,21 @@ def test_a_rejected_request_over_shared_memory_keeps_triton_s_words(server: Runn
 
 @pytest.mark.triton
 def test_a_region_the_server_cannot_map_is_named_and_unlinked(
-        server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The server opens regions by name: one that is gone when it registers (as for a server
     in a container without this machine's /dev/shm) fails with the server's reason and a hint,
     and nothing is left behind."""
     register = shm._SystemMemory.register
 
-    def unlink_then_register(self: object, control: object, name: str, *args: object,
-                             **kwargs: object) -> None:
+    def unlink_then_register(
+        self: object, control: object, name: str, *args: object, **kwargs: object
+    ) -> None:
         (shm.SHM_ROOT / name).unlink()
         register(self, control, name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(shm._SystemMemory, "register", unlink_then_register)
-    with shm_client(server, "http") as client, \
-            pytest.raises(SharedMemoryError) as info:
+    with shm_client(server, "http") as client, pytest.raises(SharedMemoryError) as info:
         client.infer("add_one", {"X": np.zeros((1, 4), np.float32)})
     message = str(info.value)
     assert "the server could not map system shared memory region 'pytest_triton_" in message
@@ -196,34 +208,43 @@ def test_a_region_the_server_cannot_map_is_named_and_unlinked(
     assert client.shared_memory_regions == [] and left([name], server) == []
 
 
-ORPHAN_SCRIPT = '''
+ORPHAN_SCRIPT = """
 import sys, time, numpy as np
 from pytest_triton import TritonClient
 client = TritonClient(sys.argv[1], sys.argv[2], shared_memory="system")
 client.prepare("add_one", {"X": np.zeros((2, 4), np.float32)}, ["Y"])
 print("ready", flush=True)
 time.sleep(120)
-'''
+"""
 
 
 @pytest.mark.triton
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
-                         ids=["ctrl-c", "sigterm", "sigkill"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "sigkill"]
+)
 def test_no_region_outlives_its_process(server: RunningServer, sig: signal.Signals) -> None:
     """Ctrl-C and SIGTERM exit through the interpreter's exit path (atexit closes every
     client's regions); SIGKILL skips it, and the next process reaps the regions by the dead
     owner's pid in their names."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if sig == signal.SIGTERM:  # a program that turns SIGTERM into an exit, as Locust does
-        script = "import signal, sys; signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))\n" \
-                 + ORPHAN_SCRIPT
+        script = (
+            "import signal, sys; signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))\n"
+            + ORPHAN_SCRIPT
+        )
     else:
         script = ORPHAN_SCRIPT
-    proc = subprocess.Popen([sys.executable, "-c", script, server.endpoints.grpc, "grpc"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, server.endpoints.grpc, "grpc"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", \
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", (
             proc.stderr.read() if proc.stderr else ""
+        )
         assert len(our_regions(proc.pid)) == 1
         proc.send_signal(sig)
         proc.wait(60)
@@ -240,8 +261,12 @@ def test_no_region_outlives_its_process(server: RunningServer, sig: signal.Signa
 
 
 def test_orphans_are_reaped_by_owner_pid(tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     orphan = shm.SHM_ROOT / f"pytest_triton_{int(dead.stdout)}_c0_0"
     mine = shm.SHM_ROOT / f"pytest_triton_{os.getpid()}_c999_0"
     orphan.write_bytes(b"x")
@@ -260,8 +285,10 @@ def test_cuda_is_refused_on_this_machine_with_its_reason() -> None:
     refused before anything is made, naming what is missing."""
     problem = cuda_problem()
     if problem is None:
-        pytest.skip("this machine has a GPU and cuda-python: the GPU recipe in the README "
-                    "runs CUDA shared memory instead")
+        pytest.skip(
+            "this machine has a GPU and cuda-python: the GPU recipe in the README "
+            "runs CUDA shared memory instead"
+        )
     with pytest.raises(ConfigError) as info:
         TritonClient("127.0.0.1:1", "http", shared_memory="cuda")
     assert str(info.value) == f"--triton-shared-memory cuda: {problem}"
@@ -280,17 +307,27 @@ def test_cuda_problem_names_what_is_missing(tmp_path: Path) -> None:
     assert cuda_problem(tmp_path, lambda name: None) is None
 
 
-@pytest.mark.parametrize(("transport", "url", "kwargs", "reason"), [
-    ("system", "10.1.2.3:8000", {}, "needs the server on this machine, and 10.1.2.3:8000 is "
-                                    "not a loopback address"),
-    ("cuda", "triton.example:8001", {}, "not a loopback address"),
-    ("system", "127.0.0.1:8000", {"host_memory": False},
-     "runs in a container that does not map this machine's /dev/shm"),
-    ("cuda", "127.0.0.1:8000", {"server_gpu": False}, "the server has no GPU"),
-    ("tmpfs", "127.0.0.1:8000", {}, "unknown transport 'tmpfs'"),
-])
-def test_refusal_reasons(transport: str, url: str, kwargs: dict[str, bool],
-                         reason: str) -> None:
+@pytest.mark.parametrize(
+    ("transport", "url", "kwargs", "reason"),
+    [
+        (
+            "system",
+            "10.1.2.3:8000",
+            {},
+            "needs the server on this machine, and 10.1.2.3:8000 is not a loopback address",
+        ),
+        ("cuda", "triton.example:8001", {}, "not a loopback address"),
+        (
+            "system",
+            "127.0.0.1:8000",
+            {"host_memory": False},
+            "runs in a container that does not map this machine's /dev/shm",
+        ),
+        ("cuda", "127.0.0.1:8000", {"server_gpu": False}, "the server has no GPU"),
+        ("tmpfs", "127.0.0.1:8000", {}, "unknown transport 'tmpfs'"),
+    ],
+)
+def test_refusal_reasons(transport: str, url: str, kwargs: dict[str, bool], reason: str) -> None:
     assert reason in str(refusal(transport, url, **kwargs))
 
 
@@ -307,38 +344,52 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 @pytest.mark.triton
 def test_the_client_fixture_is_parametrized_over_protocol_and_transport(
-        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
     pids = tmp_path / "pids"
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_user=textwrap.dedent(f'''
+    pytester.makepyfile(
+        test_user=textwrap.dedent(f"""
         import os
         def test_parity(triton_model, triton_client):
             with open({str(pids)!r}, "a") as f:
                 f.write(f"{{os.getpid()}} {{triton_client.id}}\\n")
             triton_model.assert_parity(triton_client, batch_size=4)
             triton_model.assert_batched_parity(triton_client, requests=4)
-    '''))
+    """)
+    )
     result = run(pytester, "-v", "--triton-shared-memory", "none,system")
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines([
-        "*test_parity[[]affine-torchscript-trace-hosted-http[]] PASSED*",
-        "*test_parity[[]affine-torchscript-trace-hosted-grpc[]] PASSED*",
-        "*test_parity[[]affine-torchscript-trace-hosted-http-shm[]] PASSED*",
-        "*test_parity[[]affine-torchscript-trace-hosted-grpc-shm[]] PASSED*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_parity[[]affine-torchscript-trace-hosted-http[]] PASSED*",
+            "*test_parity[[]affine-torchscript-trace-hosted-grpc[]] PASSED*",
+            "*test_parity[[]affine-torchscript-trace-hosted-http-shm[]] PASSED*",
+            "*test_parity[[]affine-torchscript-trace-hosted-grpc-shm[]] PASSED*",
+        ]
+    )
     assert "shared memory=none,system" in result.stdout.str()
     seen = [line.split() for line in pids.read_text().splitlines()]
     assert sorted(client for _, client in seen) == ["grpc", "grpc-shm", "http", "http-shm"]
     assert our_regions(int(seen[0][0])) == []
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--triton-shared-memory", "tmpfs"],
-     "command line --triton-shared-memory: expected none, system or cuda"),
-    (["--triton-output-shared-memory-size", "0"],
-     "command line --triton-output-shared-memory-size: expected an integer >= 1"),
-])
-def test_bad_shared_memory_settings_are_usage_errors(pytester: pytest.Pytester,
-                                                     args: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--triton-shared-memory", "tmpfs"],
+            "command line --triton-shared-memory: expected none, system or cuda",
+        ),
+        (
+            ["--triton-output-shared-memory-size", "0"],
+            "command line --triton-output-shared-memory-size: expected an integer >= 1",
+        ),
+    ],
+)
+def test_bad_shared_memory_settings_are_usage_errors(
+    pytester: pytest.Pytester, args: list[str], message: str
+) -> None:
     pytester.makepyfile(test_x="def test_x(): pass")
     result = run(pytester, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -17,47 +17,84 @@ from tests.tiny_models import scorer_inputs, scorer_spec
         pytest.param({"name": "a/b"}, "no path separators", id="name-with-slash"),
         pytest.param({"name": "..\\x"}, "no path separators", id="name-with-backslash"),
         pytest.param({"name": ""}, "not a valid Triton model directory name", id="empty-name"),
-        pytest.param({"max_batch_size": -1}, "max_batch_size must be an integer >= 0",
-                     id="negative-max-batch"),
+        pytest.param(
+            {"max_batch_size": -1},
+            "max_batch_size must be an integer >= 0",
+            id="negative-max-batch",
+        ),
         pytest.param({"version": 0}, "version must be an integer >= 1", id="version-zero"),
-        pytest.param({"inputs": [TensorSpec("x", dtype="FP33"), "idx"]},
-                     "unknown dtype 'FP33'", id="unknown-dtype"),
-        pytest.param({"inputs": ["x"]}, "do not match the declared inputs",
-                     id="example-not-declared"),
-        pytest.param({"inputs": ["x", "idx", "extra"]}, "missing ['extra']",
-                     id="declared-without-example"),
-        pytest.param({"example_inputs": [torch.zeros(2, 4)]},
-                     "1 example input(s) given for 2 declared", id="example-count"),
-        pytest.param({"inputs": [TensorSpec("x", dtype=torch.float16), "idx"]},
-                     "has dtype torch.float32, but the input is declared FP16",
-                     id="example-dtype-mismatch"),
-        pytest.param({"inputs": [TensorSpec("x", dims=(5,)), "idx"]},
-                     "does not match declared dims [5]", id="example-dims-mismatch"),
-        pytest.param({"example_inputs": {"x": torch.zeros(4, 4), "idx": torch.zeros(3, 2,
-                                                                                  dtype=torch.long)}},
-                     "disagree on the batch size", id="example-batch-disagree"),
-        pytest.param({"max_batch_size": 2}, "example batch size 4 exceeds max_batch_size 2",
-                     id="example-batch-above-max"),
-        pytest.param({"max_batch_size": 0}, "dynamic_batching needs max_batch_size > 0",
-                     id="batching-without-batch-axis"),
-        pytest.param({"dynamic_batching": DynamicBatching(preferred_batch_size=(4, 16))},
-                     "preferred_batch_size [16] must lie in 1..max_batch_size",
-                     id="preferred-above-max"),
-        pytest.param({"instance_group": InstanceGroup(count=0)}, "count must be >= 1",
-                     id="zero-instances"),
+        pytest.param(
+            {"inputs": [TensorSpec("x", dtype="FP33"), "idx"]},
+            "unknown dtype 'FP33'",
+            id="unknown-dtype",
+        ),
+        pytest.param(
+            {"inputs": ["x"]}, "do not match the declared inputs", id="example-not-declared"
+        ),
+        pytest.param(
+            {"inputs": ["x", "idx", "extra"]}, "missing ['extra']", id="declared-without-example"
+        ),
+        pytest.param(
+            {"example_inputs": [torch.zeros(2, 4)]},
+            "1 example input(s) given for 2 declared",
+            id="example-count",
+        ),
+        pytest.param(
+            {"inputs": [TensorSpec("x", dtype=torch.float16), "idx"]},
+            "has dtype torch.float32, but the input is declared FP16",
+            id="example-dtype-mismatch",
+        ),
+        pytest.param(
+            {"inputs": [TensorSpec("x", dims=(5,)), "idx"]},
+            "does not match declared dims [5]",
+            id="example-dims-mismatch",
+        ),
+        pytest.param(
+            {
+                "example_inputs": {
+                    "x": torch.zeros(4, 4),
+                    "idx": torch.zeros(3, 2, dtype=torch.long),
+                }
+            },
+            "disagree on the batch size",
+            id="example-batch-disagree",
+        ),
+        pytest.param(
+            {"max_batch_size": 2},
+            "example batch size 4 exceeds max_batch_size 2",
+            id="example-batch-above-max",
+        ),
+        pytest.param(
+            {"max_batch_size": 0},
+            "dynamic_batching needs max_batch_size > 0",
+            id="batching-without-batch-axis",
+        ),
+        pytest.param(
+            {"dynamic_batching": DynamicBatching(preferred_batch_size=(4, 16))},
+            "preferred_batch_size [16] must lie in 1..max_batch_size",
+            id="preferred-above-max",
+        ),
+        pytest.param(
+            {"instance_group": InstanceGroup(count=0)}, "count must be >= 1", id="zero-instances"
+        ),
         pytest.param({"outputs": []}, "declare at least one output", id="no-outputs"),
-        pytest.param({"outputs": ["a", "a"]}, "duplicate output names ['a']",
-                     id="duplicate-outputs"),
-        pytest.param({"dynamic_axes": {"nope": [1]}}, "not a declared input",
-                     id="dynamic-axis-unknown-input"),
-        pytest.param({"dynamic_axes": {"x": [0]}}, "axis 0, the batch axis",
-                     id="dynamic-axis-batch"),
-        pytest.param({"formats": ["onnx", "tflite"]}, "unknown export format 'tflite'",
-                     id="unknown-format"),
+        pytest.param(
+            {"outputs": ["a", "a"]}, "duplicate output names ['a']", id="duplicate-outputs"
+        ),
+        pytest.param(
+            {"dynamic_axes": {"nope": [1]}}, "not a declared input", id="dynamic-axis-unknown-input"
+        ),
+        pytest.param(
+            {"dynamic_axes": {"x": [0]}}, "axis 0, the batch axis", id="dynamic-axis-batch"
+        ),
+        pytest.param(
+            {"formats": ["onnx", "tflite"]}, "unknown export format 'tflite'", id="unknown-format"
+        ),
     ],
 )
-def test_bad_spec_fails_before_export(tmp_path: Path, overrides: dict[str, object],
-                                      message: str) -> None:
+def test_bad_spec_fails_before_export(
+    tmp_path: Path, overrides: dict[str, object], message: str
+) -> None:
     root = tmp_path / "repo"
     with pytest.raises(SpecError) as info:
         Repository(root, [scorer_spec(**overrides)])

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from pytest_triton import TritonClient
-from pytest_triton.deployment import Deployment
 from pytest_triton.repository import FORMATS
+from pytest_triton.session.deployment import Deployment
 
 pytestmark = [pytest.mark.triton, pytest.mark.parametrize("fmt", FORMATS)]
 
@@ -17,8 +17,9 @@ def _model_name(zoo: str, fmt: str) -> str:
     return f"{zoo}_{fmt.replace('-', '_')}"
 
 
-def test_mnist_predicted_classes_equal_native_argmax(zoo_server: Deployment,
-                                                     zoo_client: TritonClient, fmt: str) -> None:
+def test_mnist_predicted_classes_equal_native_argmax(
+    zoo_server: Deployment, zoo_client: TritonClient, fmt: str
+) -> None:
     model = zoo_server.model(_model_name("mnist", fmt))
     inputs = model.inputs(batch_size=8, seed=5)
     served = model.infer(zoo_client, inputs)["output__0"]
@@ -37,19 +38,20 @@ def _best_span(start: np.ndarray, end: np.ndarray, max_len: int = 30) -> tuple[i
     return int(s), int(e)
 
 
-def test_bert_answer_spans_equal_native(zoo_server: Deployment, zoo_client: TritonClient,
-                                        fmt: str) -> None:
+def test_bert_answer_spans_equal_native(
+    zoo_server: Deployment, zoo_client: TritonClient, fmt: str
+) -> None:
     model = zoo_server.model(_model_name("bert", fmt))
     inputs = model.inputs(batch_size=4, seed=9)
     served = model.infer(zoo_client, inputs)
     native = model.native(inputs)
     for row in range(4):
-        assert _best_span(served["start_logits"][row], served["end_logits"][row]) == \
-            _best_span(native["start_logits"][row], native["end_logits"][row]), row
+        assert _best_span(served["start_logits"][row], served["end_logits"][row]) == _best_span(
+            native["start_logits"][row], native["end_logits"][row]
+        ), row
 
 
-def test_dlrm_ctr_probabilities(zoo_server: Deployment, zoo_client: TritonClient,
-                                fmt: str) -> None:
+def test_dlrm_ctr_probabilities(zoo_server: Deployment, zoo_client: TritonClient, fmt: str) -> None:
     model = zoo_server.model(_model_name("dlrm", fmt))
     inputs = model.inputs(batch_size=64, seed=2)
     served = model.infer(zoo_client, inputs)["output"]

@@ -8,16 +8,16 @@ from __future__ import annotations
 import pytest
 
 from pytest_triton import TritonClient, factories
-from pytest_triton.deployment import ServedModel
 from pytest_triton.models import ZOO, zoo_spec
+from pytest_triton.session.deployment import ServedModel
 
 pytestmark = [pytest.mark.slow, pytest.mark.triton]
 
 full_repository = factories.repository(
     [zoo_spec(name, "full", instance_count=1, example_batch=2) for name in ZOO],
-    formats=["torchscript-trace", "onnx"])
-full_server = factories.server(repository="full_repository", protocol="grpc",
-                               startup_timeout=600)
+    formats=["torchscript-trace", "onnx"],
+)
+full_server = factories.server(repository="full_repository", protocol="grpc", startup_timeout=600)
 full_client = factories.client(server="full_server")
 full_model = factories.model(server="full_server")
 

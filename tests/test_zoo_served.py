@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pytest_triton import InferenceError, TritonClient, assert_dynamic_batching
-from pytest_triton.deployment import Deployment, ServedModel
+from pytest_triton.session.deployment import Deployment, ServedModel
 
 pytestmark = pytest.mark.triton
 
@@ -21,8 +21,9 @@ def test_parity_of_a_larger_batch(zoo_model: ServedModel, zoo_client: TritonClie
     zoo_model.assert_parity(zoo_client, batch_size=8, seed=11)
 
 
-def test_batched_requests_answer_in_order_and_batch(zoo_model: ServedModel,
-                                                     zoo_client: TritonClient) -> None:
+def test_batched_requests_answer_in_order_and_batch(
+    zoo_model: ServedModel, zoo_client: TritonClient
+) -> None:
     """N single requests in flight together: each answer equals PyTorch on its own row, and
     the statistics show the dynamic batcher combined them."""
     delta = zoo_model.assert_batched_parity(zoo_client, requests=8, seed=3)
@@ -36,8 +37,9 @@ def mnist_onnx(zoo_server: Deployment) -> ServedModel:
     return zoo_server.model("mnist_onnx")
 
 
-def _reject(client: TritonClient, model: str, inputs: dict[str, np.ndarray],
-            pattern: str) -> InferenceError:
+def _reject(
+    client: TritonClient, model: str, inputs: dict[str, np.ndarray], pattern: str
+) -> InferenceError:
     with pytest.raises(InferenceError, match=pattern) as info:
         client.infer(model, inputs, outputs=["output__0"])
     assert info.value.model == model and info.value.protocol == client.protocol
@@ -48,29 +50,48 @@ def _reject(client: TritonClient, model: str, inputs: dict[str, np.ndarray],
 def test_wrong_input_name(mnist_onnx: ServedModel, zoo_client: TritonClient) -> None:
     inputs = mnist_onnx.inputs(batch_size=2)
     inputs["not_an_input"] = inputs.pop("input__0")
-    _reject(zoo_client, mnist_onnx.name, inputs,
-            "unexpected inference input 'not_an_input' for model 'mnist_onnx'")
+    _reject(
+        zoo_client,
+        mnist_onnx.name,
+        inputs,
+        "unexpected inference input 'not_an_input' for model 'mnist_onnx'",
+    )
 
 
 def test_wrong_shape(mnist_onnx: ServedModel, zoo_client: TritonClient) -> None:
-    _reject(zoo_client, mnist_onnx.name, {"input__0": np.zeros((2, 1, 27, 28), np.float32)},
-            r"unexpected shape for input 'input__0' for model 'mnist_onnx'\. "
-            r"Expected \[-1,1,28,28\], got \[2,1,27,28\]")
+    _reject(
+        zoo_client,
+        mnist_onnx.name,
+        {"input__0": np.zeros((2, 1, 27, 28), np.float32)},
+        r"unexpected shape for input 'input__0' for model 'mnist_onnx'\. "
+        r"Expected \[-1,1,28,28\], got \[2,1,27,28\]",
+    )
 
 
 def test_wrong_dtype(mnist_onnx: ServedModel, zoo_client: TritonClient) -> None:
-    _reject(zoo_client, mnist_onnx.name, {"input__0": np.zeros((2, 1, 28, 28), np.float64)},
-            "inference input 'input__0' data-type is 'FP64', but model 'mnist_onnx' expects "
-            "'FP32'")
+    _reject(
+        zoo_client,
+        mnist_onnx.name,
+        {"input__0": np.zeros((2, 1, 28, 28), np.float64)},
+        "inference input 'input__0' data-type is 'FP64', but model 'mnist_onnx' expects 'FP32'",
+    )
 
 
 def test_batch_above_max_batch_size(mnist_onnx: ServedModel, zoo_client: TritonClient) -> None:
     assert mnist_onnx.variant.spec.max_batch_size == 8
-    _reject(zoo_client, mnist_onnx.name, mnist_onnx.inputs(batch_size=9),
-            "inference request batch-size must be <= 8 for 'mnist_onnx'")
+    _reject(
+        zoo_client,
+        mnist_onnx.name,
+        mnist_onnx.inputs(batch_size=9),
+        "inference request batch-size must be <= 8 for 'mnist_onnx'",
+    )
 
 
 def test_unknown_model(mnist_onnx: ServedModel, zoo_client: TritonClient) -> None:
-    error = _reject(zoo_client, "no_such_model", mnist_onnx.inputs(batch_size=1),
-                    "Request for unknown model: 'no_such_model' is not found")
+    error = _reject(
+        zoo_client,
+        "no_such_model",
+        mnist_onnx.inputs(batch_size=1),
+        "Request for unknown model: 'no_such_model' is not found",
+    )
     assert error.status == {"http": "404", "grpc": "StatusCode.NOT_FOUND"}[zoo_client.protocol]

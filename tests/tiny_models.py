@@ -26,14 +26,20 @@ class Scorer(torch.nn.Module):
 
 def scorer_inputs(batch: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return {"x": torch.randn(batch, 4, generator=g),
-            "idx": torch.randint(0, 10, (batch, 2), generator=g)}
+    return {
+        "x": torch.randn(batch, 4, generator=g),
+        "idx": torch.randint(0, 10, (batch, 2), generator=g),
+    }
 
 
 def scorer_spec(name: str = "scorer", **overrides: object) -> ModelSpec:
     fields: dict[str, object] = dict(
-        name=name, module=Scorer, example_inputs=scorer_inputs(),
-        inputs=["x", "idx"], outputs=["score", "label"], max_batch_size=8,
+        name=name,
+        module=Scorer,
+        example_inputs=scorer_inputs(),
+        inputs=["x", "idx"],
+        outputs=["score", "label"],
+        max_batch_size=8,
         dynamic_batching=DynamicBatching(max_queue_delay_microseconds=50_000),
         input_factory=lambda batch, seed: scorer_inputs(batch, seed),
     )

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .document import SCHEMA
-from .load_results import figure, fmt
+from pytest_triton.gate.document import SCHEMA
+from pytest_triton.gate.load_results import figure, fmt
 
 
 class BaselineError(ValueError):
@@ -32,8 +32,10 @@ class Limits:
 
 
 def read_baseline(path: Path) -> dict[str, Any]:
-    hint = ("write one with --triton-save-baseline FILE, or pass a report.json of an earlier "
-            "--triton-report run")
+    hint = (
+        "write one with --triton-save-baseline FILE, or pass a report.json of an earlier "
+        "--triton-report run"
+    )
     try:
         document = json.loads(path.read_text())
     except FileNotFoundError:
@@ -41,8 +43,9 @@ def read_baseline(path: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise BaselineError(f"baseline {path} is not readable JSON ({exc}); {hint}") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise BaselineError(f"baseline {path} is not a pytest-triton gate report (no "
-                            f"\"schema\": \"{SCHEMA}\"); {hint}")
+        raise BaselineError(
+            f'baseline {path} is not a pytest-triton gate report (no "schema": "{SCHEMA}"); {hint}'
+        )
     return document
 
 
@@ -53,8 +56,10 @@ def _points(document: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any
 
 
 def _parity(document: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    return {f"{r['variant']} {r['protocol']} {r.get('transport') or 'none'}": r
-            for r in document.get("parity") or []}
+    return {
+        f"{r['variant']} {r['protocol']} {r.get('transport') or 'none'}": r
+        for r in document.get("parity") or []
+    }
 
 
 def _figure(point: Mapping[str, Any], metric: str) -> float | None:
@@ -68,8 +73,9 @@ def _change(now: float, then: float) -> float | None:
     return (now - then) / then * 100.0 if then else None
 
 
-def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], limits: Limits,
-            source: str) -> dict[str, Any]:
+def compare_with_baseline(
+    current: Mapping[str, Any], baseline: Mapping[str, Any], limits: Limits, source: str
+) -> dict[str, Any]:
     """Every comparison made, the regressions named, and what the baseline had that this run
     did not measure."""
     rows: list[dict[str, Any]] = []
@@ -82,21 +88,33 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], limits: Lim
             missing.append(f"load {key}")
             continue
         for metric, label, limit, worse in (
-                ("throughput", "throughput", limits.throughput_drop_pct, -1),
-                ("p99_ms", "p99 latency (ms)", limits.p99_rise_pct, +1)):
+            ("throughput", "throughput", limits.throughput_drop_pct, -1),
+            ("p99_ms", "p99 latency (ms)", limits.p99_rise_pct, +1),
+        ):
             a, b = _figure(now, metric), _figure(then, metric)
             if a is None or b is None:
                 continue
             change = _change(a, b)
             regressed = change is not None and worse * change > limit
-            rows.append({"kind": "load", "what": key, "metric": label, "baseline": b, "now": a,
-                         "change_pct": change, "limit_pct": limit, "regressed": regressed,
-                         "windows": max(len(now.get("windows") or []), 1)})
+            rows.append(
+                {
+                    "kind": "load",
+                    "what": key,
+                    "metric": label,
+                    "baseline": b,
+                    "now": a,
+                    "change_pct": change,
+                    "limit_pct": limit,
+                    "regressed": regressed,
+                    "windows": max(len(now.get("windows") or []), 1),
+                }
+            )
             if regressed:
                 direction = "down" if worse < 0 else "up"
                 regressions.append(
                     f"{key}: {label} {direction} {abs(change or 0):.1f}% ({fmt(b)} -> {fmt(a)};"
-                    f" limit {limit:g}%)")
+                    f" limit {limit:g}%)"
+                )
     parity_then = _parity(baseline)
     for key, row in _parity(current).items():
         used = row.get("headroom_used")
@@ -104,15 +122,31 @@ def compare(current: Mapping[str, Any], baseline: Mapping[str, Any], limits: Lim
         if used is None:
             continue  # a failed comparison already fails its test
         regressed = used * 100.0 > limits.headroom_pct
-        rows.append({"kind": "parity", "what": key, "metric": "headroom used (%)",
-                     "baseline": None if before is None else before * 100.0,
-                     "now": used * 100.0, "change_pct": None, "limit_pct": limits.headroom_pct,
-                     "regressed": regressed, "windows": None})
+        rows.append(
+            {
+                "kind": "parity",
+                "what": key,
+                "metric": "headroom used (%)",
+                "baseline": None if before is None else before * 100.0,
+                "now": used * 100.0,
+                "change_pct": None,
+                "limit_pct": limits.headroom_pct,
+                "regressed": regressed,
+                "windows": None,
+            }
+        )
         if regressed:
             was = "" if before is None else f", baseline {before * 100:.1f}%"
-            regressions.append(f"{key}: parity used {used * 100:.1f}% of its tolerance "
-                               f"allowance (limit {limits.headroom_pct:g}%{was})")
+            regressions.append(
+                f"{key}: parity used {used * 100:.1f}% of its tolerance "
+                f"allowance (limit {limits.headroom_pct:g}%{was})"
+            )
     missing += [f"parity {key}" for key in parity_then if key not in _parity(current)]
-    return {"file": source, "created": baseline.get("created"),
-            "limits": vars(limits), "comparisons": rows, "regressions": regressions,
-            "not_measured": missing}
+    return {
+        "file": source,
+        "created": baseline.get("created"),
+        "limits": vars(limits),
+        "comparisons": rows,
+        "regressions": regressions,
+        "not_measured": missing,
+    }

@@ -53,23 +53,33 @@ def parity_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for (variant, protocol, transport), group in groups.items():
         outputs = [o for r in group for o in r["outputs"]]
-        worst = max(outputs, key=lambda o: math.inf if o["headroom_used"] is None
-                    else o["headroom_used"], default=None)
-        rows.append({
-            "variant": variant, "protocol": protocol, "transport": transport,
-            "model": group[0]["model"], "format": group[0]["format"],
-            "precision": group[0].get("precision"), "backend": group[0].get("backend"),
-            "checks": len(group), "ok": all(r["ok"] for r in group),
-            "max_abs": _worst(o["max_abs"] for o in outputs),
-            "max_rel": _worst(o["max_rel"] for o in outputs),
-            "headroom_used": _worst(o["headroom_used"] for o in outputs),
-            "worst_output": worst["name"] if worst else None,
-            "dtype": worst["dtype"] if worst else None,
-            "rtol": worst["rtol"] if worst else None,
-            "atol": worst["atol"] if worst else None,
-            "tolerance_reason": worst.get("tolerance_reason") if worst else None,
-            "tests": sorted({r["test"] for r in group if r.get("test")}),
-        })
+        worst = max(
+            outputs,
+            key=lambda o: math.inf if o["headroom_used"] is None else o["headroom_used"],
+            default=None,
+        )
+        rows.append(
+            {
+                "variant": variant,
+                "protocol": protocol,
+                "transport": transport,
+                "model": group[0]["model"],
+                "format": group[0]["format"],
+                "precision": group[0].get("precision"),
+                "backend": group[0].get("backend"),
+                "checks": len(group),
+                "ok": all(r["ok"] for r in group),
+                "max_abs": _worst(o["max_abs"] for o in outputs),
+                "max_rel": _worst(o["max_rel"] for o in outputs),
+                "headroom_used": _worst(o["headroom_used"] for o in outputs),
+                "worst_output": worst["name"] if worst else None,
+                "dtype": worst["dtype"] if worst else None,
+                "rtol": worst["rtol"] if worst else None,
+                "atol": worst["atol"] if worst else None,
+                "tolerance_reason": worst.get("tolerance_reason") if worst else None,
+                "tests": sorted({r["test"] for r in group if r.get("test")}),
+            }
+        )
     return sorted(rows, key=lambda r: (r["variant"], r["protocol"], r["transport"]))
 
 
@@ -81,10 +91,18 @@ def batching_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         b = record.get("batching")
         if not b:
             continue
-        row = sums.setdefault(_key(record), {
-            "variant": record["variant"], "protocol": record["protocol"],
-            "transport": record.get("transport") or "none", "requests": 0, "executions": 0,
-            "inferences": 0, "batch_histogram": {}})
+        row = sums.setdefault(
+            _key(record),
+            {
+                "variant": record["variant"],
+                "protocol": record["protocol"],
+                "transport": record.get("transport") or "none",
+                "requests": 0,
+                "executions": 0,
+                "inferences": 0,
+                "batch_histogram": {},
+            },
+        )
         for name in ("requests", "executions", "inferences"):
             row[name] += int(b[name])
         for size, count in b.get("batch_histogram", {}).items():
@@ -110,20 +128,33 @@ def skipped(tests: Iterable[Outcome]) -> list[dict[str, Any]]:
     for t in tests:
         if t.outcome == "skipped":
             by_reason.setdefault(t.reason or "no reason given", []).append(t.nodeid)
-    return [{"reason": reason, "count": len(ids), "tests": ids}
-            for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))]
+    return [
+        {"reason": reason, "count": len(ids), "tests": ids}
+        for reason, ids in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))
+    ]
 
 
-def build(collected: Collected, *, environment: Mapping[str, Any],
-          load_runs: Sequence[Mapping[str, Any]], problems: Sequence[str],
-          exit_status: int, duration_s: float, junit: str | None) -> dict[str, Any]:
+def build_document(
+    collected: Collected,
+    *,
+    environment: Mapping[str, Any],
+    load_runs: Sequence[Mapping[str, Any]],
+    problems: Sequence[str],
+    exit_status: int,
+    duration_s: float,
+    junit: str | None,
+) -> dict[str, Any]:
     """The document before its verdict (see `decide`)."""
     tests = list(collected.tests.values())
     return {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "session": {"exit_status": exit_status, "duration_s": round(duration_s, 1),
-                    "tests": outcome_counts(tests), "junit": junit},
+        "session": {
+            "exit_status": exit_status,
+            "duration_s": round(duration_s, 1),
+            "tests": outcome_counts(tests),
+            "junit": junit,
+        },
         "environment": dict(environment),
         "servers": list(collected.servers.values()),
         "parity": parity_rows(collected.parity),
@@ -131,8 +162,7 @@ def build(collected: Collected, *, environment: Mapping[str, Any],
         "parity_checks": list(collected.parity),
         "load": list(load_runs),
         "skipped": skipped(tests),
-        "failed": [{"test": t.nodeid, "message": t.reason} for t in tests
-                   if t.outcome == "failed"],
+        "failed": [{"test": t.nodeid, "message": t.reason} for t in tests if t.outcome == "failed"],
         "problems": list(problems),
         "baseline": None,
     }
@@ -148,8 +178,9 @@ def decide(document: dict[str, Any]) -> dict[str, Any]:
         reasons.append(f"{len(failed)} test(s) failed: {names}")
     status = document["session"]["exit_status"]
     if status not in (0, 1):
-        reasons.append(f"pytest ended with exit status {status}"
-                       + (" (no tests ran)" if status == 5 else ""))
+        reasons.append(
+            f"pytest ended with exit status {status}" + (" (no tests ran)" if status == 5 else "")
+        )
     for run in document["load"]:
         if run["passed"] is False:
             why = "; ".join(run["failed"]) or "see its report"
@@ -157,8 +188,10 @@ def decide(document: dict[str, Any]) -> dict[str, Any]:
     reasons += [f"load result unreadable: {p}" for p in document["problems"]]
     baseline = document.get("baseline")
     if baseline and baseline["regressions"]:
-        reasons.append(f"{len(baseline['regressions'])} regression(s) against the baseline "
-                       f"{baseline['file']}: " + "; ".join(baseline["regressions"]))
+        reasons.append(
+            f"{len(baseline['regressions'])} regression(s) against the baseline "
+            f"{baseline['file']}: " + "; ".join(baseline["regressions"])
+        )
     document["verdict"] = {"passed": not reasons, "reasons": reasons}
     return document
 

@@ -7,8 +7,17 @@ import sys
 from importlib import metadata
 from typing import Any
 
-PACKAGES = ("pytest-triton", "torch", "onnxruntime", "onnx", "tritonclient", "numpy",
-            "nvidia-pytriton", "pytest", "locust")
+PACKAGES = (
+    "pytest-triton",
+    "torch",
+    "onnxruntime",
+    "onnx",
+    "tritonclient",
+    "numpy",
+    "nvidia-pytriton",
+    "pytest",
+    "locust",
+)
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:

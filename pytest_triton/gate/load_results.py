@@ -47,8 +47,10 @@ def read_load_files(directory: Path) -> tuple[list[dict[str, Any]], list[str]]:
             run["written"] = path.stat().st_mtime
             runs.append(run)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            problems.append(f"{path.name}: cannot be read as a load result ({exc}); write it "
-                            "with a locustfile's --triton-report-json or triton-perf --json")
+            problems.append(
+                f"{path.name}: cannot be read as a load result ({exc}); write it "
+                "with a locustfile's --triton-report-json or triton-perf --json"
+            )
     return runs, problems
 
 
@@ -57,8 +59,9 @@ def load_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, A
         return _perf_run(name, source, document)
     if "measured" in document:
         return _locust_run(name, source, document)
-    raise ValueError("neither a Locust report (it has no 'measured') nor a triton-perf sweep "
-                     "(no 'points')")
+    raise ValueError(
+        "neither a Locust report (it has no 'measured') nor a triton-perf sweep (no 'points')"
+    )
 
 
 def _point(values: Mapping[str, Any], windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -77,8 +80,10 @@ def _failed(checks: Sequence[Mapping[str, Any]]) -> list[str]:
         if c.get("passed") is False:
             sign = "<=" if c.get("kind") == "max" else ">="
             unit = f" ({c['unit']})" if c.get("unit") else ""
-            named.append(f"{c.get('name')}{unit} measured {fmt(c.get('measured'))}, target "
-                         f"{sign} {fmt(c.get('limit'))}")
+            named.append(
+                f"{c.get('name')}{unit} measured {fmt(c.get('measured'))}, target "
+                f"{sign} {fmt(c.get('limit'))}"
+            )
     return named
 
 
@@ -97,10 +102,17 @@ def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str
     point = {"key": name, **_point(measured, windows)}
     server = list(document.get("server", []))
     return {
-        "name": name, "source": source, "kind": "locust", "host": document.get("host"),
+        "name": name,
+        "source": source,
+        "kind": "locust",
+        "host": document.get("host"),
         "model": ", ".join(str(s.get("model")) for s in server) or None,
-        "passed": document.get("passed"), "exit_code": document.get("exit_code"),
-        "checks": checks, "failed": _failed(checks), "points": [point], "server": server,
+        "passed": document.get("passed"),
+        "exit_code": document.get("exit_code"),
+        "checks": checks,
+        "failed": _failed(checks),
+        "points": [point],
+        "server": server,
         "warnings": list(document.get("warnings", [])),
         "stability": (document.get("stability") or {}).get("summary"),
     }
@@ -108,29 +120,52 @@ def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str
 
 def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
     verdict = document.get("verdict") or None
-    by_point = {(v["batch_size"], v["concurrency"], v.get("request_rate_asked")): v
-                for v in (verdict or {}).get("points", [])}
+    by_point = {
+        (v["batch_size"], v["concurrency"], v.get("request_rate_asked")): v
+        for v in (verdict or {}).get("points", [])
+    }
     points = []
     for raw in document["points"]:
         batch, concurrency = int(raw["batch_size"]), int(raw["concurrency"])
         rate = raw.get("request_rate_asked")  # open loop: the rate, not the concurrency, varies
         load = f"rate {rate:g}/s" if rate else f"concurrency {concurrency}"
-        point = {"key": f"{name} batch {batch} {load}",
-                 **_point(raw, raw.get("windows") or []),
-                 "batch_size": batch, "concurrency": concurrency, "request_rate_asked": rate,
-                 "avg_batch_size": _number(raw.get("server_avg_batch"))}
+        point = {
+            "key": f"{name} batch {batch} {load}",
+            **_point(raw, raw.get("windows") or []),
+            "batch_size": batch,
+            "concurrency": concurrency,
+            "request_rate_asked": rate,
+            "avg_batch_size": _number(raw.get("server_avg_batch")),
+        }
         judged = by_point.get((batch, concurrency, rate))
         point["passed"] = None if judged is None else bool(judged["passed"])
         points.append(point)
-    failed = [] if verdict is None or verdict.get("passed") else [
-        "no measured point meets every target (" + ", ".join(
-            f"{k} {v}" for k, v in verdict.get("targets", {}).items()) + ")"]
+    failed = (
+        []
+        if verdict is None or verdict.get("passed")
+        else [
+            "no measured point meets every target ("
+            + ", ".join(f"{k} {v}" for k, v in verdict.get("targets", {}).items())
+            + ")"
+        ]
+    )
     return {
-        "name": name, "source": source, "kind": "triton-perf", "host": None,
-        "model": document.get("model"), "unit": document.get("unit"),
+        "name": name,
+        "source": source,
+        "kind": "triton-perf",
+        "host": None,
+        "model": document.get("model"),
+        "unit": document.get("unit"),
         "passed": None if verdict is None else bool(verdict.get("passed")),
-        "checks": [], "failed": failed, "points": points, "server": [],
-        "warnings": [f"{p['key']}: {raw['stability']}" for p, raw in
-                     zip(points, document["points"], strict=True) if raw.get("stability")],
-        "targets": (verdict or {}).get("targets", {}), "stability": None,
+        "checks": [],
+        "failed": failed,
+        "points": points,
+        "server": [],
+        "warnings": [
+            f"{p['key']}: {raw['stability']}"
+            for p, raw in zip(points, document["points"], strict=True)
+            if raw.get("stability")
+        ],
+        "targets": (verdict or {}).get("targets", {}),
+        "stability": None,
     }

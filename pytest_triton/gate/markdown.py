@@ -29,12 +29,15 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     def cell(value: Any) -> str:
         return str(value).replace("|", "\\|").replace("\n", " ")
 
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(cell(c) for c in row) + " |" for row in rows), ""]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(cell(c) for c in row) + " |" for row in rows),
+        "",
+    ]
 
 
-def render(document: Mapping[str, Any], *, images: bool = True,
-           plots: Sequence[str] = ()) -> str:
+def render(document: Mapping[str, Any], *, images: bool = True, plots: Sequence[str] = ()) -> str:
     verdict = document["verdict"]
     counts = document["session"]["tests"]
     lines = [f"# Release gate: {'PASS' if verdict['passed'] else 'FAIL'}", ""]
@@ -42,10 +45,14 @@ def render(document: Mapping[str, Any], *, images: bool = True,
     if verdict["reasons"]:
         lines.append("")
     tests = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no tests"
-    lines += [f"Tests: {tests} in "
-              f"{document['session']['duration_s']:.0f} s ({document['created']})."
-              + (f" JUnit XML: `{document['session']['junit']}`."
-                 if document["session"]["junit"] else ""), ""]
+    lines += [
+        f"Tests: {tests} in "
+        f"{document['session']['duration_s']:.0f} s ({document['created']})."
+        + (
+            f" JUnit XML: `{document['session']['junit']}`." if document["session"]["junit"] else ""
+        ),
+        "",
+    ]
     lines += _servers(document)
     lines += _parity(document, images and PLOTS["parity"] in plots)
     lines += _batching(document)
@@ -60,10 +67,20 @@ def _servers(document: Mapping[str, Any]) -> list[str]:
     packages = ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v)
     lines = ["## Server and versions", ""]
     if document["servers"]:
-        lines += table(["launcher", "endpoint", "tritonserver", "backends", "device", "image"],
-                       [(s["launcher"], s["http"], s.get("tritonserver_version") or "n/a",
-                         ", ".join(s["backends"]), s["device"], s.get("image") or "-")
-                        for s in document["servers"]])
+        lines += table(
+            ["launcher", "endpoint", "tritonserver", "backends", "device", "image"],
+            [
+                (
+                    s["launcher"],
+                    s["http"],
+                    s.get("tritonserver_version") or "n/a",
+                    ", ".join(s["backends"]),
+                    s["device"],
+                    s.get("image") or "-",
+                )
+                for s in document["servers"]
+            ],
+        )
     else:
         lines += ["No server was started in this session.", ""]
     return [*lines, f"Python {env['python']} on {env['platform']}; {packages}.", ""]
@@ -74,16 +91,41 @@ def _parity(document: Mapping[str, Any], image: bool) -> list[str]:
     lines = ["## Parity: served vs PyTorch", ""]
     if not rows:
         return [*lines, "No parity check ran.", ""]
-    lines += ["Headroom used: the largest |served - native| / (atol + rtol x |native|) over "
-              "every element, torch.testing's allowance; 100% is the tolerance. Worst over "
-              "every check of the row.", ""]
+    lines += [
+        "Headroom used: the largest |served - native| / (atol + rtol x |native|) over "
+        "every element, torch.testing's allowance; 100% is the tolerance. Worst over "
+        "every check of the row.",
+        "",
+    ]
     lines += table(
-        ["variant", "protocol", "transport", "checks", "worst output", "max abs diff",
-         "max rel diff", "rtol / atol", "headroom used", "result"],
-        [(r["variant"], r["protocol"], r["transport"], r["checks"],
-          f"{r['worst_output']} ({r['dtype']})", num(r["max_abs"]), num(r["max_rel"]),
-          f"{num(r['rtol'])} / {num(r['atol'])}", pct(r["headroom_used"]),
-          "PASS" if r["ok"] else "FAIL") for r in rows])
+        [
+            "variant",
+            "protocol",
+            "transport",
+            "checks",
+            "worst output",
+            "max abs diff",
+            "max rel diff",
+            "rtol / atol",
+            "headroom used",
+            "result",
+        ],
+        [
+            (
+                r["variant"],
+                r["protocol"],
+                r["transport"],
+                r["checks"],
+                f"{r['worst_output']} ({r['dtype']})",
+                num(r["max_abs"]),
+                num(r["max_rel"]),
+                f"{num(r['rtol'])} / {num(r['atol'])}",
+                pct(r["headroom_used"]),
+                "PASS" if r["ok"] else "FAIL",
+            )
+            for r in rows
+        ],
+    )
     if image:
         lines += [f"![parity headroom per variant]({PLOTS['parity']})", ""]
     return lines
@@ -93,16 +135,38 @@ def _batching(document: Mapping[str, Any]) -> list[str]:
     rows = document["batching"]
     if not rows:
         return []
-    lines = ["## Dynamic batching", "",
-             "Requests sent together and the executions Triton ran for them (statistics API); "
-             "fewer executions than requests means the dynamic batcher combined them.", ""]
+    lines = [
+        "## Dynamic batching",
+        "",
+        "Requests sent together and the executions Triton ran for them (statistics API); "
+        "fewer executions than requests means the dynamic batcher combined them.",
+        "",
+    ]
     return lines + table(
-        ["variant", "protocol", "transport", "requests", "executions", "inferences",
-         "avg batch size", "batch sizes (size x executions)"],
-        [(r["variant"], r["protocol"], r["transport"], r["requests"], r["executions"],
-          r["inferences"], f"{r['avg_batch_size']:.2f}",
-          ", ".join(f"{k} x {v}" for k, v in r["batch_histogram"].items()) or "-")
-         for r in rows])
+        [
+            "variant",
+            "protocol",
+            "transport",
+            "requests",
+            "executions",
+            "inferences",
+            "avg batch size",
+            "batch sizes (size x executions)",
+        ],
+        [
+            (
+                r["variant"],
+                r["protocol"],
+                r["transport"],
+                r["requests"],
+                r["executions"],
+                r["inferences"],
+                f"{r['avg_batch_size']:.2f}",
+                ", ".join(f"{k} x {v}" for k, v in r["batch_histogram"].items()) or "-",
+            )
+            for r in rows
+        ],
+    )
 
 
 def _load(document: Mapping[str, Any], image: bool) -> list[str]:
@@ -115,30 +179,62 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
         verdict = {True: "PASS", False: "FAIL", None: "no targets"}[run["passed"]]
         for p in run["points"]:
             windows = len(p.get("windows") or []) or 1
-            rows.append((p.get("key", run["name"]), run["kind"], run.get("model") or "-",
-                         num(p["throughput"]), num(p["p50_ms"]), num(p["p95_ms"]),
-                         num(p["p99_ms"]), f"{p['requests']:,} ({p['failures']})", windows,
-                         verdict))
-    lines += table(["run", "tool", "model", "throughput (samples/s)", "p50 ms", "p95 ms",
-                    "p99 ms", "requests (failed)", "windows", "verdict"], rows)
+            rows.append(
+                (
+                    p.get("key", run["name"]),
+                    run["kind"],
+                    run.get("model") or "-",
+                    num(p["throughput"]),
+                    num(p["p50_ms"]),
+                    num(p["p95_ms"]),
+                    num(p["p99_ms"]),
+                    f"{p['requests']:,} ({p['failures']})",
+                    windows,
+                    verdict,
+                )
+            )
+    lines += table(
+        [
+            "run",
+            "tool",
+            "model",
+            "throughput (samples/s)",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "requests (failed)",
+            "windows",
+            "verdict",
+        ],
+        rows,
+    )
     notes = []
     for run in runs:
         checks = [c for c in run["checks"] if c.get("limit") is not None]
         if checks:
-            notes.append(f"Targets of {run['name']}: " + "; ".join(
-                f"{c['name']} {'<=' if c['kind'] == 'max' else '>='} {num(c['limit'])}"
-                f"{' ' + c['unit'] if c.get('unit') else ''}: "
-                f"{num(c['measured'])} {_state(c)}" for c in checks))
-        notes += [f"Server view of {s['model']} in {run['name']}: avg batch size "
-                  f"{s['avg_batch_size']:.2f}, {s['execution_count']:,} executions for "
-                  f"{s['inference_count']:,} inferences ({s['success_count']:,} requests)."
-                  for s in run["server"]]
+            notes.append(
+                f"Targets of {run['name']}: "
+                + "; ".join(
+                    f"{c['name']} {'<=' if c['kind'] == 'max' else '>='} {num(c['limit'])}"
+                    f"{' ' + c['unit'] if c.get('unit') else ''}: "
+                    f"{num(c['measured'])} {_state(c)}"
+                    for c in checks
+                )
+            )
+        notes += [
+            f"Server view of {s['model']} in {run['name']}: avg batch size "
+            f"{s['avg_batch_size']:.2f}, {s['execution_count']:,} executions for "
+            f"{s['inference_count']:,} inferences ({s['success_count']:,} requests)."
+            for s in run["server"]
+        ]
         if run.get("stability"):
             notes.append(f"Measurement windows of {run['name']}: {run['stability']}")
         notes += [f"{run['name']}: {w}" for w in run["warnings"]]
         if run.get("before_session"):
-            notes.append(f"{run['source']} was written before this session started (at "
-                         f"{_time(run['written'])}): its figures are not from this run.")
+            notes.append(
+                f"{run['source']} was written before this session started (at "
+                f"{_time(run['written'])}): its figures are not from this run."
+            )
     notes += [f"Problem: {p}" for p in document["problems"]]
     lines += [f"- {note}" for note in notes]
     if image:
@@ -162,34 +258,70 @@ def _baseline(document: Mapping[str, Any]) -> list[str]:
     if not baseline:
         return []
     limits = baseline["limits"]
-    lines = [f"## Baseline: {baseline['file']}", "",
-             f"Limits: throughput down at most {limits['throughput_drop_pct']:g}%, p99 up at "
-             f"most {limits['p99_rise_pct']:g}% (medians over measurement windows), parity "
-             f"headroom used at most {limits['headroom_pct']:g}%.", ""]
-    lines += table(["kind", "what", "metric", "baseline", "now", "change", "limit", "windows",
-                    "result"],
-                   [(c["kind"], c["what"], c["metric"], num(c["baseline"]), num(c["now"]),
-                     "-" if c["change_pct"] is None else f"{c['change_pct']:+.1f}%",
-                     f"{c['limit_pct']:g}%", c["windows"] or "-",
-                     "REGRESSION" if c["regressed"] else "ok")
-                    for c in baseline["comparisons"]])
+    lines = [
+        f"## Baseline: {baseline['file']}",
+        "",
+        f"Limits: throughput down at most {limits['throughput_drop_pct']:g}%, p99 up at "
+        f"most {limits['p99_rise_pct']:g}% (medians over measurement windows), parity "
+        f"headroom used at most {limits['headroom_pct']:g}%.",
+        "",
+    ]
+    lines += table(
+        ["kind", "what", "metric", "baseline", "now", "change", "limit", "windows", "result"],
+        [
+            (
+                c["kind"],
+                c["what"],
+                c["metric"],
+                num(c["baseline"]),
+                num(c["now"]),
+                "-" if c["change_pct"] is None else f"{c['change_pct']:+.1f}%",
+                f"{c['limit_pct']:g}%",
+                c["windows"] or "-",
+                "REGRESSION" if c["regressed"] else "ok",
+            )
+            for c in baseline["comparisons"]
+        ],
+    )
     if any(c["windows"] == 1 for c in baseline["comparisons"]):
-        lines += ["Load figures measured in a single window are compared as they are: keep the "
-                  "limits above this machine's run-to-run noise.", ""]
+        lines += [
+            "Load figures measured in a single window are compared as they are: keep the "
+            "limits above this machine's run-to-run noise.",
+            "",
+        ]
     if baseline["not_measured"]:
-        lines += ["In the baseline but not measured now: "
-                  + ", ".join(baseline["not_measured"]), ""]
+        lines += [
+            "In the baseline but not measured now: " + ", ".join(baseline["not_measured"]),
+            "",
+        ]
     return lines
 
 
 def _skipped_and_failed(document: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
     if document["failed"]:
-        lines += ["## Failed", "", *table(
-            ["test", "message"], [(f["test"], f["message"][:300]) for f in document["failed"]])]
+        lines += [
+            "## Failed",
+            "",
+            *table(
+                ["test", "message"], [(f["test"], f["message"][:300]) for f in document["failed"]]
+            ),
+        ]
     if document["skipped"]:
-        lines += ["## Skipped", "", *table(
-            ["reason", "tests"],
-            [(s["reason"], f"{s['count']}: " + ", ".join(s["tests"][:3])
-              + (", ..." if s["count"] > 3 else "")) for s in document["skipped"]])]
+        lines += [
+            "## Skipped",
+            "",
+            *table(
+                ["reason", "tests"],
+                [
+                    (
+                        s["reason"],
+                        f"{s['count']}: "
+                        + ", ".join(s["tests"][:3])
+                        + (", ..." if s["count"] > 3 else ""),
+                    )
+                    for s in document["skipped"]
+                ],
+            ),
+        ]
     return lines

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .document import json_safe
-from .markdown import render
-from .plots import write_plots
+from pytest_triton.gate.document import json_safe
+from pytest_triton.gate.markdown import render
+from pytest_triton.gate.plots import write_plots
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -20,9 +20,13 @@ def dump(document: Mapping[str, Any]) -> str:
     return json.dumps(json_safe(document), indent=2, allow_nan=False) + "\n"
 
 
-def write_report(document: dict[str, Any], directory: Path, *,
-                 headroom_limit_pct: float | None = None,
-                 step_summary: str | None = None) -> list[Path]:
+def write_report(
+    document: dict[str, Any],
+    directory: Path,
+    *,
+    headroom_limit_pct: float | None = None,
+    step_summary: str | None = None,
+) -> list[Path]:
     """Write the report into the directory (made if missing); the files written."""
     directory.mkdir(parents=True, exist_ok=True)
     plots, why_not = write_plots(document, directory, headroom_limit_pct)

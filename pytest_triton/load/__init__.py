@@ -1,6 +1,9 @@
-"""Load tests of Triton-served models with Locust.
+"""Locust front end: load tests of Triton-served models.
 
-Only `users`, `hooks` and `sweep` import locust (which monkey-patches the process with gevent);
-the pytest plugin never imports this package, and the other modules here stay free of locust so
-pytest can import them.
+`users` is what a locustfile imports (`TritonUser`, `zoo_model`); `locust/` runs inside Locust's
+processes, `webui/` is the web UI's Triton tab, `sweep/` is triton-perf, and `measure/` is what
+they all measure with.
+
+Rules: a front end, never imported by `plugin` or `cli`; only `users`, `locust/`, `webui/` and
+`sweep/` import locust (it monkey-patches the process with gevent); nothing here imports pytest.
 """

@@ -33,15 +33,15 @@ import torch
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from ..client import PreparedRequest, Protocol, TritonClient
-from ..errors import ConfigError, InferenceError, SharedMemoryError
-from ..urls import check_host
-from ..wire.lane import Lane
-from . import grpc_gevent, hooks, multiplexer
-from .embedded import EmbeddedModel, zoo_model
-from .open_loop import OpenLoop, open_loop
-from .options import default_targets, run_config
-from .user_settings import (
+from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryError
+from pytest_triton.base.urls import check_host
+from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient
+from pytest_triton.client.wire.lane import Lane
+from pytest_triton.load.locust import grpc_gevent, listeners, multiplexer
+from pytest_triton.load.locust.embedded import EmbeddedModel, zoo_model
+from pytest_triton.load.locust.open_loop import OpenLoop, open_loop
+from pytest_triton.load.locust.options import default_targets, run_config
+from pytest_triton.load.locust.user_settings import (
     user_batch_size,
     user_endpoint,
     user_model,
@@ -50,7 +50,7 @@ from .user_settings import (
 )
 
 grpc_gevent.init()
-hooks.install(locust.events)
+listeners.install_listeners(locust.events)
 # This process only makes input tensors with torch; one thread keeps it fork-safe for
 # --processes and leaves the cores to the server.
 torch.set_num_threads(1)
@@ -101,8 +101,10 @@ class TritonUser(User):
         try:
             config = run_config(self.environment)
             if not host:
-                raise ConfigError("no host to send load to: pass --host URL, or give the user "
-                                  "class a `served` model so an embedded server starts")
+                raise ConfigError(
+                    "no host to send load to: pass --host URL, or give the user "
+                    "class a `served` model so an embedded server starts"
+                )
             check_host(host, config.allow_remote)
             self._model = user_model(cls, config)
             self._batch = user_batch_size(cls, config)
@@ -110,19 +112,26 @@ class TritonUser(User):
             url = user_endpoint(self._protocol, host, config)
             factory = cls.inputs or (cls.served.inputs if cls.served else None)
             if factory is None:
-                raise ConfigError(f"{cls.__name__} has no `inputs` factory and no `served` "
-                                  "model to make inputs from")
+                raise ConfigError(
+                    f"{cls.__name__} has no `inputs` factory and no `served` "
+                    "model to make inputs from"
+                )
             first = number * self.distinct_inputs
-            batches = [{n: _numpy(v) for n, v in factory(self._batch, first + i).items()}
-                       for i in range(self.distinct_inputs)]
+            batches = [
+                {n: _numpy(v) for n, v in factory(self._batch, first + i).items()}
+                for i in range(self.distinct_inputs)
+            ]
             self._open_loop = open_loop(self.environment, config, number)
             in_flight = config.max_in_flight if self._open_loop else 1
             self._client = TritonClient(
-                url, self._protocol, timeout_s=self.timeout_s, concurrency=in_flight,
+                url,
+                self._protocol,
+                timeout_s=self.timeout_s,
+                concurrency=in_flight,
                 shared_memory=user_shared_memory(config),
-                output_shared_memory_size=config.output_shared_memory_size)
-            prepared = self._client.prepare_all(self._model, batches, self.outputs,
-                                                self.version)
+                output_shared_memory_size=config.output_shared_memory_size,
+            )
+            prepared = self._client.prepare_all(self._model, batches, self.outputs, self.version)
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
             self._lane = self._multiplexed(prepared)
         except (ConfigError, SharedMemoryError, InferenceError) as exc:
@@ -139,10 +148,13 @@ class TritonUser(User):
         wait_time and single task), else None: the user sends from its own greenlet, through
         Locust's task loop."""
         cls = type(self)
-        if self._open_loop is not None or not multiplexer.available() \
-                or cls.wait_time is not TritonUser.wait_time \
-                or cls.tasks != [TritonUser.infer] \
-                or any(len(r.wire) > multiplexer.MAX_REQUEST_BYTES for r in prepared):
+        if (
+            self._open_loop is not None
+            or not multiplexer.multiplexer_available()
+            or cls.wait_time is not TritonUser.wait_time
+            or cls.tasks != [TritonUser.infer]
+            or any(len(r.wire) > multiplexer.MAX_REQUEST_BYTES for r in prepared)
+        ):
             return None
         return self._client.lane()
 
@@ -151,8 +163,9 @@ class TritonUser(User):
         if self._open_loop is not None:
             self._open_loop.run(self._send)  # until the user is stopped
         elif self._lane is not None:  # until the user is stopped
-            multiplexer.multiplexer().serve(self._lane, self._requests, self._record,
-                                            self.timeout_s)
+            multiplexer.multiplexer().serve(
+                self._lane, self._requests, self._record, self.timeout_s
+            )
         else:
             self._send(time.perf_counter())
 
@@ -171,8 +184,13 @@ class TritonUser(User):
     def _record(self, latency_s: float, answered: int, error: Exception | None) -> None:
         """A Locust request event for one request."""
         self.environment.events.request.fire(
-            request_type=self._request_type, name=self._model, response_time=latency_s * 1e3,
-            response_length=answered, exception=error, context=self._context)
+            request_type=self._request_type,
+            name=self._model,
+            response_time=latency_s * 1e3,
+            response_length=answered,
+            exception=error,
+            context=self._context,
+        )
 
     def on_stop(self) -> None:
         if self._open_loop is not None:

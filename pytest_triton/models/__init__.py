@@ -1,4 +1,7 @@
-"""Model zoo: the seed documents' models in plain PyTorch, with their serving settings.
+"""Models layer: the zoo of NVIDIA's deployment examples' models in plain PyTorch, with their
+serving settings.
+
+Rule: imports only `base` and `repository` (the zoo's specs and committed configs).
 
 Every model module (dlrm, resnext, bert, mnist, text_recognition) offers the same interface:
 
@@ -16,10 +19,10 @@ Every model module (dlrm, resnext, bert, mnist, text_recognition) offers the sam
 with recommended Triton settings from the seed that describes the model.
 """
 
-from . import bert, dlrm, mnist, resnext, text_recognition
-from ._common import CheckpointError, extract_state_dict, load_checkpoint
-from .specs import zoo_spec
-from .zoo import ZOO, Serving, Size, TensorInfo, ZooEntry
+from pytest_triton.models import bert, dlrm, mnist, resnext, text_recognition
+from pytest_triton.models._common import CheckpointError, extract_state_dict, load_checkpoint
+from pytest_triton.models.specs import zoo_spec
+from pytest_triton.models.zoo import ZOO, Serving, Size, TensorInfo, ZooEntry
 
 __all__ = [
     "ZOO",

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, Union
 import torch
 from torch import nn
 
-from ..errors import TritonTestError
+from pytest_triton.base.errors import TritonTestError
 
 PathLike = Union[str, "os.PathLike[str]"]
 M = TypeVar("M", bound=nn.Module)

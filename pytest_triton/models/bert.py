@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import PathLike, init_layernorm, materialize
+from pytest_triton.models._common import PathLike, init_layernorm, materialize
 
 INPUT_NAMES: tuple[str, ...] = ("input_ids", "token_type_ids", "attention_mask")
 OUTPUT_NAMES: tuple[str, ...] = ("start_logits", "end_logits")

@@ -13,12 +13,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..dtypes import tensor_type
-from ..repository import pbtxt
-from ..repository.signature import ServedTensor, Signature
-from ..repository.variants import Variant
-from . import ZOO, TensorInfo
-from .specs import zoo_spec
+from pytest_triton.base.dtypes import tensor_type
+from pytest_triton.models import ZOO, TensorInfo
+from pytest_triton.models.specs import zoo_spec
+from pytest_triton.repository import pbtxt
+from pytest_triton.repository.signature import ServedTensor, Signature
+from pytest_triton.repository.variants import Variant
 
 COMMITTED_FORMAT = "onnx"  # every seed deploys an ONNX variant; native onnxruntime_onnx
 
@@ -35,10 +35,17 @@ def zoo_signature(name: str) -> Signature:
 
 def committed_config(name: str) -> pbtxt.mc.ModelConfig:
     entry = ZOO[name]
-    spec = zoo_spec(name, "full", instance_kind=entry.serving.instance_kind,
-                    formats=[COMMITTED_FORMAT], triton_name=name, example_batch=2)
-    variant = Variant(spec, COMMITTED_FORMAT, "fp32", hosted=False,
-                      instance_kind=entry.serving.instance_kind)
+    spec = zoo_spec(
+        name,
+        "full",
+        instance_kind=entry.serving.instance_kind,
+        formats=[COMMITTED_FORMAT],
+        triton_name=name,
+        example_batch=2,
+    )
+    variant = Variant(
+        spec, COMMITTED_FORMAT, "fp32", hosted=False, instance_kind=entry.serving.instance_kind
+    )
     return pbtxt.model_config(variant, zoo_signature(name))
 
 
@@ -55,6 +62,7 @@ def write_committed_configs(root: Path) -> list[Path]:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    for written_path in write_committed_configs(Path(sys.argv[1] if len(sys.argv) > 1
-                                                     else "model_repository")):
+    for written_path in write_committed_configs(
+        Path(sys.argv[1] if len(sys.argv) > 1 else "model_repository")
+    ):
         print(f"wrote {written_path}")

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ._common import PathLike, materialize
+from pytest_triton.models._common import PathLike, materialize
 
 INPUT_NAMES: tuple[str, ...] = ("numerical_features", "categorical_features")
 OUTPUT_NAMES: tuple[str, ...] = ("output",)

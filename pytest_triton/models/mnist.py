@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import PathLike, materialize
+from pytest_triton.models._common import PathLike, materialize
 
 INPUT_NAMES: tuple[str, ...] = ("input__0",)
 OUTPUT_NAMES: tuple[str, ...] = ("output__0",)

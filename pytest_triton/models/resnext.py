@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import PathLike, init_batchnorm, materialize
+from pytest_triton.models._common import PathLike, init_batchnorm, materialize
 
 INPUT_NAMES: tuple[str, ...] = ("input__0",)
 OUTPUT_NAMES: tuple[str, ...] = ("output__0",)

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..repository.spec import DynamicBatching, InstanceGroup, InstanceKind, ModelSpec
-from .zoo import ZOO, Size
+from pytest_triton.models.zoo import ZOO, Size
+from pytest_triton.repository.spec import DynamicBatching, InstanceGroup, InstanceKind, ModelSpec
 
 
-def zoo_spec(name: str, size: Size = "small", *, seed: int = 0, config: Any = None,
-             checkpoint: str | None = None, example_batch: int = 4,
-             instance_count: int | None = None, instance_kind: InstanceKind | None = None,
-             model_name: str | None = None, **overrides: Any) -> ModelSpec:
+def zoo_spec(
+    name: str,
+    size: Size = "small",
+    *,
+    seed: int = 0,
+    config: Any = None,
+    checkpoint: str | None = None,
+    example_batch: int = 4,
+    instance_count: int | None = None,
+    instance_kind: InstanceKind | None = None,
+    model_name: str | None = None,
+    **overrides: Any,
+) -> ModelSpec:
     """A ModelSpec of zoo model `name` at `size` (or an explicit `config`).
 
     Serving settings come from the zoo entry (the seeds' recommendations); `instance_count`
@@ -26,8 +35,9 @@ def zoo_spec(name: str, size: Size = "small", *, seed: int = 0, config: Any = No
     serving = entry.serving
     batching = None
     if serving.dynamic_batching:
-        batching = DynamicBatching(serving.max_queue_delay_microseconds,
-                                   tuple(serving.preferred_batch_size))
+        batching = DynamicBatching(
+            serving.max_queue_delay_microseconds, tuple(serving.preferred_batch_size)
+        )
     fields: dict[str, Any] = dict(
         name=model_name or name,
         module=lambda: entry.build(cfg, seed=seed, checkpoint=checkpoint),

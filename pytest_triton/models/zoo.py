@@ -1,6 +1,5 @@
 """The zoo's entries: each model module with its configs and the seeds' serving settings."""
 
-
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -10,8 +9,8 @@ from typing import Any, Literal
 
 import torch
 
-from . import bert, dlrm, mnist, resnext, text_recognition
-from ._common import PathLike
+from pytest_triton.models import bert, dlrm, mnist, resnext, text_recognition
+from pytest_triton.models._common import PathLike
 
 Size = Literal["full", "small"]
 

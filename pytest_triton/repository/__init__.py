@@ -1,8 +1,26 @@
-"""Model repository: specs in, a directory Triton can serve out."""
+"""Repository layer: `ModelSpec` in, a directory Triton can serve out: signature, exporters,
+config.pbtxt, variant planning, warm-up samples, and the PyTorch reference outputs.
 
-from .builder import Repository
-from .spec import FORMATS, DynamicBatching, InstanceGroup, ModelSpec, TensorSpec
-from .variants import Variant
+Rule: imports only `base`, `client` and `parity`; never a launcher (what a server offers comes
+in as `base.server_offer.ServerTarget`).
+"""
 
-__all__ = ["FORMATS", "DynamicBatching", "InstanceGroup", "ModelSpec", "Repository", "TensorSpec",
-           "Variant"]
+from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.spec import (
+    FORMATS,
+    DynamicBatching,
+    InstanceGroup,
+    ModelSpec,
+    TensorSpec,
+)
+from pytest_triton.repository.variants import Variant
+
+__all__ = [
+    "FORMATS",
+    "DynamicBatching",
+    "InstanceGroup",
+    "ModelSpec",
+    "Repository",
+    "TensorSpec",
+    "Variant",
+]

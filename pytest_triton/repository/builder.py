@@ -16,15 +16,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ..errors import SpecError
-from ..formats import FORMATS
-from ..processes import reap_orphaned
-from ..reference import NativeModel
-from ..target import ServerTarget
-from . import exporters, pbtxt, warmup
-from .signature import Signature, resolve_signature
-from .spec import ModelSpec
-from .variants import Plan, Unavailable, Variant, plan_variants
+from pytest_triton.base.errors import SpecError
+from pytest_triton.base.formats import FORMATS
+from pytest_triton.base.processes import reap_orphaned
+from pytest_triton.base.server_offer import ServerTarget
+from pytest_triton.repository import exporters, pbtxt, warmup
+from pytest_triton.repository.reference import NativeModel
+from pytest_triton.repository.signature import Signature, resolve_signature
+from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.repository.variants import Plan, Unavailable, Variant, plan_variants
 
 log = logging.getLogger("pytest_triton")
 HOSTED_MODEL = Path(__file__).with_name("hosted_model.py")
@@ -53,9 +53,16 @@ class Repository:
     """A model repository directory, the specs it holds, and (once planned for a server's
     backends) its variants, each exported when first needed."""
 
-    def __init__(self, root: Path, specs: Sequence[ModelSpec], *,
-                 formats: Sequence[str] = FORMATS, progress: Progress | None = None,
-                 precisions: Sequence[str] | None = None, warmup: int | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        specs: Sequence[ModelSpec],
+        *,
+        formats: Sequence[str] = FORMATS,
+        progress: Progress | None = None,
+        precisions: Sequence[str] | None = None,
+        warmup: int | None = None,
+    ) -> None:
         self.root = Path(root)
         self.specs = list(specs)
         self.formats = tuple(formats)
@@ -73,15 +80,28 @@ class Repository:
         self.root.mkdir(parents=True, exist_ok=True)
 
     @classmethod
-    def create(cls, specs: Sequence[ModelSpec], directory: str | Path | None = None, *,
-               formats: Sequence[str] = FORMATS, progress: Progress | None = None,
-               precisions: Sequence[str] | None = None, warmup: int | None = None
-               ) -> Repository:
+    def create(
+        cls,
+        specs: Sequence[ModelSpec],
+        directory: str | Path | None = None,
+        *,
+        formats: Sequence[str] = FORMATS,
+        progress: Progress | None = None,
+        precisions: Sequence[str] | None = None,
+        warmup: int | None = None,
+    ) -> Repository:
         """A repository in `directory` (kept), or in a temporary directory that `remove()`
         deletes; temporary directories of processes killed outright are reaped here."""
+
         def make(root: Path) -> Repository:
-            return cls(root, specs, formats=formats, progress=progress, precisions=precisions,
-                       warmup=warmup)
+            return cls(
+                root,
+                specs,
+                formats=formats,
+                progress=progress,
+                precisions=precisions,
+                warmup=warmup,
+            )
 
         if directory is not None:
             return make(Path(directory))
@@ -116,23 +136,26 @@ class Repository:
                     f"{self._target}; a server with {target} needs its own repository fixture"
                 )
             self._target = target
-            self._plan = plan_variants(self.specs, self.formats, target,
-                                       precisions=self.precisions, warmup=self.warmup)
+            self._plan = plan_variants(
+                self.specs, self.formats, target, precisions=self.precisions, warmup=self.warmup
+            )
             return self._plan.variants
 
     @property
     def target(self) -> ServerTarget:
         """The server this repository was planned for."""
         if self._target is None:
-            raise SpecError("the repository has not been planned for a server yet "
-                            "(Repository.plan(target))")
+            raise SpecError(
+                "the repository has not been planned for a server yet (Repository.plan(target))"
+            )
         return self._target
 
     @property
     def variants(self) -> list[Variant]:
         if self._plan is None:
-            raise SpecError("the repository has not been planned for a server yet "
-                            "(Repository.plan(target))")
+            raise SpecError(
+                "the repository has not been planned for a server yet (Repository.plan(target))"
+            )
         return self._plan.variants
 
     @property
@@ -186,9 +209,14 @@ class Repository:
             try:
                 version_dir = staging / str(variant.spec.version)
                 signature = self.signature(variant.spec)
-                exporters.export(variant.format, variant.spec, self.native(variant),
-                                 version_dir / variant.artifact, signature,
-                                 numerics=self.target.numerics)
+                exporters.export(
+                    variant.format,
+                    variant.spec,
+                    self.native(variant),
+                    version_dir / variant.artifact,
+                    signature,
+                    numerics=self.target.numerics,
+                )
                 if variant.hosted:
                     shutil.copyfile(HOSTED_MODEL, version_dir / "model.py")
                 warmup.write_samples(staging, variant, signature)

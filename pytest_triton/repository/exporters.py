@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ExportError
-from ..reference import NativeModel
-from .signature import Signature
-from .spec import ModelSpec
+from pytest_triton.base.errors import ExportError
+from pytest_triton.repository.reference import NativeModel
+from pytest_triton.repository.signature import Signature
+from pytest_triton.repository.spec import ModelSpec
 
 
 def _example_args(spec: ModelSpec, native: NativeModel) -> tuple[torch.Tensor, ...]:
@@ -25,14 +25,16 @@ def _example_args(spec: ModelSpec, native: NativeModel) -> tuple[torch.Tensor, .
     return tuple(torch.from_numpy(cast[n]).to(native.device) for n in spec.input_names)
 
 
-def export_torchscript_script(spec: ModelSpec, native: NativeModel, path: Path,
-                              signature: Signature) -> None:
+def export_torchscript_script(
+    spec: ModelSpec, native: NativeModel, path: Path, signature: Signature
+) -> None:
     scripted = torch.jit.script(native.module)
     torch.jit.save(scripted, str(path))
 
 
-def export_torchscript_trace(spec: ModelSpec, native: NativeModel, path: Path,
-                             signature: Signature) -> None:
+def export_torchscript_trace(
+    spec: ModelSpec, native: NativeModel, path: Path, signature: Signature
+) -> None:
     traced = torch.jit.trace(native.module, _example_args(spec, native), check_trace=False)
     torch.jit.save(traced, str(path))
 
@@ -61,8 +63,9 @@ def export_onnx(spec: ModelSpec, native: NativeModel, path: Path, signature: Sig
     )
 
 
-def export_tensorrt(spec: ModelSpec, native: NativeModel, path: Path,
-                    signature: Signature, *, tf32: bool = True) -> None:
+def export_tensorrt(
+    spec: ModelSpec, native: NativeModel, path: Path, signature: Signature, *, tf32: bool = True
+) -> None:
     """ONNX export, then a TensorRT engine built on this machine's GPU with an optimization
     profile over batch 1..max_batch_size (declared dynamic axes: 1..their example size).
     `tf32` False (strict numerics) clears the builder's TF32 flag, which TensorRT sets by
@@ -88,10 +91,14 @@ def export_tensorrt(spec: ModelSpec, native: NativeModel, path: Path,
         examples = spec.example_tensors()
         for tensor in signature.inputs:
             shape = tuple(examples[tensor.name].shape)
-            low = [1 if (spec.batched and i == 0) or d == -1 else shape[i]
-                   for i, d in enumerate(((-1,) if spec.batched else ()) + tensor.dims)]
-            high = [spec.max_batch_size if (spec.batched and i == 0) else shape[i]
-                    for i in range(len(shape))]
+            low = [
+                1 if (spec.batched and i == 0) or d == -1 else shape[i]
+                for i, d in enumerate(((-1,) if spec.batched else ()) + tensor.dims)
+            ]
+            high = [
+                spec.max_batch_size if (spec.batched and i == 0) else shape[i]
+                for i in range(len(shape))
+            ]
             profile.set_shape(tensor.name, low, list(shape), high)
         config.add_optimization_profile(profile)
         engine = builder.build_serialized_network(network, config)
@@ -109,8 +116,15 @@ EXPORTERS: dict[str, Callable[[ModelSpec, NativeModel, Path, Signature], None]] 
 }
 
 
-def export(fmt: str, spec: ModelSpec, native: NativeModel, path: Path,
-           signature: Signature, *, numerics: str = "strict") -> None:
+def export(
+    fmt: str,
+    spec: ModelSpec,
+    native: NativeModel,
+    path: Path,
+    signature: Signature,
+    *,
+    numerics: str = "strict",
+) -> None:
     """Run one exporter, turning its failure into an ExportError with the exporter's output."""
     exporter = EXPORTERS.get(fmt)
     if exporter is None:

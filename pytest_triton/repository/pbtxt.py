@@ -7,17 +7,20 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from . import warmup
-from .signature import ServedTensor, Signature
-from .spec import ModelSpec
-from .variants import NATIVE_BACKEND, Variant
+from pytest_triton.repository import warmup
+from pytest_triton.repository.signature import ServedTensor, Signature
+from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.repository.variants import NATIVE_BACKEND, Variant
 
 
 def _tensor(cls: type, tensor: ServedTensor) -> object:
     """One input/output; a per-row scalar ([batch] on the wire) is Triton's dims [1] with an
     empty reshape, because Triton rejects empty dims."""
-    message = cls(name=tensor.name, data_type=mc.DataType.Value(tensor.type.config),
-                  dims=list(tensor.dims) or [1])
+    message = cls(
+        name=tensor.name,
+        data_type=mc.DataType.Value(tensor.type.config),
+        dims=list(tensor.dims) or [1],
+    )
     if not tensor.dims:
         message.reshape.SetInParent()
     return message
@@ -31,8 +34,11 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
     if variant.hosted:
         config.backend = "python"
         _param(config, "artifact", variant.artifact)
-        _param(config, "artifact_format", "onnx" if variant.artifact.endswith(".onnx")
-               else "torchscript")
+        _param(
+            config,
+            "artifact_format",
+            "onnx" if variant.artifact.endswith(".onnx") else "torchscript",
+        )
     else:
         config.platform = NATIVE_BACKEND[variant.format][1]
     if variant.format == "onnx-trt":
@@ -45,15 +51,21 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
     config.output.extend(_tensor(mc.ModelOutput, t) for t in sig.outputs)
     db = spec.dynamic_batching
     if db is not None:
-        config.dynamic_batching.CopyFrom(mc.ModelDynamicBatching(
-            preferred_batch_size=list(db.preferred_batch_size),
-            max_queue_delay_microseconds=db.max_queue_delay_microseconds,
-            preserve_ordering=db.preserve_ordering,
-        ))
+        config.dynamic_batching.CopyFrom(
+            mc.ModelDynamicBatching(
+                preferred_batch_size=list(db.preferred_batch_size),
+                max_queue_delay_microseconds=db.max_queue_delay_microseconds,
+                preserve_ordering=db.preserve_ordering,
+            )
+        )
     ig = spec.instance_group
-    config.instance_group.append(mc.ModelInstanceGroup(
-        count=ig.count, kind=mc.ModelInstanceGroup.Kind.Value(variant.instance_kind),
-        gpus=list(ig.gpus)))
+    config.instance_group.append(
+        mc.ModelInstanceGroup(
+            count=ig.count,
+            kind=mc.ModelInstanceGroup.Kind.Value(variant.instance_kind),
+            gpus=list(ig.gpus),
+        )
+    )
     for key, value in spec.parameters.items():
         _param(config, key, value)
     config.model_warmup.extend(warmup.messages(variant, signature))

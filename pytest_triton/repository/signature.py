@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..dtypes import TensorType, tensor_type
-from ..errors import SpecError
-from ..reference import NativeModel
-from .spec import ModelSpec
+from pytest_triton.base.dtypes import TensorType, tensor_type
+from pytest_triton.base.errors import SpecError
+from pytest_triton.repository.reference import NativeModel
+from pytest_triton.repository.spec import ModelSpec
 
 
 @dataclass(frozen=True)

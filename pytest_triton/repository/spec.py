@@ -14,9 +14,9 @@ from typing import Literal
 import numpy as np
 import torch
 
-from ..dtypes import TensorType, tensor_type
-from ..errors import SpecError
-from ..formats import FORMATS, GPU_FORMATS
+from pytest_triton.base.dtypes import TensorType, tensor_type
+from pytest_triton.base.errors import SpecError
+from pytest_triton.base.formats import FORMATS, GPU_FORMATS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 InstanceKind = Literal["KIND_CPU", "KIND_GPU", "KIND_AUTO"]
@@ -161,20 +161,26 @@ class ModelSpec:
             )
         if self.triton_name is not None:
             if not _NAME.match(self.triton_name):
-                raise SpecError(f"{where}: triton_name {self.triton_name!r} is not a valid Triton "
-                                "model directory name (no path separators)")
+                raise SpecError(
+                    f"{where}: triton_name {self.triton_name!r} is not a valid Triton "
+                    "model directory name (no path separators)"
+                )
             if self.formats is None or len(self.formats) != 1:
-                raise SpecError(f"{where}: triton_name names one model directory, so give "
-                                "exactly one format")
+                raise SpecError(
+                    f"{where}: triton_name names one model directory, so give exactly one format"
+                )
         if not isinstance(self.max_batch_size, int) or self.max_batch_size < 0:
             raise SpecError(
                 f"{where}: max_batch_size must be an integer >= 0 (0 disables batching), "
                 f"got {self.max_batch_size!r}"
             )
-        if self.warmup is not None and (not isinstance(self.warmup, int)
-                                        or isinstance(self.warmup, bool) or self.warmup < 0):
-            raise SpecError(f"{where}: warmup must be None or an integer >= 0 (Triton "
-                            f"model_warmup runs per sample; 0 = off), got {self.warmup!r}")
+        if self.warmup is not None and (
+            not isinstance(self.warmup, int) or isinstance(self.warmup, bool) or self.warmup < 0
+        ):
+            raise SpecError(
+                f"{where}: warmup must be None or an integer >= 0 (Triton "
+                f"model_warmup runs per sample; 0 = off), got {self.warmup!r}"
+            )
         if not isinstance(self.version, int) or self.version < 1:
             raise SpecError(f"{where}: version must be an integer >= 1, got {self.version!r}")
         self._validate_tensors(where)
@@ -200,8 +206,9 @@ class ModelSpec:
                         tensor_type(s.dtype)
                     except SpecError as exc:
                         raise SpecError(f"{where}: {kind} {s.name!r}: {exc}") from None
-                if s.dims is not None and any((not isinstance(d, int)) or d < -1 or d == 0
-                                              for d in s.dims):
+                if s.dims is not None and any(
+                    (not isinstance(d, int)) or d < -1 or d == 0 for d in s.dims
+                ):
                     raise SpecError(
                         f"{where}: {kind} {s.name!r} dims {s.dims!r}: use positive sizes "
                         "or -1 for a dynamic axis (leave the batch axis out)"
@@ -267,7 +274,8 @@ class ModelSpec:
                 shape = shape[1:]
             if spec.dims is not None:
                 ok = len(spec.dims) == len(shape) and all(
-                    d == -1 or d == s for d, s in zip(spec.dims, shape, strict=False))
+                    d == -1 or d == s for d, s in zip(spec.dims, shape, strict=False)
+                )
                 if not ok:
                     raise SpecError(
                         f"{where}: example input {spec.name!r} has shape {tuple(tensor.shape)}, "

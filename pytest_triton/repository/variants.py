@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..errors import SpecError
-from ..formats import FORMATS, GPU_FORMATS, PRECISIONS
-from ..target import ServerTarget
-from .spec import ModelSpec
+from pytest_triton.base.errors import SpecError
+from pytest_triton.base.formats import FORMATS, GPU_FORMATS, PRECISIONS
+from pytest_triton.base.server_offer import ServerTarget
+from pytest_triton.repository.spec import ModelSpec
 
 # format -> (Triton backend that serves it natively, platform string for config.pbtxt)
 NATIVE_BACKEND: dict[str, tuple[str, str]] = {
@@ -29,8 +29,9 @@ ARTIFACT: dict[str, str] = {
     "onnx-trt": "model.onnx",
     "tensorrt": "model.plan",
 }
-FP16_FORMATS = frozenset({"torchscript-trace", "torchscript-script", "onnx", "onnx-trt",
-                          "tensorrt"})
+FP16_FORMATS = frozenset(
+    {"torchscript-trace", "torchscript-script", "onnx", "onnx-trt", "tensorrt"}
+)
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,7 @@ class Variant:
         return ARTIFACT[self.format]
 
 
-def variant_id(model: str, fmt: str, precision: str, hosted: bool | None,
-               gpu: bool = False) -> str:
+def variant_id(model: str, fmt: str, precision: str, hosted: bool | None, gpu: bool = False) -> str:
     prec = "-fp16" if precision == "fp16" else ""
     served = "" if hosted is None else ("-hosted" if hosted else "-native")
     return f"{model}-{fmt}{prec}{served}{'-gpu' if gpu else ''}"
@@ -96,15 +96,22 @@ def _problem(fmt: str, target: ServerTarget, kind: str) -> str | None:
     """Why `fmt` cannot be served by this target on `kind` instances, or None."""
     native = NATIVE_BACKEND[fmt][0] in target.backends
     if fmt == "tensorrt":
-        return None if native and target.tensorrt_problem is None else (
-            target.tensorrt_problem or "the server has no tensorrt backend")
+        return (
+            None
+            if native and target.tensorrt_problem is None
+            else (target.tensorrt_problem or "the server has no tensorrt backend")
+        )
     if fmt == "onnx-trt" and not (native and target.gpu):
-        return ("ONNX Runtime's TensorRT execution accelerator needs a GPU server with the "
-                + ("onnxruntime backend, which this one lacks (an NGC image has it)"
-                   if target.gpu else "onnxruntime backend: run with --triton-gpu"))
+        return "ONNX Runtime's TensorRT execution accelerator needs a GPU server with the " + (
+            "onnxruntime backend, which this one lacks (an NGC image has it)"
+            if target.gpu
+            else "onnxruntime backend: run with --triton-gpu"
+        )
     if not native and "python" not in target.backends:
-        return (f"the server has neither the {NATIVE_BACKEND[fmt][0]} backend nor the python "
-                "backend to host the artifact")
+        return (
+            f"the server has neither the {NATIVE_BACKEND[fmt][0]} backend nor the python "
+            "backend to host the artifact"
+        )
     if not native and fmt == "onnx" and kind == "KIND_GPU" and target.onnx_gpu_problem:
         return target.onnx_gpu_problem  # offered on the GPU or not at all, never on the CPU
     return None
@@ -117,8 +124,14 @@ def precisions_of(spec: ModelSpec, fmt: str, precisions: Sequence[str] | None) -
     return [p for p in PRECISIONS if p in wanted and (p == "fp32" or fmt in FP16_FORMATS)]
 
 
-def plan_variants(specs: Iterable[ModelSpec], formats: Sequence[str], target: ServerTarget,
-                  *, precisions: Sequence[str] | None = None, warmup: int | None = None) -> Plan:
+def plan_variants(
+    specs: Iterable[ModelSpec],
+    formats: Sequence[str],
+    target: ServerTarget,
+    *,
+    precisions: Sequence[str] | None = None,
+    warmup: int | None = None,
+) -> Plan:
     """Validate every spec, then list the variants the given server can serve (and those it
     cannot, with the reason). `warmup` None: DEFAULT_GPU_WARMUP on a GPU server, else none;
     a spec's own warmup wins."""
@@ -134,16 +147,18 @@ def plan_variants(specs: Iterable[ModelSpec], formats: Sequence[str], target: Se
         for fmt in spec.formats or formats:
             if fmt not in NATIVE_BACKEND:
                 raise SpecError(
-                    f"unknown export format {fmt!r}; choose from "
-                    f"{', '.join(FORMATS + GPU_FORMATS)}"
+                    f"unknown export format {fmt!r}; choose from {', '.join(FORMATS + GPU_FORMATS)}"
                 )
             problem = _problem(fmt, target, kind)
             native = NATIVE_BACKEND[fmt][0] in target.backends
             runs = warmup_runs(spec, target, warmup)
             for precision in precisions_of(spec, fmt, precisions):
                 if problem:
-                    unavailable.append(Unavailable(variant_id(
-                        spec.name, fmt, precision, None, kind == "KIND_GPU"), problem))
+                    unavailable.append(
+                        Unavailable(
+                            variant_id(spec.name, fmt, precision, None, kind == "KIND_GPU"), problem
+                        )
+                    )
                 else:
                     variants.append(Variant(spec, fmt, precision, not native, kind, runs))
     return Plan(variants, unavailable)

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from .signature import Signature
-from .spec import ModelSpec
-from .variants import Variant
+from pytest_triton.repository.signature import Signature
+from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.repository.variants import Variant
 
 WARMUP_DIR = "warmup"
 SAMPLE_SEED = 0
@@ -49,8 +49,9 @@ def messages(variant: Variant, signature: Signature) -> list[mc.ModelWarmup]:
     sig = signature.with_precision(variant.precision)
     found = []
     for batch in batch_sizes(variant.spec):
-        message = mc.ModelWarmup(name=f"{variant.spec.name}_sample_batch_{batch}",
-                                 batch_size=batch, count=variant.warmup)
+        message = mc.ModelWarmup(
+            name=f"{variant.spec.name}_sample_batch_{batch}", batch_size=batch, count=variant.warmup
+        )
         for tensor in sig.inputs:
             entry = message.inputs[tensor.name]
             entry.data_type = mc.DataType.Value(tensor.type.config)

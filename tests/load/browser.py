@@ -20,14 +20,25 @@ from pathlib import Path
 import pytest
 
 NAMES = ("chromium", "chromium-browser", "google-chrome")
-INSTALL = ("headless Chromium is part of this project's test set-up and was not found on PATH "
-           "(looked for: " + ", ".join(NAMES) + "). Install it: `apt-get install -y chromium` "
-           "on Debian/Ubuntu (`make chromium` does it; CI's .ci/run does it before `make test`).")
+INSTALL = (
+    "headless Chromium is part of this project's test set-up and was not found on PATH "
+    "(looked for: " + ", ".join(NAMES) + "). Install it: `apt-get install -y chromium` "
+    "on Debian/Ubuntu (`make chromium` does it; CI's .ci/run does it before `make test`)."
+)
 # Known to work here as root and on a closed network (without the networking flags Chromium's
 # own background connections fail and can stall the page).
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--hide-scrollbars")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+)
 
 
 def chromium() -> str:
@@ -39,17 +50,38 @@ def chromium() -> str:
     pytest.fail(INSTALL, pytrace=False)
 
 
-def render(url: str, *, budget_ms: int = 6000, screenshot: Path | None = None,
-           window: tuple[int, int] = (1400, 1000), timeout_s: float = 90) -> str:
+def render(
+    url: str,
+    *,
+    budget_ms: int = 6000,
+    screenshot: Path | None = None,
+    window: tuple[int, int] = (1400, 1000),
+    timeout_s: float = 90,
+) -> str:
     """The DOM of `url` after `budget_ms` of page time (or "" when taking a screenshot)."""
     browser = chromium()
     with tempfile.TemporaryDirectory(prefix="pytest-triton-chromium-") as profile:
-        action = [f"--screenshot={screenshot}", f"--window-size={window[0]},{window[1]}"] \
-            if screenshot else ["--dump-dom"]
-        cmd = [browser, *FLAGS, f"--user-data-dir={profile}",
-               f"--virtual-time-budget={budget_ms}", *action, url]
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        action = (
+            [f"--screenshot={screenshot}", f"--window-size={window[0]},{window[1]}"]
+            if screenshot
+            else ["--dump-dom"]
+        )
+        cmd = [
+            browser,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--virtual-time-budget={budget_ms}",
+            *action,
+            url,
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -62,8 +94,11 @@ def render(url: str, *, budget_ms: int = 6000, screenshot: Path | None = None,
     rendered = screenshot.exists() if screenshot is not None else bool(out.strip())
     if proc.returncode != 0 or not rendered:
         problems = [line for line in err.splitlines() if "dbus" not in line.lower()]
-        pytest.fail(f"Chromium could not render {url} (exit {proc.returncode}):\n"
-                    + "\n".join(problems[-15:]), pytrace=False)
+        pytest.fail(
+            f"Chromium could not render {url} (exit {proc.returncode}):\n"
+            + "\n".join(problems[-15:]),
+            pytrace=False,
+        )
     return out
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_triton.launchers.base import Endpoints
-from pytest_triton.load.embedded import EmbeddedModel, EmbeddedServer
+from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
+from pytest_triton.server.launcher import Endpoints
 from tests.load.probe_models import probe_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,9 +77,16 @@ class Locust:
     def __post_init__(self) -> None:
         self.started = time.monotonic()
         # Own session: a timeout can kill the whole tree.
-        self.proc = subprocess.Popen(list(self.args), cwd=REPO, env=self.env, text=True,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen(
+            list(self.args),
+            cwd=REPO,
+            env=self.env,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         for stream, sink in ((self.proc.stdout, self._out), (self.proc.stderr, self._err)):
             threading.Thread(target=self._drain, args=(stream, sink), daemon=True).start()
 
@@ -128,15 +135,18 @@ class Locust:
         except subprocess.TimeoutExpired:
             self.kill()
             out = "".join(self._out) + "".join(self._err)
-            pytest.fail(f"{' '.join(map(str, self.args[:6]))} ... did not finish within "
-                        f"{timeout:.0f}s (hung?); killed it. Output tail:\n"
-                        + "\n".join(out.splitlines()[-60:]))
+            pytest.fail(
+                f"{' '.join(map(str, self.args[:6]))} ... did not finish within "
+                f"{timeout:.0f}s (hung?); killed it. Output tail:\n"
+                + "\n".join(out.splitlines()[-60:])
+            )
         time.sleep(0.1)  # let the drain threads catch the last lines
         report = None
         if self.report_path is not None and self.report_path.exists():
             report = json.loads(self.report_path.read_text())
-        return Finished(code, "".join(self._out), "".join(self._err),
-                        time.monotonic() - self.started, report)
+        return Finished(
+            code, "".join(self._out), "".join(self._err), time.monotonic() - self.started, report
+        )
 
 
 def locust_args(locustfile: Path, *args: str, report: Path | None = None) -> list[str]:
@@ -146,11 +156,15 @@ def locust_args(locustfile: Path, *args: str, report: Path | None = None) -> lis
     return cmd
 
 
-def run_locust(locustfile: Path, *args: str, tmp_path: Path, timeout: float = 90,
-               env: dict[str, str] | None = None) -> Finished:
+def run_locust(
+    locustfile: Path,
+    *args: str,
+    tmp_path: Path,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+) -> Finished:
     report = tmp_path / f"report-{time.monotonic_ns()}.json"
-    run = Locust(locust_args(locustfile, *args, report=report), report,
-                 env or subprocess_env())
+    run = Locust(locust_args(locustfile, *args, report=report), report, env or subprocess_env())
     return run.finish(timeout)
 
 

@@ -20,8 +20,8 @@ import gevent  # noqa: E402
 import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
-from pytest_triton.client import PreparedRequest, Protocol, TritonClient  # noqa: E402
-from pytest_triton.load.multiplexer import multiplexer  # noqa: E402
+from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient  # noqa: E402
+from pytest_triton.load.locust.multiplexer import multiplexer  # noqa: E402
 
 MODEL = "sleepy"  # tests/load/probe_models.py: x FP32 [8] -> y FP32 [4], 20 ms a request
 GOOD = {"x": np.ones((1, 8), np.float32)}
@@ -30,12 +30,21 @@ BAD = {"x": np.ones((1, 3), np.float32)}  # Triton rejects the shape
 
 def connections_to(hostport: str) -> int:
     port = int(hostport.rsplit(":", 1)[1])
-    return sum(1 for c in psutil.Process().net_connections("tcp")
-               if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+    return sum(
+        1
+        for c in psutil.Process().net_connections("tcp")
+        if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+    )
 
 
-def drive(hostport: str, protocol: Protocol, batches: list[dict[str, np.ndarray]],
-          lanes: int, seconds: float, timeout_s: float) -> dict[str, Any]:
+def drive(
+    hostport: str,
+    protocol: Protocol,
+    batches: list[dict[str, np.ndarray]],
+    lanes: int,
+    seconds: float,
+    timeout_s: float,
+) -> dict[str, Any]:
     """`lanes` users, each cycling through `batches`, for `seconds`; then stopped as Locust
     stops users (their greenlets killed)."""
     outcomes: collections.Counter[str] = collections.Counter()
@@ -58,6 +67,7 @@ def drive(hostport: str, protocol: Protocol, batches: list[dict[str, np.ndarray]
             fresh = send(request)
             opened[0] += fresh
             return fresh
+
         return counted
 
     for client in clients:
@@ -65,8 +75,9 @@ def drive(hostport: str, protocol: Protocol, batches: list[dict[str, np.ndarray]
         assert lane is not None, f"no lane over {protocol}"
         lane.send = counting(lane.send)  # type: ignore[assignment]
         requests = client.prepare_all(MODEL, batches, ["y"])
-        users.append(gevent.spawn(multiplexer().serve, lane, itertools.cycle(requests), record,
-                                  timeout_s))
+        users.append(
+            gevent.spawn(multiplexer().serve, lane, itertools.cycle(requests), record, timeout_s)
+        )
     gaps: list[float] = []
 
     def tick() -> None:  # another greenlet of the process: does the hub still turn?
@@ -86,10 +97,16 @@ def drive(hostport: str, protocol: Protocol, batches: list[dict[str, np.ndarray]
     gevent.sleep(0.05)  # the driver sees no lane left and ends
     for client in clients:
         client.close()
-    return {"outcomes": dict(outcomes), "sizes": sorted(sizes), "connections_during": during,
-            "connections_opened": opened[0],
-            "connections_after": connections_to(hostport), "lanes_after": multiplexer().lanes,
-            "max_tick_gap_s": max(gaps) if gaps else None, "ticks": len(gaps)}
+    return {
+        "outcomes": dict(outcomes),
+        "sizes": sorted(sizes),
+        "connections_during": during,
+        "connections_opened": opened[0],
+        "connections_after": connections_to(hostport),
+        "lanes_after": multiplexer().lanes,
+        "max_tick_gap_s": max(gaps) if gaps else None,
+        "ticks": len(gaps),
+    }
 
 
 def main() -> None:
@@ -97,10 +114,12 @@ def main() -> None:
     report = {}
     protocols: list[tuple[Protocol, str]] = [("http", http), ("grpc", grpc)]
     for protocol, hostport in protocols:
-        report[f"mixed-{protocol}"] = drive(hostport, protocol, [GOOD, BAD], lanes=4,
-                                            seconds=2, timeout_s=30)
-        report[f"timeout-{protocol}"] = drive(hostport, protocol, [GOOD], lanes=2,
-                                              seconds=1, timeout_s=0.005)
+        report[f"mixed-{protocol}"] = drive(
+            hostport, protocol, [GOOD, BAD], lanes=4, seconds=2, timeout_s=30
+        )
+        report[f"timeout-{protocol}"] = drive(
+            hostport, protocol, [GOOD], lanes=2, seconds=1, timeout_s=0.005
+        )
     print(json.dumps(report))
 
 

@@ -43,13 +43,19 @@ def _inputs(batch: int, seed: int) -> dict[str, torch.Tensor]:
 
 
 def probe_spec(name: str = "probe") -> ModelSpec:
-    return ModelSpec(name=name, module=Probe, example_inputs=_inputs(4, 0), inputs=["x"],
-                     outputs=["y"], max_batch_size=8,
-                     dynamic_batching=DynamicBatching(max_queue_delay_microseconds=20_000),
-                     input_factory=_inputs)
+    return ModelSpec(
+        name=name,
+        module=Probe,
+        example_inputs=_inputs(4, 0),
+        inputs=["x"],
+        outputs=["y"],
+        max_batch_size=8,
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=20_000),
+        input_factory=_inputs,
+    )
 
 
-SLEEPY_MODEL = f'''
+SLEEPY_MODEL = f"""
 import time
 import triton_python_backend_utils as pb_utils
 
@@ -62,11 +68,11 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", x[:, :4])]))
         return responses
-'''
+"""
 
 
 LAUNCH_MS = 10
-LAUNCH_BOUND_MODEL = f'''
+LAUNCH_BOUND_MODEL = f"""
 import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -78,7 +84,7 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
             for r in requests]
-'''
+"""
 
 
 def write_launch_bound(root: Path, name: str, *, batching: bool) -> Path:
@@ -92,16 +98,24 @@ def write_launch_bound(root: Path, name: str, *, batching: bool) -> Path:
     return directory
 
 
-def write_sleepy(root: Path, name: str = "sleepy", *, source: str = SLEEPY_MODEL,
-                 max_batch_size: int = 8) -> Path:
+def write_sleepy(
+    root: Path, name: str = "sleepy", *, source: str = SLEEPY_MODEL, max_batch_size: int = 8
+) -> Path:
     """A python-backend model dir with the probe's signature (x: FP32 [8] -> y: FP32 [4])."""
-    return write_python_directory(root, name, source, [("x", mc.TYPE_FP32, [8])],
-                                  [("y", mc.TYPE_FP32, [4])], max_batch_size, cpu_instances=1)
+    return write_python_directory(
+        root,
+        name,
+        source,
+        [("x", mc.TYPE_FP32, [8])],
+        [("y", mc.TYPE_FP32, [4])],
+        max_batch_size,
+        cpu_instances=1,
+    )
 
 
 STALL_EVERY = 200
 STALL_MS = 200
-STALL_MODEL = f'''
+STALL_MODEL = f"""
 import time
 import triton_python_backend_utils as pb_utils
 
@@ -119,9 +133,9 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", x[:, :4])]))
         return responses
-'''
+"""
 
-SLOWING_MODEL = '''
+SLOWING_MODEL = """
 import time
 import triton_python_backend_utils as pb_utils
 
@@ -138,4 +152,4 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
             for r in requests]
-'''
+"""

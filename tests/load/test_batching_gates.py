@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from pytest_triton.launchers import LocalLauncher, ServerArgs
-from pytest_triton.launchers.base import Endpoints
-from pytest_triton.load.embedded import EmbeddedServer, zoo_model
+from pytest_triton.load.locust.embedded import EmbeddedServer, zoo_model
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.launcher import Endpoints
 from tests.load.conftest import (
     LOCUSTFILES,
     PROBE_LOCUSTFILE,
@@ -47,10 +47,15 @@ def batching_pair() -> Iterator[Endpoints]:
     """Two servers' worth of models on one server: the launch-bound model and DLRM (the zoo's
     small config, ONNX hosted), each with and without dynamic batching, one instance each
     (the tutorial's "no dynamic batching, single model instance" baseline)."""
-    server = EmbeddedServer([
-        zoo_model("dlrm", model_name="dlrm_batching", instance_count=1),
-        zoo_model("dlrm", model_name="dlrm_nobatching", instance_count=1, dynamic_batching=None),
-    ], progress=lambda _: None)
+    server = EmbeddedServer(
+        [
+            zoo_model("dlrm", model_name="dlrm_batching", instance_count=1),
+            zoo_model(
+                "dlrm", model_name="dlrm_nobatching", instance_count=1, dynamic_batching=None
+            ),
+        ],
+        progress=lambda _: None,
+    )
     try:
         endpoints = server.start()
         assert server.repository is not None and server.deployment is not None
@@ -64,16 +69,31 @@ def batching_pair() -> Iterator[Endpoints]:
 
 
 def _load(endpoints: Endpoints, locustfile: Path, model: str, tmp_path: Path) -> dict[str, Any]:
-    run = run_locust(locustfile, "--headless", "-u", "16", "-r", "16", "-t", "3s",
-                     "--host", f"http://{endpoints.http}", "--triton-model", model,
-                     "--triton-batch-size", "2", tmp_path=tmp_path)
+    run = run_locust(
+        locustfile,
+        "--headless",
+        "-u",
+        "16",
+        "-r",
+        "16",
+        "-t",
+        "3s",
+        "--host",
+        f"http://{endpoints.http}",
+        "--triton-model",
+        model,
+        "--triton-batch-size",
+        "2",
+        tmp_path=tmp_path,
+    )
     assert run.code == 0, run.tail()
     assert run.report is not None
     return run.report
 
 
-def _on_off(endpoints: Endpoints, locustfile: Path, on: str, off: str,
-            tmp_path: Path) -> tuple[float, str]:
+def _on_off(
+    endpoints: Endpoints, locustfile: Path, on: str, off: str, tmp_path: Path
+) -> tuple[float, str]:
     """Off, on, on, off (a drifting background load hits both alike); the statistics must
     show one request per execution without batching and combined requests with it."""
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
@@ -94,17 +114,21 @@ def _on_off(endpoints: Endpoints, locustfile: Path, on: str, off: str,
 
 
 def test_dynamic_batching_raises_throughput_of_a_launch_bound_model(
-        batching_pair: Endpoints, tmp_path: Path) -> None:
-    gain, summary = _on_off(batching_pair, PROBE_LOCUSTFILE, "launch_on", "launch_off",
-                            tmp_path)
+    batching_pair: Endpoints, tmp_path: Path
+) -> None:
+    gain, summary = _on_off(batching_pair, PROBE_LOCUSTFILE, "launch_on", "launch_off", tmp_path)
     print(f"launch-bound model ({LAUNCH_MS} ms per execution): {summary}")
     assert gain >= MIN_BATCHING_GAIN, summary
 
 
-def test_dynamic_batching_combines_dlrm_requests(batching_pair: Endpoints,
-                                                 tmp_path: Path) -> None:
-    gain, summary = _on_off(batching_pair, LOCUSTFILES / "dlrm.py", "dlrm_batching_onnx",
-                            "dlrm_nobatching_onnx", tmp_path)
+def test_dynamic_batching_combines_dlrm_requests(batching_pair: Endpoints, tmp_path: Path) -> None:
+    gain, summary = _on_off(
+        batching_pair,
+        LOCUSTFILES / "dlrm.py",
+        "dlrm_batching_onnx",
+        "dlrm_nobatching_onnx",
+        tmp_path,
+    )
     print(f"DLRM (CPU-bound here, ratio not gated): {summary}")
     assert gain > 0
 
@@ -114,25 +138,52 @@ def sleepy_server() -> Iterator[Endpoints]:
     root = Path(tempfile.mkdtemp(prefix="pytest-triton-sleepy-"))
     write_sleepy(root)
     try:
-        with LocalLauncher().start(ServerArgs(root, model_control_mode="none",
-                                              startup_timeout_s=60)) as server:
+        with LocalLauncher().start(
+            ServerArgs(root, model_control_mode="none", startup_timeout_s=60)
+        ) as server:
             yield server.endpoints
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_latency_bound_search_finds_the_largest_concurrency(sleepy_server: Endpoints,
-                                                            tmp_path: Path) -> None:
+def test_latency_bound_search_finds_the_largest_concurrency(
+    sleepy_server: Endpoints, tmp_path: Path
+) -> None:
     """The DLRM seed's analysis ("a 20 ms bound allows 8 concurrent requests") on a model
     whose answer is known: one instance sleeping 20 ms per request has p99 ~ 20 ms x c, so a
     90 ms bound allows 4 concurrent requests at ~50 requests/s."""
     out = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "pytest_triton.load.sweep",
-           "-m", "tests.load.probe_models:probe_spec", "--url", f"http://{sleepy_server.http}",
-           "--model-name", "sleepy", "-b", "1", "--concurrency-range", "1:16",
-           "--latency-bound", "90", "--search", "-p", "1500", "--warmup", "300",
-           "-f", str(out / "sweep.csv"), "--markdown", str(out / "sweep.md"),
-           "--plot", str(out / "sweep.png"), "--json", str(out / "sweep.json"), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest_triton.load.sweep.command",
+        "-m",
+        "tests.load.probe_models:probe_spec",
+        "--url",
+        f"http://{sleepy_server.http}",
+        "--model-name",
+        "sleepy",
+        "-b",
+        "1",
+        "--concurrency-range",
+        "1:16",
+        "--latency-bound",
+        "90",
+        "--search",
+        "-p",
+        "1500",
+        "--warmup",
+        "300",
+        "-f",
+        str(out / "sweep.csv"),
+        "--markdown",
+        str(out / "sweep.md"),
+        "--plot",
+        str(out / "sweep.png"),
+        "--json",
+        str(out / "sweep.json"),
+        "--no-progress",
+    ]
     finished = Locust(cmd, env=subprocess_env()).finish(timeout=150)
     assert finished.code == 0, finished.tail()
     result = json.loads((out / "sweep.json").read_text())
@@ -146,17 +197,39 @@ def test_latency_bound_search_finds_the_largest_concurrency(sleepy_server: Endpo
     assert 0.7 * service_rate <= best["throughput"] <= 1.05 * service_rate, best
     assert "p99 latency bound 90 ms: up to" in finished.stdout
     header = (out / "sweep.csv").read_text().splitlines()[0].split(",")
-    assert header[:11] == ["Concurrency", "Inferences/Second", "Server Queue",
-                           "Server Compute Input", "Server Compute Infer",
-                           "Server Compute Output", "p50 latency", "p90 latency",
-                           "p95 latency", "p99 latency", "Avg latency"]
+    assert header[:11] == [
+        "Concurrency",
+        "Inferences/Second",
+        "Server Queue",
+        "Server Compute Input",
+        "Server Compute Infer",
+        "Server Compute Output",
+        "p50 latency",
+        "p90 latency",
+        "p95 latency",
+        "p99 latency",
+        "Avg latency",
+    ]
     assert (out / "sweep.md").read_text().startswith("| **Concurrency** | **Throughput** |")
     assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_sweep_refuses_a_bad_range() -> None:
-    done = subprocess.run([sys.executable, "-m", "pytest_triton.load.sweep", "-m", "mnist",
-                           "--concurrency-range", "8:2"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60, env=subprocess_env())
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_triton.load.sweep.command",
+            "-m",
+            "mnist",
+            "--concurrency-range",
+            "8:2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=subprocess_env(),
+    )
     assert done.returncode == 2
     assert "START[:END[:STEP]]" in done.stderr

@@ -13,46 +13,55 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_triton.config import from_arguments, from_environ, resolve
-from pytest_triton.errors import ConfigError
-from pytest_triton.load import perf, sweep_report
-from pytest_triton.load import targets as tg
-from pytest_triton.load.embedded import EmbeddedModel
-from pytest_triton.load.server_report import ModelReport, generator_warnings
-from pytest_triton.load.user_settings import (
+from pytest_triton.base.config import from_arguments, from_environ, resolve
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.urls import Endpoints, check_host, is_loopback
+from pytest_triton.client.stats import Duration, ModelStats
+from pytest_triton.load.locust.embedded import EmbeddedModel
+from pytest_triton.load.locust.user_settings import (
     stats_protocol,
     user_batch_size,
     user_endpoint,
     user_model,
     user_protocol,
 )
-from pytest_triton.stats import Duration, ModelStats
-from pytest_triton.urls import Endpoints, check_host, is_loopback
+from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.server_side import ModelReport, generator_warnings
+from pytest_triton.load.sweep import points as perf
+from pytest_triton.load.sweep import report as sweep_report
 from tests.load.conftest import REPO, subprocess_env
 from tests.load.probe_models import probe_spec
 
 
 def test_nothing_here_imports_locust() -> None:
     """The plugin and every module pytest may import must leave gevent out of the process."""
-    code = ("import sys, pytest_triton.plugin, pytest_triton.load.targets, "
-            "pytest_triton.load.perf, pytest_triton.load.embedded, "
-            "pytest_triton.load.user_settings, pytest_triton.load.options, "
-            "pytest_triton.load.sweep_report, "
-            "pytest_triton.load.server_report, pytest_triton.load.sweep, "
-            "pytest_triton.load.live_report, pytest_triton.load.window_log, "
-            "pytest_triton.load.windows, pytest_triton.load.arrivals, "
-            "pytest_triton.load.generator_cpu; "
-            "from gevent import monkey; "
-            "assert 'locust' not in sys.modules and not monkey.is_anything_patched()")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, env=subprocess_env())
+    code = (
+        "import sys, pytest_triton.plugin, pytest_triton.load.measure.targets, "
+        "pytest_triton.load.sweep.points, pytest_triton.load.locust.embedded, "
+        "pytest_triton.load.locust.user_settings, pytest_triton.load.locust.options, "
+        "pytest_triton.load.sweep.report, "
+        "pytest_triton.load.measure.server_side, pytest_triton.load.sweep.command, "
+        "pytest_triton.load.webui.snapshot, pytest_triton.load.measure.window_log, "
+        "pytest_triton.load.measure.windows, pytest_triton.load.locust.arrivals, "
+        "pytest_triton.load.locust.generator_cpu; "
+        "from gevent import monkey; "
+        "assert 'locust' not in sys.modules and not monkey.is_anything_patched()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(),
+    )
     assert done.returncode == 0, done.stderr
 
 
 LOOP_CLOCK = """
 import time
 import gevent
-from pytest_triton.load.hooks import _sync_loop_clock  # imports locust: the hub's loop exists
+from pytest_triton.load.locust.listeners import _sync_loop_clock  # imports locust
 
 def run_time_timer_after_a_slow_start(sync):
     busy = time.monotonic()
@@ -74,8 +83,14 @@ def test_run_time_counts_from_the_start_of_the_load() -> None:
     """The cause of the flaky 0-request CSV: libev measures a timer from the loop's cached
     clock, which stands still while the process works without yielding (imports, exports),
     so Locust's -t timer fired early by that long. hooks syncs the clock after init."""
-    done = subprocess.run([sys.executable, "-c", LOOP_CLOCK], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, env=subprocess_env())
+    done = subprocess.run(
+        [sys.executable, "-c", LOOP_CLOCK],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(),
+    )
     assert done.returncode == 0, done.stderr
     stale, synced = map(float, done.stdout.split())
     assert stale < 0.5, f"gevent's timers no longer start from a stale clock ({stale:.2f}s)"
@@ -84,8 +99,15 @@ def test_run_time_counts_from_the_start_of_the_load() -> None:
 
 # -- targets ----------------------------------------------------------------------------------
 def measured(**overrides: float) -> tg.Measured:
-    values: dict[str, float] = dict(requests=1000, failures=0, samples=2000, duration_s=10.0,
-                                    avg_ms=4.0, p95_ms=8.0, p99_ms=12.0)
+    values: dict[str, float] = dict(
+        requests=1000,
+        failures=0,
+        samples=2000,
+        duration_s=10.0,
+        avg_ms=4.0,
+        p95_ms=8.0,
+        p99_ms=12.0,
+    )
     values.update(overrides)
     return tg.Measured(**values)  # type: ignore[arg-type]
 
@@ -108,8 +130,7 @@ def test_verdict_passes_and_fails_per_target() -> None:
 
 
 def test_a_run_without_success_fails_every_target() -> None:
-    checks = tg.evaluate(tg.Targets(perf_throughput=1), measured(requests=5, failures=5,
-                                                                 samples=0))
+    checks = tg.evaluate(tg.Targets(perf_throughput=1), measured(requests=5, failures=5, samples=0))
     failed = {c.name for c in tg.failures(checks)}
     assert failed == {"successful requests", "perf_throughput"}
     assert "perf_throughput (samples/s) not measured" in tg.verdict_table(checks)
@@ -119,11 +140,13 @@ def test_targets_from_env_and_overrides() -> None:
     env = {"TRITON_PERF_LATENCY_P99": "50", "TRITON_PERF_THROUGHPUT": " 1e3 "}
     targets = tg.Targets.from_config(resolve(from_environ(env, "perf")))
     assert targets.perf_latency_p99 == 50 and targets.perf_throughput == 1000
-    merged = tg.Targets(perf_fail_ratio=0.0).merged({"perf_latency_p99": 20,
-                                                     "perf_throughput": None})
+    merged = tg.Targets(perf_fail_ratio=0.0).merged(
+        {"perf_latency_p99": 20, "perf_throughput": None}
+    )
     assert merged == tg.Targets(perf_latency_p99=20, perf_fail_ratio=0.0)
-    with pytest.raises(ValueError, match="TRITON_PERF_LATENCY_P95: expected a number >= 0, "
-                                         "got 'fast'"):
+    with pytest.raises(
+        ValueError, match="TRITON_PERF_LATENCY_P95: expected a number >= 0, got 'fast'"
+    ):
         resolve(from_environ({"TRITON_PERF_LATENCY_P95": "fast"}, "perf"))
     with pytest.raises(ValueError, match=r"ratio in 0\.\.1"):
         tg.Targets(perf_fail_ratio=2)
@@ -131,15 +154,17 @@ def test_targets_from_env_and_overrides() -> None:
 
 
 # -- hosts and options ------------------------------------------------------------------------
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "grpc://localhost:8001",
-                                 "127.0.0.2:1", "http://[::1]:8000"])
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000", "grpc://localhost:8001", "127.0.0.2:1", "http://[::1]:8000"]
+)
 def test_loopback_hosts_are_allowed(url: str) -> None:
     assert is_loopback(url)
     check_host(url)
 
 
-@pytest.mark.parametrize("url", ["http://10.0.0.5:8000", "grpc://triton.internal:8001",
-                                 "http://0.0.0.0:8000"])
+@pytest.mark.parametrize(
+    "url", ["http://10.0.0.5:8000", "grpc://triton.internal:8001", "http://0.0.0.0:8000"]
+)
 def test_other_hosts_need_the_opt_in(url: str) -> None:
     with pytest.raises(ConfigError, match="--triton-allow-remote"):
         check_host(url)
@@ -161,15 +186,30 @@ def locust_options(**values: object) -> object:
 
 
 def test_web_ui_strings_and_cli_values_give_the_same_settings() -> None:
-    cli = dict(triton_batch_size=4, triton_max_requests=None, triton_protocol="grpc",
-               triton_model=None, triton_format=None, triton_allow_remote=True,
-               triton_endpoints=None)
-    web = dict(triton_batch_size="4", triton_max_requests="", triton_protocol="grpc",
-               triton_model="", triton_format="", triton_allow_remote="true",
-               triton_endpoints="")
+    cli = dict(
+        triton_batch_size=4,
+        triton_max_requests=None,
+        triton_protocol="grpc",
+        triton_model=None,
+        triton_format=None,
+        triton_allow_remote=True,
+        triton_endpoints=None,
+    )
+    web = dict(
+        triton_batch_size="4",
+        triton_max_requests="",
+        triton_protocol="grpc",
+        triton_model="",
+        triton_format="",
+        triton_allow_remote="true",
+        triton_endpoints="",
+    )
     assert locust_options(**cli) == locust_options(**web)
-    with pytest.raises(ConfigError, match=r"--triton-batch-size \(or TRITON_BATCH_SIZE\): "
-                                          "expected an integer >= 1, got '0'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--triton-batch-size \(or TRITON_BATCH_SIZE\): "
+        "expected an integer >= 1, got '0'",
+    ):
         locust_options(triton_batch_size="0")
 
 
@@ -193,7 +233,10 @@ def test_user_resolution() -> None:
     # --triton-protocol with two protocols: users take them in turn
     both = resolve(protocol="http,grpc")
     assert [user_protocol(User, "http://127.0.0.1:9", both, i) for i in range(3)] == [
-        "http", "grpc", "http"]
+        "http",
+        "grpc",
+        "http",
+    ]
     # The embedded server's own ports win over Triton's HTTP+1 = gRPC convention ...
     known = resolve(endpoints=Endpoints("127.0.0.1:5000", "127.0.0.1:7000").encode())
     assert user_endpoint("grpc", "http://127.0.0.1:5000", known) == "127.0.0.1:7000"
@@ -205,11 +248,16 @@ def test_user_resolution() -> None:
 
 # -- server report ----------------------------------------------------------------------------
 def test_server_report_reads_like_perf_analyzer() -> None:
-    delta = ModelStats(inference_count=400, execution_count=50,
-                       success=Duration(200, 200 * 6_000_000), queue=Duration(200, 200 * 3_000_000),
-                       compute_input=Duration(50, 50 * 100_000),
-                       compute_infer=Duration(50, 50 * 2_000_000),
-                       compute_output=Duration(50, 50 * 50_000), batches={8: 50})
+    delta = ModelStats(
+        inference_count=400,
+        execution_count=50,
+        success=Duration(200, 200 * 6_000_000),
+        queue=Duration(200, 200 * 3_000_000),
+        compute_input=Duration(50, 50 * 100_000),
+        compute_infer=Duration(50, 50 * 2_000_000),
+        compute_output=Duration(50, 50 * 50_000),
+        batches={8: 50},
+    )
     report = ModelReport("m", delta, client_requests=200, client_avg_ms=7.5)
     text = report.text()
     assert "Inference count: 400" in text and "Execution count: 50" in text
@@ -225,14 +273,29 @@ def test_server_report_reads_like_perf_analyzer() -> None:
 
 # -- perf sweep -------------------------------------------------------------------------------
 def point(concurrency: int, p99: float, batch: int = 1, failures: int = 0) -> perf.Point:
-    return perf.Point(batch_size=batch, concurrency=concurrency, duration_s=2.0, requests=100,
-                      failures=failures, avg_ms=p99 / 2, p50_ms=p99 / 2, p90_ms=p99 * 0.9,
-                      p95_ms=p99 * 0.95, p99_ms=p99)
+    return perf.Point(
+        batch_size=batch,
+        concurrency=concurrency,
+        duration_s=2.0,
+        requests=100,
+        failures=failures,
+        avg_ms=p99 / 2,
+        p50_ms=p99 / 2,
+        p90_ms=p99 * 0.9,
+        p95_ms=p99 * 0.95,
+        p99_ms=p99,
+    )
 
 
-@pytest.mark.parametrize("text, values", [("2:16:2", [2, 4, 6, 8, 10, 12, 14, 16]),
-                                          ("1:4", [1, 2, 3, 4]), ("8", [8]),
-                                          ("1,2,4", [1, 2, 4])])
+@pytest.mark.parametrize(
+    "text, values",
+    [
+        ("2:16:2", [2, 4, 6, 8, 10, 12, 14, 16]),
+        ("1:4", [1, 2, 3, 4]),
+        ("8", [8]),
+        ("1,2,4", [1, 2, 4]),
+    ],
+)
 def test_ranges_read_like_perf_analyzer(text: str, values: list[int]) -> None:
     assert perf.parse_range(text) == values
 
@@ -268,11 +331,12 @@ def test_failed_points_never_count_as_within_the_bound() -> None:
 
 def test_reports_are_written(tmp_path: Path) -> None:
     points = [point(1, 10.0, batch=8), point(1, 30.0, batch=64)]
-    table = sweep_report.markdown_table(points, "rec/s")
-    assert table.splitlines()[0] == ("| **Batch Size** | **Throughput** | **Avg Latency** | "
-                                     "**95% Latency** | **99% Latency** |")
+    table = sweep_report.points_markdown(points, "rec/s")
+    assert table.splitlines()[0] == (
+        "| **Batch Size** | **Throughput** | **Avg Latency** | **95% Latency** | **99% Latency** |"
+    )
     assert "| 64 | 3200.0 rec/s | 15.00 ms | 28.50 ms | 30.00 ms |" in table
-    sweep_report.write_csv(points, tmp_path / "p.csv")
+    sweep_report.write_points_csv(points, tmp_path / "p.csv")
     rows = (tmp_path / "p.csv").read_text().splitlines()
     assert rows[0].startswith("Concurrency,Inferences/Second,Server Queue")
     assert rows[2].split(",")[1] == "3200.0"

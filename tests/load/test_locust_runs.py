@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from pytest_triton import TritonClient
-from pytest_triton.launchers import LocalLauncher, ServerArgs
-from pytest_triton.launchers.base import Endpoints
-from pytest_triton.wire.shm import cuda_problem, our_regions
+from pytest_triton.client.wire.shm import cuda_problem, our_regions
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.launcher import Endpoints
 from tests.load.conftest import (
     LOCUSTFILES,
     PROBE_LOCUSTFILE,
@@ -36,16 +36,30 @@ pytestmark = [pytest.mark.load, pytest.mark.triton]
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_users_keep_requests_in_flight_together(protocol: str, probe_server: Endpoints,
-                                                tmp_path: Path) -> None:
+def test_users_keep_requests_in_flight_together(
+    protocol: str, probe_server: Endpoints, tmp_path: Path
+) -> None:
     """8 users must have 8 requests in flight: the probe model batches what waits together, so
     batches of ~8 prove it; a generator that serializes (a naive gRPC user under gevent, which
     blocks the hub for each call) would only ever show batches of 1. The run lasts its whole
     -t (Locust's timer once fired early by the time the process took to start) and Locust's
     own CSV counts the requests too."""
     host = f"{protocol}://{probe_server.url(protocol)}"
-    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "4s",
-                     "--host", host, "--csv", str(tmp_path / "run"), tmp_path=tmp_path)
+    run = run_locust(
+        PROBE_LOCUSTFILE,
+        "--headless",
+        "-u",
+        "8",
+        "-r",
+        "8",
+        "-t",
+        "4s",
+        "--host",
+        host,
+        "--csv",
+        str(tmp_path / "run"),
+        tmp_path=tmp_path,
+    )
     assert run.code == 0, run.tail()
     assert run.report is not None
     measured = run.report["measured"]
@@ -65,8 +79,9 @@ def test_users_keep_requests_in_flight_together(protocol: str, probe_server: End
     with (tmp_path / "run_triton.csv").open() as f:
         triton = {row["Name"]: row for row in csv.DictReader(f)}
     assert int(triton["probe_onnx"]["Samples"]) == measured["samples"], triton
-    assert float(triton["probe_onnx"]["Samples/s"]) == pytest.approx(measured["throughput"],
-                                                                     rel=1e-3)
+    assert float(triton["probe_onnx"]["Samples/s"]) == pytest.approx(
+        measured["throughput"], rel=1e-3
+    )
     assert int(triton["probe_onnx"]["Server Execution Count"]) > 0
 
 
@@ -75,11 +90,25 @@ def test_bytes_tensors_under_load_on_both_protocols(tmp_path: Path) -> None:
     --triton-protocol http,grpc the users take the protocols in turn."""
     write_bytes_model(tmp_path / "repo")
     with LocalLauncher().start(ServerArgs(tmp_path / "repo", model_control_mode="none")) as srv:
-        run = run_locust(LOCUSTFILES_FOR_TESTS / "bytes_echo.py", "--headless", "-u", "4", "-r",
-                         "4", "-t", "3s", "--host", f"http://{srv.endpoints.http}",
-                         "--triton-grpc-url", f"grpc://{srv.endpoints.grpc}",
-                         "--triton-protocol", "http,grpc", "--csv", str(tmp_path / "run"),
-                         tmp_path=tmp_path)
+        run = run_locust(
+            LOCUSTFILES_FOR_TESTS / "bytes_echo.py",
+            "--headless",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "3s",
+            "--host",
+            f"http://{srv.endpoints.http}",
+            "--triton-grpc-url",
+            f"grpc://{srv.endpoints.grpc}",
+            "--triton-protocol",
+            "http,grpc",
+            "--csv",
+            str(tmp_path / "run"),
+            tmp_path=tmp_path,
+        )
     assert run.code == 0, run.tail()
     assert run.report is not None
     assert run.report["measured"]["requests"] > 20 and run.report["measured"]["failures"] == 0
@@ -89,20 +118,39 @@ def test_bytes_tensors_under_load_on_both_protocols(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_users_over_shared_memory_register_once_and_leave_nothing(
-        protocol: str, probe_server: Endpoints, tmp_path: Path) -> None:
+    protocol: str, probe_server: Endpoints, tmp_path: Path
+) -> None:
     """--triton-shared-memory system: each user registers one region with the server before
     its first request (the server lists them while the run goes on), every request succeeds,
     and when Locust exits the regions are unregistered and gone from /dev/shm."""
     report = tmp_path / "report.json"
-    run = Locust(locust_args(PROBE_LOCUSTFILE, "--headless", "-u", "4", "-r", "4", "-t", "4s",
-                             "--host", f"{protocol}://{probe_server.url(protocol)}",
-                             "--triton-shared-memory", "system", report=report), report)
+    run = Locust(
+        locust_args(
+            PROBE_LOCUSTFILE,
+            "--headless",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "4s",
+            "--host",
+            f"{protocol}://{probe_server.url(protocol)}",
+            "--triton-shared-memory",
+            "system",
+            report=report,
+        ),
+        report,
+    )
     run.wait_for("All users spawned", timeout=120)
     time.sleep(1)
     admin = TritonClient(probe_server.http, "http")
     prefix = f"pytest_triton_{run.proc.pid}_c"
-    during = [r["name"] for r in admin._client.get_system_shared_memory_status()
-              if r["name"].startswith(prefix)]
+    during = [
+        r["name"]
+        for r in admin._client.get_system_shared_memory_status()
+        if r["name"].startswith(prefix)
+    ]
     finished = run.finish(timeout=60)
     assert finished.code == 0, finished.tail()
     assert len(during) == 4, during
@@ -110,17 +158,40 @@ def test_users_over_shared_memory_register_once_and_leave_nothing(
     assert finished.report is not None
     measured = finished.report["measured"]
     assert measured["requests"] > 20 and measured["failures"] == 0, measured
-    after = [r["name"] for r in admin._client.get_system_shared_memory_status()
-             if r["name"].startswith(prefix)]
+    after = [
+        r["name"]
+        for r in admin._client.get_system_shared_memory_status()
+        if r["name"].startswith(prefix)
+    ]
     assert after == [] and our_regions(run.proc.pid) == []
 
 
 def test_triton_perf_over_shared_memory(probe_server: Endpoints, tmp_path: Path) -> None:
     out = tmp_path / "perf.json"
-    cmd = [sys.executable, "-m", "pytest_triton.load.sweep", "-m",
-           "tests.load.probe_models:probe_spec", "--url", f"grpc://{probe_server.grpc}",
-           "--model-name", "probe_onnx", "-b", "2", "--concurrency-range", "2", "-p", "1500",
-           "--warmup", "300", "--shared-memory", "system", "--json", str(out), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest_triton.load.sweep.command",
+        "-m",
+        "tests.load.probe_models:probe_spec",
+        "--url",
+        f"grpc://{probe_server.grpc}",
+        "--model-name",
+        "probe_onnx",
+        "-b",
+        "2",
+        "--concurrency-range",
+        "2",
+        "-p",
+        "1500",
+        "--warmup",
+        "300",
+        "--shared-memory",
+        "system",
+        "--json",
+        str(out),
+        "--no-progress",
+    ]
     finished = Locust(cmd, env=subprocess_env()).finish(timeout=120)
     assert finished.code == 0, finished.tail()
     assert "tensors travel through system shared memory" in finished.stderr
@@ -134,8 +205,18 @@ def test_cuda_shared_memory_is_refused_before_any_load(tmp_path: Path) -> None:
     problem = cuda_problem()
     if problem is None:
         pytest.skip("this machine can use CUDA shared memory")
-    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "1", "-t", "2s",
-                     "--triton-shared-memory", "cuda", tmp_path=tmp_path, timeout=60)
+    run = run_locust(
+        PROBE_LOCUSTFILE,
+        "--headless",
+        "-u",
+        "1",
+        "-t",
+        "2s",
+        "--triton-shared-memory",
+        "cuda",
+        tmp_path=tmp_path,
+        timeout=60,
+    )
     assert run.code == 2, run.tail()
     assert f"--triton-shared-memory cuda: {problem}" in run.output
     assert "starting an embedded tritonserver" not in run.output
@@ -143,14 +224,29 @@ def test_cuda_shared_memory_is_refused_before_any_load(tmp_path: Path) -> None:
 
 def test_sigterm_stops_grpc_load_and_the_embedded_server(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    run = Locust(locust_args(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "300s",
-                             "--triton-protocol", "grpc", report=report), report)
+    run = Locust(
+        locust_args(
+            PROBE_LOCUSTFILE,
+            "--headless",
+            "-u",
+            "8",
+            "-r",
+            "8",
+            "-t",
+            "300s",
+            "--triton-protocol",
+            "grpc",
+            report=report,
+        ),
+        report,
+    )
     run.wait_for("All users spawned", timeout=120)
     time.sleep(2)
     children = run.descendants()
     (server,) = tritonservers(children)
-    repository = next(a.split("=", 1)[1] for a in server.cmdline()
-                      if a.startswith("--model-repository="))
+    repository = next(
+        a.split("=", 1)[1] for a in server.cmdline() if a.startswith("--model-repository=")
+    )
     run.proc.send_signal(signal.SIGTERM)
     finished = run.finish(timeout=40)  # the server's own graceful stop takes up to ~10 s
     assert finished.code == 0, finished.tail()
@@ -165,8 +261,12 @@ def test_a_dead_embedded_server_ends_the_run_at_once(tmp_path: Path) -> None:
     """Once the server is dead every request fails at once: the run stops (instead of
     spinning on failures until -t), says why, and fails."""
     report = tmp_path / "report.json"
-    run = Locust(locust_args(PROBE_LOCUSTFILE, "--headless", "-u", "4", "-r", "4", "-t", "300s",
-                             report=report), report)
+    run = Locust(
+        locust_args(
+            PROBE_LOCUSTFILE, "--headless", "-u", "4", "-r", "4", "-t", "300s", report=report
+        ),
+        report,
+    )
     run.wait_for("All users spawned", timeout=120)
     (server,) = tritonservers(run.descendants())
     killed = time.monotonic()
@@ -174,8 +274,10 @@ def test_a_dead_embedded_server_ends_the_run_at_once(tmp_path: Path) -> None:
     finished = run.finish(timeout=90)
     assert time.monotonic() - killed < 30, "the run went on after its server died"
     assert finished.code == 1, finished.tail()
-    assert ("the server died: tritonserver (local) exited with code -9 (killed by SIGKILL), "
-            "stopping the test") in finished.output, finished.tail()
+    assert (
+        "the server died: tritonserver (local) exited with code -9 (killed by SIGKILL), "
+        "stopping the test"
+    ) in finished.output, finished.tail()
     assert "RESULT: FAIL" in finished.stdout
     assert finished.report is not None and finished.report["measured"]["failures"] > 0
 
@@ -187,11 +289,32 @@ def test_processes_mode_with_embedded_server(tmp_path: Path) -> None:
     other run on the machine). The workers' request logs reach the master with their reports:
     its measurement windows hold their requests."""
     port = free_port()
-    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "5s",
-                     "--processes", "2", "--triton-protocol", "grpc", "--master-bind-host",
-                     "127.0.0.1", "--master-bind-port", str(port), "--master-port", str(port),
-                     "--triton-measurement-interval", "1000", "--triton-load-warmup", "500",
-                     tmp_path=tmp_path, timeout=120)
+    run = run_locust(
+        PROBE_LOCUSTFILE,
+        "--headless",
+        "-u",
+        "8",
+        "-r",
+        "8",
+        "-t",
+        "5s",
+        "--processes",
+        "2",
+        "--triton-protocol",
+        "grpc",
+        "--master-bind-host",
+        "127.0.0.1",
+        "--master-bind-port",
+        str(port),
+        "--master-port",
+        str(port),
+        "--triton-measurement-interval",
+        "1000",
+        "--triton-load-warmup",
+        "500",
+        tmp_path=tmp_path,
+        timeout=120,
+    )
     assert run.code == 0, run.tail()
     assert run.report is not None and run.report["measured"]["requests"] > 50
     assert run.report["host"].startswith("grpc://127.0.0.1:")
@@ -208,12 +331,32 @@ def test_master_and_worker_processes(tmp_path: Path) -> None:
     """The worker gets the embedded server's URL from the master (with its options)."""
     port = free_port()
     report = tmp_path / "report.json"
-    master = Locust(locust_args(PROBE_LOCUSTFILE, "--headless", "-u", "4", "-r", "4", "-t", "4s",
-                                "--master", "--master-bind-host", "127.0.0.1",
-                                "--master-bind-port", str(port), "--expect-workers", "1",
-                                report=report), report)
-    worker = Locust(locust_args(PROBE_LOCUSTFILE, "--worker", "--master-host", "127.0.0.1",
-                                "--master-port", str(port)))
+    master = Locust(
+        locust_args(
+            PROBE_LOCUSTFILE,
+            "--headless",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "4s",
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            "1",
+            report=report,
+        ),
+        report,
+    )
+    worker = Locust(
+        locust_args(
+            PROBE_LOCUSTFILE, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)
+        )
+    )
     done = master.finish(timeout=120)
     worker_done = worker.finish(timeout=30)
     assert done.code == 0, done.tail()
@@ -223,18 +366,40 @@ def test_master_and_worker_processes(tmp_path: Path) -> None:
 
 
 def test_refuses_a_non_loopback_host(tmp_path: Path) -> None:
-    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "1", "-t", "2s",
-                     "--host", "http://192.0.2.10:8000", tmp_path=tmp_path, timeout=60)
+    run = run_locust(
+        PROBE_LOCUSTFILE,
+        "--headless",
+        "-u",
+        "1",
+        "-t",
+        "2s",
+        "--host",
+        "http://192.0.2.10:8000",
+        tmp_path=tmp_path,
+        timeout=60,
+    )
     assert run.code == 2, run.tail()
     assert "refusing to send load to http://192.0.2.10:8000" in run.output
     assert "--triton-allow-remote" in run.output
 
 
-def test_max_requests_bounds_a_run_without_run_time(probe_server: Endpoints,
-                                                    tmp_path: Path) -> None:
-    run = run_locust(PROBE_LOCUSTFILE, "--headless", "-u", "4", "-r", "4",
-                     "--triton-max-requests", "200", "--host", f"http://{probe_server.http}",
-                     tmp_path=tmp_path, timeout=60)
+def test_max_requests_bounds_a_run_without_run_time(
+    probe_server: Endpoints, tmp_path: Path
+) -> None:
+    run = run_locust(
+        PROBE_LOCUSTFILE,
+        "--headless",
+        "-u",
+        "4",
+        "-r",
+        "4",
+        "--triton-max-requests",
+        "200",
+        "--host",
+        f"http://{probe_server.http}",
+        tmp_path=tmp_path,
+        timeout=60,
+    )
     assert run.code == 0, run.tail()
     assert "no --run-time given" in run.output
     assert "--triton-max-requests 200 reached" in run.output
@@ -247,10 +412,23 @@ def test_an_unmeetable_target_fails_the_run_and_names_it(tmp_path: Path) -> None
     """A zoo locustfile on its embedded server: one target from the command line, one from the
     environment; both impossible."""
     env = subprocess_env(TRITON_PERF_THROUGHPUT="1e12")
-    run = run_locust(LOCUSTFILES / "dlrm.py", "--headless", "-u", "2", "-r", "2", "-t", "3s",
-                     "--perf-latency-p99", "0.001", tmp_path=tmp_path, env=env, timeout=120)
+    run = run_locust(
+        LOCUSTFILES / "dlrm.py",
+        "--headless",
+        "-u",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        "3s",
+        "--perf-latency-p99",
+        "0.001",
+        tmp_path=tmp_path,
+        env=env,
+        timeout=120,
+    )
     assert run.code == 1, run.tail()
-    verdict = run.stdout[run.stdout.index("Verdict"):]
+    verdict = run.stdout[run.stdout.index("Verdict") :]
     assert "RESULT: FAIL" in verdict
     assert "perf_throughput (samples/s) measured" in verdict
     assert "perf_latency_p99 (ms) measured" in verdict

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.launchers import LocalLauncher, ServerArgs
-from pytest_triton.urls import Endpoints
+from pytest_triton.base.urls import Endpoints
+from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.load.conftest import REPO, Locust, run_locust, subprocess_env
 from tests.load.probe_models import SLOWING_MODEL, STALL_MODEL, STALL_MS, write_sleepy
 
@@ -32,27 +32,51 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
         yield server.endpoints
 
 
-def rate_run(endpoints: Endpoints, model: str, user: str, *args: str, tmp_path: Path,
-             seconds: int = 8, **env: str) -> dict:
-    run = run_locust(RATE_LOCUSTFILE, user, "--headless", "-u", "1", "-r", "1", "-t",
-                     f"{seconds}s", "--host", f"http://{endpoints.http}", "--triton-model",
-                     model, *args, tmp_path=tmp_path, env=subprocess_env(**env))
+def rate_run(
+    endpoints: Endpoints,
+    model: str,
+    user: str,
+    *args: str,
+    tmp_path: Path,
+    seconds: int = 8,
+    **env: str,
+) -> dict:
+    run = run_locust(
+        RATE_LOCUSTFILE,
+        user,
+        "--headless",
+        "-u",
+        "1",
+        "-r",
+        "1",
+        "-t",
+        f"{seconds}s",
+        "--host",
+        f"http://{endpoints.http}",
+        "--triton-model",
+        model,
+        *args,
+        tmp_path=tmp_path,
+        env=subprocess_env(**env),
+    )
     assert run.report is not None, run.tail()
     return {**run.report, "code": run.code, "output": run.output}
 
 
-def test_an_open_loop_sees_the_stall_a_closed_loop_hides(models: Endpoints,
-                                                         tmp_path: Path) -> None:
+def test_an_open_loop_sees_the_stall_a_closed_loop_hides(models: Endpoints, tmp_path: Path) -> None:
     """One request in 200 stalls 200 ms. At 100 req/s a paced closed loop delays only that
     request (0.5% of them: p99 stays low) and skips the ~20 sends due meanwhile; the open loop
     sends them on schedule and counts each from its due time, so ~10% of requests wait behind
     the stall and p99 shows it."""
     closed = rate_run(models, "stall", "PacedUser", tmp_path=tmp_path)
-    opened = rate_run(models, "stall", "OpenUser", "--triton-request-rate", "100",
-                      tmp_path=tmp_path)
+    opened = rate_run(
+        models, "stall", "OpenUser", "--triton-request-rate", "100", tmp_path=tmp_path
+    )
     c, o = closed["measured"], opened["measured"]
-    print(f"closed loop: {c['request_rate']:.1f} req/s, p99 {c['p99_ms']:.1f} ms; "
-          f"open loop: {o['request_rate']:.1f} req/s, p99 {o['p99_ms']:.1f} ms")
+    print(
+        f"closed loop: {c['request_rate']:.1f} req/s, p99 {c['p99_ms']:.1f} ms; "
+        f"open loop: {o['request_rate']:.1f} req/s, p99 {o['p99_ms']:.1f} ms"
+    )
     for run in (closed, opened):
         assert run["code"] == 0 and run["measured"]["failures"] == 0, run["output"][-3000:]
         assert run["measured"]["request_rate"] == pytest.approx(100, rel=0.25)
@@ -61,11 +85,23 @@ def test_an_open_loop_sees_the_stall_a_closed_loop_hides(models: Endpoints,
     assert "open loop" in opened["output"] and "100 req/s" in opened["output"]
 
 
-def test_a_measurement_that_never_settles_is_flagged_and_fails(models: Endpoints,
-                                                               tmp_path: Path) -> None:
-    run = rate_run(models, "slowing", "OpenUser", "--triton-measurement-interval", "1000",
-                   "--triton-load-warmup", "500", "--triton-stability-percentage", "50",
-                   tmp_path=tmp_path, seconds=7, TRITON_ALLOW_UNSTABLE="false")
+def test_a_measurement_that_never_settles_is_flagged_and_fails(
+    models: Endpoints, tmp_path: Path
+) -> None:
+    run = rate_run(
+        models,
+        "slowing",
+        "OpenUser",
+        "--triton-measurement-interval",
+        "1000",
+        "--triton-load-warmup",
+        "500",
+        "--triton-stability-percentage",
+        "50",
+        tmp_path=tmp_path,
+        seconds=7,
+        TRITON_ALLOW_UNSTABLE="false",
+    )
     stability = run["stability"]
     assert run["code"] == 1, run["output"][-3000:]
     assert stability["stable"] is False and len(run["windows"]) >= 4, stability
@@ -79,9 +115,20 @@ def test_a_measurement_that_never_settles_is_flagged_and_fails(models: Endpoints
 
 def test_a_steady_model_gives_a_stable_measurement(models: Endpoints, tmp_path: Path) -> None:
     """The control: 20 ms a request, one user, windows of 2 s (~100 requests each)."""
-    run = rate_run(models, "sleepy", "OpenUser", "--triton-measurement-interval", "2000",
-                   "--triton-load-warmup", "500", "--triton-stability-percentage", "50",
-                   tmp_path=tmp_path, seconds=8, TRITON_ALLOW_UNSTABLE="false")
+    run = rate_run(
+        models,
+        "sleepy",
+        "OpenUser",
+        "--triton-measurement-interval",
+        "2000",
+        "--triton-load-warmup",
+        "500",
+        "--triton-stability-percentage",
+        "50",
+        tmp_path=tmp_path,
+        seconds=8,
+        TRITON_ALLOW_UNSTABLE="false",
+    )
     assert run["code"] == 0, run["output"][-3000:]
     assert run["stability"]["stable"] is True, run["stability"]
     measured = run["stability"]["measurement"]
@@ -89,20 +136,43 @@ def test_a_steady_model_gives_a_stable_measurement(models: Endpoints, tmp_path: 
     assert measured["p99_ms"] >= 20
 
 
-def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(models: Endpoints,
-                                                                   tmp_path: Path) -> None:
+def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
+    models: Endpoints, tmp_path: Path
+) -> None:
     """The sleepy model serves fewer than 50 req/s (20 ms of sleep plus the backend's own
     time: 43 req/s measured here, less on a slower runner): constant arrivals at 15 and 25
     req/s are answered in ~25 ms, at 70 req/s the queue grows without end. (Windows of 1 s
     hold 15 to 25 requests, whose p99 is their slowest: stability is asked within 50% here,
     the subject being the bound.)"""
     out = tmp_path / "perf.json"
-    run = Locust([sys.executable, "-m", "pytest_triton.load.sweep", "-m",
-                  "tests.load.probe_models:probe_spec", "--url", f"http://{models.http}",
-                  "--model-name", "sleepy", "--request-rate-range", "15,25,70",
-                  "--triton-measurement-interval", "1000", "--triton-load-warmup", "500",
-                  "--triton-stability-percentage", "50", "--max-trials", "4",
-                  "--latency-bound", "100", "--json", str(out), "--no-progress"])
+    run = Locust(
+        [
+            sys.executable,
+            "-m",
+            "pytest_triton.load.sweep.command",
+            "-m",
+            "tests.load.probe_models:probe_spec",
+            "--url",
+            f"http://{models.http}",
+            "--model-name",
+            "sleepy",
+            "--request-rate-range",
+            "15,25,70",
+            "--triton-measurement-interval",
+            "1000",
+            "--triton-load-warmup",
+            "500",
+            "--triton-stability-percentage",
+            "50",
+            "--max-trials",
+            "4",
+            "--latency-bound",
+            "100",
+            "--json",
+            str(out),
+            "--no-progress",
+        ]
+    )
     done = run.finish(180)
     assert done.code == 0, done.tail()
     report = json.loads(out.read_text())

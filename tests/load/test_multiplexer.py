@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_triton.launchers import LocalLauncher, ServerArgs
+from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.load.conftest import REPO, subprocess_env
 from tests.load.probe_models import write_sleepy
 
@@ -28,16 +28,27 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     write_sleepy(root)
     with LocalLauncher().start(ServerArgs(Path(root), model_control_mode="none")) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "tests.load.multiplexer_probe", server.endpoints.http,
-             server.endpoints.grpc], capture_output=True, text=True, timeout=120, cwd=REPO,
-            env=subprocess_env())
+            [
+                sys.executable,
+                "-m",
+                "tests.load.multiplexer_probe",
+                server.endpoints.http,
+                server.endpoints.grpc,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env=subprocess_env(),
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         yield json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_each_answer_and_each_rejection_is_counted_once(report: dict[str, Any],
-                                                        protocol: str) -> None:
+def test_each_answer_and_each_rejection_is_counted_once(
+    report: dict[str, Any], protocol: str
+) -> None:
     """Each user alternates an accepted and a rejected request: both kinds are counted, in
     equal numbers give or take the request each user had in flight when it stopped."""
     run = report[f"mixed-{protocol}"]
@@ -45,7 +56,7 @@ def test_each_answer_and_each_rejection_is_counted_once(report: dict[str, Any],
     ok = outcomes.pop("ok", 0)
     assert ok >= 8, run  # 4 users x 2 s at 20 ms a request, one model instance
     assert len(outcomes) == 1, run
-    (rejection, failures), = outcomes.items()
+    ((rejection, failures),) = outcomes.items()
     assert rejection.startswith("InferenceError") and "'x'" in rejection, rejection
     assert "sleepy" in rejection and protocol in rejection.lower(), rejection
     assert abs(ok - failures) <= 4, run
@@ -54,15 +65,17 @@ def test_each_answer_and_each_rejection_is_counted_once(report: dict[str, Any],
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_rejection_keeps_its_connection_and_stopped_users_leave_none(
-        report: dict[str, Any], protocol: str) -> None:
+    report: dict[str, Any], protocol: str
+) -> None:
     run = report[f"mixed-{protocol}"]
     assert run["connections_opened"] == 4 and run["connections_during"] == 4, run
     assert run["connections_after"] == 0 and run["lanes_after"] == 0, run
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_request_past_its_timeout_fails_as_a_timeout(report: dict[str, Any],
-                                                       protocol: str) -> None:
+def test_a_request_past_its_timeout_fails_as_a_timeout(
+    report: dict[str, Any], protocol: str
+) -> None:
     """A 5 ms timeout against a model that takes 20 ms: no answer is awaited past it (gRPC's
     server may also say DEADLINE_EXCEEDED first: its grpc-timeout header), and the user goes
     on; stopping leaves no connection."""

@@ -44,15 +44,18 @@ def wait_for_load(run: Locust, base: str, timeout: float) -> dict[str, Any]:
             return live
         time.sleep(0.5)
     run.kill()
-    pytest.fail(f"the Triton tab never showed load within {timeout:.0f}s:\n"
-                f"{run.finish(5).tail()}")
+    pytest.fail(f"the Triton tab never showed load within {timeout:.0f}s:\n{run.finish(5).tail()}")
 
 
 def listening(pid: int, port: int) -> set[str]:
     """The addresses a process (or its children) listens on at `port`."""
     procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    return {c.laddr.ip for p in procs for c in p.net_connections("inet")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+    return {
+        c.laddr.ip
+        for p in procs
+        for c in p.net_connections("inet")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    }
 
 
 def rows_by_figure(html: str) -> dict[tuple[str, str], list[str]]:
@@ -76,8 +79,10 @@ def save_screenshots(base: str) -> None:
         time.sleep(0.5)
     out = Path(SCREENSHOTS or ".").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for name, url, size in (("webui-triton-charts.png", f"{base}/triton", (1280, 1000)),
-                            ("webui-triton-tab.png", f"{base}/?tab=triton", (1280, 1560))):
+    for name, url, size in (
+        ("webui-triton-charts.png", f"{base}/triton", (1280, 1000)),
+        ("webui-triton-tab.png", f"{base}/?tab=triton", (1280, 1560)),
+    ):
         browser.render(url, screenshot=out / name, window=size)
         with Image.open(out / name) as image:
             image.convert("RGB").quantize(colors=128).save(out / name, optimize=True)
@@ -91,12 +96,34 @@ def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> N
     port, master_port = free_port(), free_port()
     report = tmp_path / "report.json"
     base = f"http://127.0.0.1:{port}"
-    run = Locust(locust_args(PROBE_LOCUSTFILE, "--web-port", str(port), "--autostart",
-                             "-u", "8", "-r", "8", "-t", f"{RUN_TIME_S}s", "--autoquit", "120",
-                             "--processes", "2", "--master-bind-host", "127.0.0.1",
-                             "--master-bind-port", str(master_port), "--master-port",
-                             str(master_port), "--csv", str(tmp_path / "run"),
-                             report=report), report)
+    run = Locust(
+        locust_args(
+            PROBE_LOCUSTFILE,
+            "--web-port",
+            str(port),
+            "--autostart",
+            "-u",
+            "8",
+            "-r",
+            "8",
+            "-t",
+            f"{RUN_TIME_S}s",
+            "--autoquit",
+            "120",
+            "--processes",
+            "2",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+            "--master-port",
+            str(master_port),
+            "--csv",
+            str(tmp_path / "run"),
+            report=report,
+        ),
+        report,
+    )
     try:
         live = wait_for_load(run, base, timeout=180)
         assert live["state"] == "running", live["state"]
@@ -142,12 +169,24 @@ def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> N
 def test_an_explicit_loopback_web_host_wins(tmp_path: Path) -> None:
     """--web-host still decides (127.0.0.2 is loopback too, so nothing is exposed here)."""
     port = free_port()
-    run = Locust(locust_args(PROBE_LOCUSTFILE, "--web-host", "127.0.0.2", "--web-port",
-                             str(port), "--host", "http://127.0.0.1:9"))
+    run = Locust(
+        locust_args(
+            PROBE_LOCUSTFILE,
+            "--web-host",
+            "127.0.0.2",
+            "--web-port",
+            str(port),
+            "--host",
+            "http://127.0.0.1:9",
+        )
+    )
     try:
         deadline = time.monotonic() + 60
-        while not listening(run.proc.pid, port) and time.monotonic() < deadline \
-                and run.proc.poll() is None:
+        while (
+            not listening(run.proc.pid, port)
+            and time.monotonic() < deadline
+            and run.proc.poll() is None
+        ):
             time.sleep(0.2)
         assert listening(run.proc.pid, port) == {"127.0.0.2"}, run.stderr_so_far[-2000:]
     finally:
@@ -159,8 +198,17 @@ def test_a_web_ui_open_to_other_machines_is_warned_about(tmp_path: Path) -> None
     """A non-loopback --web-host without --web-login gets a warning naming the fix. The
     address is a documentation one (TEST-NET-1) that this machine does not have: Locust
     cannot bind it and exits, so the test never opens a port to the network."""
-    run = Locust(locust_args(PROBE_LOCUSTFILE, "--web-host", "192.0.2.10", "--web-port",
-                             str(free_port()), "--host", "http://127.0.0.1:9"))
+    run = Locust(
+        locust_args(
+            PROBE_LOCUSTFILE,
+            "--web-host",
+            "192.0.2.10",
+            "--web-port",
+            str(free_port()),
+            "--host",
+            "http://127.0.0.1:9",
+        )
+    )
     done = run.finish(timeout=60)
     assert "the web UI listens on 192.0.2.10 without --web-login" in done.output, done.tail()
     assert "--web-login, or leave out --web-host" in done.output

@@ -9,10 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-from pytest_triton.load import targets as tg
-from pytest_triton.load.generator_cpu import REPORT_KEY as CPU_KEY
-from pytest_triton.load.generator_cpu import GeneratorCpu
-from pytest_triton.load.live_report import (
+from pytest_triton.client.stats import Duration, ModelStats
+from pytest_triton.load.locust.generator_cpu import REPORT_KEY as CPU_KEY
+from pytest_triton.load.locust.generator_cpu import GeneratorCpu
+from pytest_triton.load.locust.options import WEB_HOST, web_ui_exposure
+from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.webui.snapshot import (
     AGGREGATED,
     CSV_HEADER,
     ModelFigures,
@@ -21,9 +24,6 @@ from pytest_triton.load.live_report import (
     csv_rows,
     tab_rows,
 )
-from pytest_triton.load.options import WEB_HOST, web_ui_exposure
-from pytest_triton.load.window_log import WindowLog
-from pytest_triton.stats import Duration, ModelStats
 from tests.load.conftest import REPO, subprocess_env
 
 
@@ -31,8 +31,9 @@ from tests.load.conftest import REPO, subprocess_env
 def test_samples_count_batch_sizes_of_successful_requests_only() -> None:
     log = WindowLog()
     log.on_request(name="m", response_time=3.0, context={"batch_size": 8})
-    log.on_request(name="m", response_time=3.0, context={"batch_size": 8},
-                   exception=RuntimeError("refused"))
+    log.on_request(
+        name="m", response_time=3.0, context={"batch_size": 8}, exception=RuntimeError("refused")
+    )
     log.on_request(name="other", response_time=3.0, context={"batch_size": 2})
     log.on_request(name="m", response_time=3.0, context={})  # not our users: no samples
     assert log.samples("m") == 8 and log.samples("other") == 2 and log.samples() == 10
@@ -87,22 +88,47 @@ def test_workers_report_their_cpu_to_the_master() -> None:
 
 # -- the tab, the CSV, the charts' JSON ----------------------------------------------------------
 def server_delta() -> ModelStats:
-    return ModelStats(inference_count=80, execution_count=12, success=Duration(40, 40 * 9000_000),
-                      queue=Duration(40, 40 * 5000_000), compute_input=Duration(12, 12 * 100_000),
-                      compute_infer=Duration(12, 12 * 3000_000),
-                      compute_output=Duration(12, 12 * 200_000), batches={2: 4, 8: 8})
+    return ModelStats(
+        inference_count=80,
+        execution_count=12,
+        success=Duration(40, 40 * 9000_000),
+        queue=Duration(40, 40 * 5000_000),
+        compute_input=Duration(12, 12 * 100_000),
+        compute_infer=Duration(12, 12 * 3000_000),
+        compute_output=Duration(12, 12 * 200_000),
+        batches={2: 4, 8: 8},
+    )
 
 
 def snapshot(final: bool = False, cpu: float = 40.0) -> Snapshot:
-    model = ModelFigures("dlrm_onnx", requests=42, failures=2, samples=80, request_rate=4.0,
-                         sample_rate=8.0, avg_ms=12.0, p50_ms=10.0, p95_ms=20.0, p99_ms=30.0,
-                         p99_now_ms=25.0, server=server_delta())
-    measured = tg.Measured(requests=42, failures=2, samples=80, duration_s=10.0, avg_ms=12.0,
-                           p95_ms=20.0, p99_ms=30.0)
+    model = ModelFigures(
+        "dlrm_onnx",
+        requests=42,
+        failures=2,
+        samples=80,
+        request_rate=4.0,
+        sample_rate=8.0,
+        avg_ms=12.0,
+        p50_ms=10.0,
+        p95_ms=20.0,
+        p99_ms=30.0,
+        p99_now_ms=25.0,
+        server=server_delta(),
+    )
+    measured = tg.Measured(
+        requests=42, failures=2, samples=80, duration_s=10.0, avg_ms=12.0, p95_ms=20.0, p99_ms=30.0
+    )
     checks = tg.evaluate(tg.Targets(perf_latency_p99=25, perf_throughput=5), measured)
-    return Snapshot("running", elapsed_s=10.0, duration_s=10.0, models=[model], checks=checks,
-                    warnings=["WARNING: the load generator's CPU was saturated"],
-                    cpu_percent=cpu, final=final)
+    return Snapshot(
+        "running",
+        elapsed_s=10.0,
+        duration_s=10.0,
+        models=[model],
+        checks=checks,
+        warnings=["WARNING: the load generator's CPU was saturated"],
+        cpu_percent=cpu,
+        final=final,
+    )
 
 
 def test_tab_rows_show_per_model_figures_targets_and_warnings() -> None:
@@ -110,8 +136,7 @@ def test_tab_rows_show_per_model_figures_targets_and_warnings() -> None:
     assert rows["dlrm_onnx", "samples/s (now)"]["value"] == "8"
     assert rows["dlrm_onnx", "requests/s (now)"]["value"] == "4"
     assert rows["dlrm_onnx", "samples per request"]["value"] == "2"
-    assert rows["dlrm_onnx", "batch-size histogram (size x executions)"]["value"] == \
-        "2 x 4, 8 x 8"
+    assert rows["dlrm_onnx", "batch-size histogram (size x executions)"]["value"] == "2 x 4, 8 x 8"
     assert rows["dlrm_onnx", "server avg batch size"]["value"] == "6.67"
     assert rows["dlrm_onnx", "server avg queue (us)"]["value"] == "5,000"
     assert rows["dlrm_onnx", "server avg compute infer (us)"]["value"] == "3,000"
@@ -119,8 +144,11 @@ def test_tab_rows_show_per_model_figures_targets_and_warnings() -> None:
     p99 = rows[AGGREGATED, "perf_latency_p99 (ms)"]
     assert (p99["value"], p99["target"], p99["status"]) == ("30", "<= 25", "FAIL")
     throughput = rows[AGGREGATED, "perf_throughput (samples/s)"]
-    assert (throughput["value"], throughput["target"], throughput["status"]) == \
-        ("8", ">= 5", "PASS")
+    assert (throughput["value"], throughput["target"], throughput["status"]) == (
+        "8",
+        ">= 5",
+        "PASS",
+    )
     assert rows[AGGREGATED, "warning"]["value"].startswith("the load generator's CPU")
     verdict = rows[AGGREGATED, "verdict so far"]
     assert verdict["status"] == "FAIL" and "perf_latency_p99 (ms) measured 30" in verdict["value"]
@@ -132,13 +160,15 @@ def test_tab_rows_before_a_run_and_at_its_end() -> None:
     assert row["figure"] == "no test has run yet"
     final = {(r["model"], r["figure"]): r for r in tab_rows(snapshot(final=True, cpu=95))}
     assert (AGGREGATED, "verdict") in final
-    assert final[AGGREGATED, "load generator CPU (% of a core, run average)"]["status"] == \
-        "SATURATED"
+    assert (
+        final[AGGREGATED, "load generator CPU (% of a core, run average)"]["status"] == "SATURATED"
+    )
 
 
 def test_a_model_without_readable_statistics_says_so() -> None:
-    figures = ModelFigures("m", requests=1, failures=0, samples=1, request_rate=0.0,
-                           sample_rate=0.0)
+    figures = ModelFigures(
+        "m", requests=1, failures=0, samples=1, request_rate=0.0, sample_rate=0.0
+    )
     rows = tab_rows(Snapshot("running", 1.0, 1.0, [figures]))
     assert rows[-1]["figure"] == "server statistics" and rows[-1]["value"] == "not readable"
 
@@ -158,8 +188,13 @@ def test_charts_json_carries_history_breakdown_and_histogram() -> None:
     data = as_json(snapshot(), [{"t": 2.0, "models": {}}])
     (model,) = data["models"]
     assert model["histogram"] == {"2": 4, "8": 8}
-    assert set(model["breakdown_us"]) == {"queue", "compute_input", "compute_infer",
-                                          "compute_output", "overhead"}
+    assert set(model["breakdown_us"]) == {
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "overhead",
+    }
     assert data["history"] == [{"t": 2.0, "models": {}}] and data["rows"]
     assert as_json(None, [])["state"] == "ready"
 
@@ -183,7 +218,7 @@ def test_locustfiles_default_the_web_ui_to_loopback() -> None:
     code = """
 import os
 import locust.argument_parser as ap
-from pytest_triton.load.options import add_options
+from pytest_triton.load.locust.options import add_options
 parser = ap.get_parser()
 add_options(parser)
 for env in (None, "127.0.0.3"):
@@ -192,7 +227,13 @@ for env in (None, "127.0.0.3"):
     print(parser.parse_args(["-f", "x.py"]).web_host)
     print(parser.parse_args(["-f", "x.py", "--web-host", "0.0.0.0"]).web_host)
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=REPO, env=subprocess_env())
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=subprocess_env(),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == [WEB_HOST, "0.0.0.0", "127.0.0.3", "0.0.0.0"]

@@ -9,23 +9,38 @@ import statistics
 
 import pytest
 
-from pytest_triton.load.arrivals import Lag, rate_warning, schedule
-from pytest_triton.load.window_log import SLICE_S, WindowLog, rounded_ms
-from pytest_triton.load.windows import Criterion, Window, assess, histogram_percentile, merge
+from pytest_triton.load.locust.arrivals import Lag, rate_warning, schedule
+from pytest_triton.load.measure.window_log import SLICE_S, WindowLog, rounded_ms
+from pytest_triton.load.measure.windows import (
+    Criterion,
+    Window,
+    assess,
+    histogram_percentile,
+    merge,
+)
 
 T0 = 1_000_000.0  # a wall-clock time on a slice boundary
 
 
 def window(index: int, throughput: float, p99: float, seconds: float = 1.0) -> Window:
     requests = int(throughput * seconds)
-    return Window(index=index, start_s=index - 1.0, duration_s=seconds, requests=requests,
-                  failures=0, samples=requests, avg_ms=p99 / 2, p50_ms=p99 / 3,
-                  p90_ms=p99 * 0.8, p95_ms=p99 * 0.9, p99_ms=p99)
+    return Window(
+        index=index,
+        start_s=index - 1.0,
+        duration_s=seconds,
+        requests=requests,
+        failures=0,
+        samples=requests,
+        avg_ms=p99 / 2,
+        p50_ms=p99 / 3,
+        p90_ms=p99 * 0.8,
+        p95_ms=p99 * 0.9,
+        p99_ms=p99,
+    )
 
 
 def test_three_agreeing_windows_are_stable_and_their_merge_is_the_measurement() -> None:
-    ws = [window(1, 500, 30), window(2, 1000, 10), window(3, 1020, 10.5),
-          window(4, 990, 9.8)]
+    ws = [window(1, 500, 30), window(2, 1000, 10), window(3, 1020, 10.5), window(4, 990, 9.8)]
     result = assess(ws, Criterion(3, 10.0))
     assert result.stable, result.reason
     assert [w.index for w in result.chosen] == [2, 3, 4]
@@ -36,24 +51,33 @@ def test_three_agreeing_windows_are_stable_and_their_merge_is_the_measurement() 
 
 
 def test_the_latest_agreeing_group_is_taken() -> None:
-    ws = [window(1, 1000, 10), window(2, 1000, 10), window(3, 1000, 10),
-          window(4, 2000, 5), window(5, 2000, 5), window(6, 2000, 5)]
+    ws = [
+        window(1, 1000, 10),
+        window(2, 1000, 10),
+        window(3, 1000, 10),
+        window(4, 2000, 5),
+        window(5, 2000, 5),
+        window(6, 2000, 5),
+    ]
     result = assess(ws, Criterion(3, 10.0))
     assert [w.index for w in result.chosen] == [4, 5, 6]
 
 
-@pytest.mark.parametrize(("throughputs", "p99s", "what"), [
-    ([1000, 1300, 1000], [10, 10, 10], "throughput"),  # 1300 is 18% above the mean of 1100
-    ([1000, 1000, 1000], [10, 10, 20], "latency"),
-])
+@pytest.mark.parametrize(
+    ("throughputs", "p99s", "what"),
+    [
+        ([1000, 1300, 1000], [10, 10, 10], "throughput"),  # 1300 is 18% above the mean of 1100
+        ([1000, 1000, 1000], [10, 10, 20], "latency"),
+    ],
+)
 def test_windows_that_disagree_on_either_figure_are_unstable(
-        throughputs: list[float], p99s: list[float], what: str) -> None:
+    throughputs: list[float], p99s: list[float], what: str
+) -> None:
     ws = [window(i, t, p) for i, (t, p) in enumerate(zip(throughputs, p99s, strict=True), 1)]
     result = assess(ws, Criterion(3, 10.0))
     assert not result.stable and result.measurement is None
     assert "no 3 consecutive windows of 3 agree within 10%" in result.reason
-    spread = result.throughput_spread_pct if what == "throughput" else \
-        result.latency_spread_pct
+    spread = result.throughput_spread_pct if what == "throughput" else result.latency_spread_pct
     assert spread > 10
 
 
@@ -65,9 +89,19 @@ def test_too_few_windows_say_what_to_change() -> None:
 
 
 def test_a_window_without_successes_never_agrees() -> None:
-    empty = Window(index=3, start_s=2, duration_s=1, requests=5, failures=5, samples=0,
-                   avg_ms=math.nan, p50_ms=math.nan, p90_ms=math.nan, p95_ms=math.nan,
-                   p99_ms=math.nan)
+    empty = Window(
+        index=3,
+        start_s=2,
+        duration_s=1,
+        requests=5,
+        failures=5,
+        samples=0,
+        avg_ms=math.nan,
+        p50_ms=math.nan,
+        p90_ms=math.nan,
+        p95_ms=math.nan,
+        p99_ms=math.nan,
+    )
     assert not assess([window(1, 10, 1), window(2, 10, 1), empty], Criterion(3, 10.0)).stable
 
 
@@ -100,8 +134,9 @@ def test_window_log_cuts_count_windows_for_slow_models() -> None:
     log = WindowLog()
     for k in range(40):  # one request every 0.5 s (every second slice)
         log.record(T0 + k * 0.5 + 0.1, "m", 100.0, ok=True, samples=1)
-    windows = log.windows(T0, T0 + 19, warmup_s=0.0, interval_s=5.0, mode="count_windows",
-                          request_count=10)
+    windows = log.windows(
+        T0, T0 + 19, warmup_s=0.0, interval_s=5.0, mode="count_windows", request_count=10
+    )
     assert [w.requests for w in windows] == [10, 10, 10]  # the 4th would end at 19.6 s
     assert all(w.duration_s == pytest.approx(5.0, abs=0.5) for w in windows)
 
@@ -148,8 +183,10 @@ def test_constant_and_poisson_schedules_hold_the_rate() -> None:
     assert list(itertools.islice(schedule(200.0, "poisson", seed=7), 3)) == due[:3]
 
 
-@pytest.mark.parametrize(("rate", "distribution"), [(0, "constant"), (-1, "constant"),
-                                                    (math.inf, "constant"), (5, "uniform")])
+@pytest.mark.parametrize(
+    ("rate", "distribution"),
+    [(0, "constant"), (-1, "constant"), (math.inf, "constant"), (5, "uniform")],
+)
 def test_bad_schedules_are_refused(rate: float, distribution: str) -> None:
     with pytest.raises(ValueError, match=r"request rate|distribution"):
         next(schedule(rate, distribution))  # type: ignore[arg-type]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psutil
 
-from pytest_triton.launchers.local import SHM_PREFIX, WORKDIR_PREFIX
 from pytest_triton.repository.builder import TEMPORARY_PREFIX
+from pytest_triton.server.local import SHM_PREFIX, WORKDIR_PREFIX
 
 SHM = Path("/dev/shm")
 
@@ -53,8 +53,11 @@ def processes_of(pid: int) -> list[psutil.Process]:
 def left_by(pid: int, tmpdir: Path) -> Leftovers:
     procs = tuple(f"{p.pid} {' '.join(p.info['cmdline'] or ())[:160]}" for p in processes_of(pid))
     shm_prefix, workdir_prefix, repo_prefix = markers(pid)
-    paths = [*SHM.glob(f"{shm_prefix}*"), *tmpdir.glob(f"{workdir_prefix}*"),
-             *tmpdir.glob(f"{repo_prefix}*")]
+    paths = [
+        *SHM.glob(f"{shm_prefix}*"),
+        *tmpdir.glob(f"{workdir_prefix}*"),
+        *tmpdir.glob(f"{repo_prefix}*"),
+    ]
     return Leftovers(procs, tuple(sorted(paths)))
 
 

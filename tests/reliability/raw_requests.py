@@ -93,8 +93,7 @@ def _grpc_reply(call: object, payload: object) -> Reply:
 
 
 def grpc_infer(address: str, request: Request) -> Reply:
-    message = service_pb2.ModelInferRequest(model_name=request.model,
-                                            model_version=request.version)
+    message = service_pb2.ModelInferRequest(model_name=request.model, model_version=request.version)
     for t in request.inputs:
         tensor = message.inputs.add()
         tensor.name, tensor.datatype = t.name, t.datatype

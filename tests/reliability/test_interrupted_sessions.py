@@ -33,7 +33,7 @@ EXIT_TIMEOUT_S = 90.0  # a session told to stop must be gone by then
 SERVER_EXIT_S = 30.0  # a server outliving a killed session stops by PDEATHSIG within this
 REAPED = "[tiny] the server is up"  # printed after the reaping points of a session
 
-CONFTEST = '''
+CONFTEST = """
 import torch
 from pytest_triton import ModelSpec, factories
 
@@ -50,7 +50,7 @@ class Affine(torch.nn.Module):
 triton_repository = factories.repository([ModelSpec(
     name="affine", module=Affine, example_inputs=(torch.randn(4, 4),), inputs=["x"],
     outputs=["y"], max_batch_size=8, formats=["torchscript-trace"])])
-'''
+"""
 # The session serves a numpy python model beside the spec's (a python stub like any hosted
 # model's, without the seconds a stub takes to import torch: 20 sessions stay short).
 TEST = '''
@@ -107,10 +107,23 @@ class Session:
         log = self.tmpdir.parent / f"session-{time.monotonic_ns()}.log"
         with open(log, "w+") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s",
-                 "--triton-protocol=http"], cwd=self.project, env=env,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-p",
+                    "no:cacheprovider",
+                    "-q",
+                    "-s",
+                    "--triton-protocol=http",
+                ],
+                cwd=self.project,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             self.pid = proc.pid
             if self.signal is not None:
                 try:
@@ -130,8 +143,7 @@ class Session:
         return self
 
     def describe(self) -> str:
-        how = (f"{self.signal.name} at {self.delay_s:.1f}s" if self.signalled
-               else "not interrupted")
+        how = f"{self.signal.name} at {self.delay_s:.1f}s" if self.signalled else "not interrupted"
         return f"pid {self.pid} ({how}, exit {self.code}, {self.wall_s:.1f}s)"
 
 
@@ -150,18 +162,21 @@ class Lane:
     def check(self, session: Session) -> None:
         name = session.describe()
         if session.code is None:
-            self.problems.append(f"{name}: did not end within {EXIT_TIMEOUT_S:.0f}s of the "
-                                 "signal")
+            self.problems.append(f"{name}: did not end within {EXIT_TIMEOUT_S:.0f}s of the signal")
         alive = wait_for_no_processes(session.pid, SERVER_EXIT_S)
         if alive:
-            self.problems.append(f"{name}: tritonserver/stub processes still alive "
-                                 f"{SERVER_EXIT_S:.0f}s after the session ended: "
-                                 f"{[p.pid for p in alive]}")
+            self.problems.append(
+                f"{name}: tritonserver/stub processes still alive "
+                f"{SERVER_EXIT_S:.0f}s after the session ended: "
+                f"{[p.pid for p in alive]}"
+            )
         if REAPED in session.output:  # this session passed its reaping points
             for pid, earlier in list(self.unreaped.items()):
                 if left_by(pid, self.tmpdir):
-                    self.problems.append(f"{name} did not reap what {earlier.describe()} "
-                                         f"left:\n{left_by(pid, self.tmpdir)}")
+                    self.problems.append(
+                        f"{name} did not reap what {earlier.describe()} "
+                        f"left:\n{left_by(pid, self.tmpdir)}"
+                    )
                 else:
                     self.reaped += 1
                 del self.unreaped[pid]
@@ -224,26 +239,33 @@ def test_interrupted_sessions_leave_nothing_behind(tmp_path: Path) -> None:
         for session in [*lane.done, final]:
             left = left_by(session.pid, lane.tmpdir)
             if left:
-                problems.append(f"{session.describe()} left behind, even after the final "
-                                f"session:\n{left}")
+                problems.append(
+                    f"{session.describe()} left behind, even after the final session:\n{left}"
+                )
     sessions = [s for lane in lanes for s in lane.done]
     summary = "\n".join(f"  {s.describe()}" for s in sessions)
-    assert sum(s.signalled for s in sessions) >= RUNS * 3 // 4, \
+    assert sum(s.signalled for s in sessions) >= RUNS * 3 // 4, (
         f"{replay}: too few sessions were still running when signalled:\n{summary}"
+    )
     assert not problems, f"{replay}\n" + "\n\n".join(problems) + f"\nsessions:\n{summary}"
     reaped = sum(lane.reaped for lane in lanes)
-    print(f"{len(sessions)} sessions interrupted (a whole one took {duration:.1f}s); what "
-          f"{reaped} killed sessions left on disk was removed by the session after them:\n"
-          f"{summary}")
+    print(
+        f"{len(sessions)} sessions interrupted (a whole one took {duration:.1f}s); what "
+        f"{reaped} killed sessions left on disk was removed by the session after them:\n"
+        f"{summary}"
+    )
 
 
 def test_a_temporary_repository_left_to_exit_is_removed(tmp_path: Path) -> None:
     """The deterministic case of a Ctrl-C that skipped the repository fixture's teardown."""
-    code = ("from pytest_triton.repository.builder import Repository\n"
-            "print(Repository.create([]).root)\n")
+    code = (
+        "from pytest_triton.repository.builder import Repository\n"
+        "print(Repository.create([]).root)\n"
+    )
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(REPO_ROOT))
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     root = Path(done.stdout.strip())
     assert root.parent == tmp_path and not root.exists()

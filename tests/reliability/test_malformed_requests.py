@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from pytest_triton import InferenceError, TritonClient
-from pytest_triton.launchers import LocalLauncher, ServerArgs
-from pytest_triton.launchers.local import LocalServer
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.local import LocalServer
 from tests.raw_models import (
     write_bytes_model,
     write_python_model,
@@ -55,8 +55,10 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     loaded = ("add_one", "sum_two", "identity_var", "echo_bytes")
     with LocalLauncher().start(ServerArgs(root, load_models=loaded)) as server:
         assert isinstance(server, LocalServer)
-        clients = {p: TritonClient(server.endpoints.url(p), p, server=server)  # type: ignore[arg-type]
-                   for p in PROTOCOLS}
+        clients = {
+            p: TritonClient(server.endpoints.url(p), p, server=server)  # type: ignore[arg-type]
+            for p in PROTOCOLS
+        }
         yield Target(server, clients)
         for client in clients.values():
             client.close()
@@ -66,20 +68,29 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 Send = Callable[[Target, str], str]
 
 
-def by_client(model: str, inputs: dict[str, np.ndarray], *, version: str = "",
-              outputs: list[str] | None = None) -> Send:
+def by_client(
+    model: str,
+    inputs: dict[str, np.ndarray],
+    *,
+    version: str = "",
+    outputs: list[str] | None = None,
+) -> Send:
     """Through TritonClient: the InferenceError a user would read."""
+
     def send(target: Target, protocol: str) -> str:
         with pytest.raises(InferenceError) as info:
             target.clients[protocol].infer(model, inputs, outputs or ["Y"], version)
         return str(info.value)
+
     return send
 
 
 def by_raw(request: Request) -> Send:
     """As bytes on the wire: the server's own error message."""
+
     def send(target: Target, protocol: str) -> str:
         return raw.send(protocol, target.address(protocol), request).error()
+
     return send
 
 
@@ -112,91 +123,195 @@ class Malformed:
 
 
 CASES = [
-    Malformed("empty_batch", by_client("add_one", {"X": np.zeros((0, 4), np.float32)}),
-              r"byte size mismatch for input 'X'.*\(input 'X' has shape \[0, 4\], which holds "
-              r"no data"),
-    Malformed("negative_dim", by_raw(Request("add_one", [fp32("X", [-1, 4], 4)])),
-              {"http": r"Unable to parse 'shape'",
-               "grpc": r"byte size mismatch for input 'X' for model 'add_one'"}),
-    Malformed("oversized_dim", by_client("add_one", {"X": np.zeros((1, 5), np.float32)}),
-              r"unexpected shape for input 'X' for model 'add_one'\. Expected \[-1,4\], got "
-              r"\[1,5\]"),
-    Malformed("wrong_dtype", by_client("add_one", {"X": ROW.astype(np.int32)}),
-              r"input 'X' data-type is 'INT32', but model 'add_one' expects 'FP32'"),
-    Malformed("unknown_datatype", by_raw(Request("add_one", [Tensor("X", "FP128", [1, 4],
-                                                                    ROW.tobytes())])),
-              r"input 'X' data-type is '<invalid>', but model 'add_one' expects 'FP32'"),
-    Malformed("dtype_triton_lacks", by_client("add_one", {"X": ROW.astype(np.complex64)}),
-              r"not sent: input 'X' has numpy dtype complex64, which no Triton datatype "
-              r"matches"),
-    Malformed("wrong_input_name", by_client("add_one", {"Z": ROW}),
-              r"unexpected inference input 'Z' for model 'add_one'"),
-    Malformed("wrong_rank", by_client("add_one", {"X": ROW.reshape(1, 2, 2)}),
-              r"unexpected shape for input 'X' .*Expected \[-1,4\], got \[1,2,2\]"),
-    Malformed("missing_batch_dim", by_client("add_one", {"X": ROW.reshape(4)}),
-              r"unexpected shape for input 'X' .*Expected \[-1,4\], got \[4\]"),
-    Malformed("bytes_for_fp32", by_client("add_one", {"X": np.array([[b"1"] * 4], object)}),
-              r"input 'X' data-type is 'BYTES', but model 'add_one' expects 'FP32'"),
-    Malformed("data_shorter_than_shape", by_raw(Request("add_one", [fp32("X", [2, 4], 4)])),
-              r"byte size mismatch for input 'X' for model 'add_one'\. Expected 32, got 16"),
-    Malformed("data_longer_than_shape", by_raw(Request("add_one", [fp32("X", [1, 4], 8)])),
-              r"byte size mismatch for input 'X' for model 'add_one'\. Expected 16, got 32"),
-    Malformed("input_without_data", by_raw(Request("add_one", [Tensor("X", "FP32", [1, 4])])),
-              {"http": r"Input must set only one of the following fields: 'data', "
-                       r"'binary_data_size'",
-               "grpc": r"unable to find data for input tensor 'X' for model 'add_one'"}),
-    Malformed("missing_input", by_client("sum_two", {"A": ROW}, outputs=["S"]),
-              r"expected 2 inputs but got 1 inputs for model 'sum_two'.*missing required "
-              r"input\(s\) \['B'\]"),
-    Malformed("extra_input", by_client("add_one", {"X": ROW, "W": ROW}),
-              r"expected 1 inputs but got 2 inputs for model 'add_one'\. Got input\(s\) "
-              r"\['W','X'\]"),
-    Malformed("duplicate_input", by_raw(Request("add_one", [fp32("X", [1, 4], 4)] * 2)),
-              r"input 'X' already exists in request"),
-    Malformed("unknown_model", by_client("nope", {"X": ROW}),
-              r"request to model 'nope' failed .*unknown model: 'nope' is not found"),
-    Malformed("unloaded_model", by_client("unloaded", {"X": ROW}),
-              r"unknown model: 'unloaded' is not found \(the server's repository has "
-              r"'unloaded', but it is not loaded"),
-    Malformed("unknown_version", by_client("add_one", {"X": ROW}, version="7"),
-              r"'add_one' version 7 is not found \(the server has version\(s\) 1 of 'add_one'"),
-    Malformed("malformed_version", by_client("add_one", {"X": ROW}, version="1.5"),
-              r"not sent: version '1\.5' of model 'add_one' is not a version number"),
-    Malformed("version_zero_at_the_server",
-              by_raw(Request("add_one", [fp32("X", [1, 4], 4)], version="0")),
-              r"unknown model: 'add_one' version 0 is not found"),
-    Malformed("batch_above_max", by_client("add_one", {"X": np.zeros((9, 4), np.float32)}),
-              r"batch-size must be <= 8 for 'add_one'"),
-    Malformed("shape_claiming_2gb", claim_2gb,
-              r"byte size mismatch for input 'V' for model 'identity_var'\. Expected "
-              r"2147483648, got 16"),
-    Malformed("path_like_model_name", by_client("../add_one", {"X": ROW}),
-              r"not sent: '\.\./add_one' cannot be a Triton model name"),
-    Malformed("path_like_model_name_at_the_server", per_protocol(
-        by_raw(Request("..%2F..%2Fetc%2Fpasswd", [fp32("X", [1, 4], 4)])),
-        by_raw(Request("../../etc/passwd", [fp32("X", [1, 4], 4)]))),
-              {"http": r"unknown model: '\.\.%2F\.\.%2Fetc%2Fpasswd' is not found",
-               "grpc": r"unknown model: '\.\./\.\./etc/passwd' is not found"}),
+    Malformed(
+        "empty_batch",
+        by_client("add_one", {"X": np.zeros((0, 4), np.float32)}),
+        r"byte size mismatch for input 'X'.*\(input 'X' has shape \[0, 4\], which holds "
+        r"no data",
+    ),
+    Malformed(
+        "negative_dim",
+        by_raw(Request("add_one", [fp32("X", [-1, 4], 4)])),
+        {
+            "http": r"Unable to parse 'shape'",
+            "grpc": r"byte size mismatch for input 'X' for model 'add_one'",
+        },
+    ),
+    Malformed(
+        "oversized_dim",
+        by_client("add_one", {"X": np.zeros((1, 5), np.float32)}),
+        r"unexpected shape for input 'X' for model 'add_one'\. Expected \[-1,4\], got "
+        r"\[1,5\]",
+    ),
+    Malformed(
+        "wrong_dtype",
+        by_client("add_one", {"X": ROW.astype(np.int32)}),
+        r"input 'X' data-type is 'INT32', but model 'add_one' expects 'FP32'",
+    ),
+    Malformed(
+        "unknown_datatype",
+        by_raw(Request("add_one", [Tensor("X", "FP128", [1, 4], ROW.tobytes())])),
+        r"input 'X' data-type is '<invalid>', but model 'add_one' expects 'FP32'",
+    ),
+    Malformed(
+        "dtype_triton_lacks",
+        by_client("add_one", {"X": ROW.astype(np.complex64)}),
+        r"not sent: input 'X' has numpy dtype complex64, which no Triton datatype "
+        r"matches",
+    ),
+    Malformed(
+        "wrong_input_name",
+        by_client("add_one", {"Z": ROW}),
+        r"unexpected inference input 'Z' for model 'add_one'",
+    ),
+    Malformed(
+        "wrong_rank",
+        by_client("add_one", {"X": ROW.reshape(1, 2, 2)}),
+        r"unexpected shape for input 'X' .*Expected \[-1,4\], got \[1,2,2\]",
+    ),
+    Malformed(
+        "missing_batch_dim",
+        by_client("add_one", {"X": ROW.reshape(4)}),
+        r"unexpected shape for input 'X' .*Expected \[-1,4\], got \[4\]",
+    ),
+    Malformed(
+        "bytes_for_fp32",
+        by_client("add_one", {"X": np.array([[b"1"] * 4], object)}),
+        r"input 'X' data-type is 'BYTES', but model 'add_one' expects 'FP32'",
+    ),
+    Malformed(
+        "data_shorter_than_shape",
+        by_raw(Request("add_one", [fp32("X", [2, 4], 4)])),
+        r"byte size mismatch for input 'X' for model 'add_one'\. Expected 32, got 16",
+    ),
+    Malformed(
+        "data_longer_than_shape",
+        by_raw(Request("add_one", [fp32("X", [1, 4], 8)])),
+        r"byte size mismatch for input 'X' for model 'add_one'\. Expected 16, got 32",
+    ),
+    Malformed(
+        "input_without_data",
+        by_raw(Request("add_one", [Tensor("X", "FP32", [1, 4])])),
+        {
+            "http": r"Input must set only one of the following fields: 'data', "
+            r"'binary_data_size'",
+            "grpc": r"unable to find data for input tensor 'X' for model 'add_one'",
+        },
+    ),
+    Malformed(
+        "missing_input",
+        by_client("sum_two", {"A": ROW}, outputs=["S"]),
+        r"expected 2 inputs but got 1 inputs for model 'sum_two'.*missing required "
+        r"input\(s\) \['B'\]",
+    ),
+    Malformed(
+        "extra_input",
+        by_client("add_one", {"X": ROW, "W": ROW}),
+        r"expected 1 inputs but got 2 inputs for model 'add_one'\. Got input\(s\) "
+        r"\['W','X'\]",
+    ),
+    Malformed(
+        "duplicate_input",
+        by_raw(Request("add_one", [fp32("X", [1, 4], 4)] * 2)),
+        r"input 'X' already exists in request",
+    ),
+    Malformed(
+        "unknown_model",
+        by_client("nope", {"X": ROW}),
+        r"request to model 'nope' failed .*unknown model: 'nope' is not found",
+    ),
+    Malformed(
+        "unloaded_model",
+        by_client("unloaded", {"X": ROW}),
+        r"unknown model: 'unloaded' is not found \(the server's repository has "
+        r"'unloaded', but it is not loaded",
+    ),
+    Malformed(
+        "unknown_version",
+        by_client("add_one", {"X": ROW}, version="7"),
+        r"'add_one' version 7 is not found \(the server has version\(s\) 1 of 'add_one'",
+    ),
+    Malformed(
+        "malformed_version",
+        by_client("add_one", {"X": ROW}, version="1.5"),
+        r"not sent: version '1\.5' of model 'add_one' is not a version number",
+    ),
+    Malformed(
+        "version_zero_at_the_server",
+        by_raw(Request("add_one", [fp32("X", [1, 4], 4)], version="0")),
+        r"unknown model: 'add_one' version 0 is not found",
+    ),
+    Malformed(
+        "batch_above_max",
+        by_client("add_one", {"X": np.zeros((9, 4), np.float32)}),
+        r"batch-size must be <= 8 for 'add_one'",
+    ),
+    Malformed(
+        "shape_claiming_2gb",
+        claim_2gb,
+        r"byte size mismatch for input 'V' for model 'identity_var'\. Expected "
+        r"2147483648, got 16",
+    ),
+    Malformed(
+        "path_like_model_name",
+        by_client("../add_one", {"X": ROW}),
+        r"not sent: '\.\./add_one' cannot be a Triton model name",
+    ),
+    Malformed(
+        "path_like_model_name_at_the_server",
+        per_protocol(
+            by_raw(Request("..%2F..%2Fetc%2Fpasswd", [fp32("X", [1, 4], 4)])),
+            by_raw(Request("../../etc/passwd", [fp32("X", [1, 4], 4)])),
+        ),
+        {
+            "http": r"unknown model: '\.\.%2F\.\.%2Fetc%2Fpasswd' is not found",
+            "grpc": r"unknown model: '\.\./\.\./etc/passwd' is not found",
+        },
+    ),
     Malformed("empty_model_name", by_client("", {"X": ROW}), r"not sent: the model name is empty"),
-    Malformed("unknown_output", by_client("add_one", {"X": ROW}, outputs=["NOPE"]),
-              r"unexpected inference output 'NOPE' for model 'add_one'"),
-    Malformed("unparseable_body", per_protocol(
-        lambda t, p: raw.http_post(t.address(p), "/v2/models/add_one/infer",
-                                   b'{"inputs": [{"name": "X",').error(),
-        lambda t, p: raw.grpc_infer_bytes(t.address(p), b"\xff\xff\xff\x0f not protobuf").error()),
-              {"http": r"failed to parse the request JSON buffer",
-               "grpc": r"Unable to parse request"}),
-    Malformed("framing_mismatch", per_protocol(
-        lambda t, p: raw.http_post(t.address(p), "/v2/models/add_one/infer", b'{"inputs": []}',
-                                   {"Inference-Header-Content-Length": "1000"}).error(),
-        by_raw(Request("sum_two", [fp32("A", [1, 4], 4), Tensor("B", "INT32", [1, 2])]))),
-              {"http": r"inference header size should be in range \(0, 14\), got: 1000",
-               "grpc": r"unable to find data for input tensor 'B' for model 'sum_two'"}),
-    Malformed("bytes_length_prefix_beyond_data",
-              by_raw(Request("echo_bytes", [Tensor("TEXT", "BYTES", [1, 1],
-                                                   struct.pack("<I", 1000) + b"abc")])),
-              r"incomplete string data for inference input 'TEXT', expecting string of length "
-              r"1000 but only 3 bytes available"),
+    Malformed(
+        "unknown_output",
+        by_client("add_one", {"X": ROW}, outputs=["NOPE"]),
+        r"unexpected inference output 'NOPE' for model 'add_one'",
+    ),
+    Malformed(
+        "unparseable_body",
+        per_protocol(
+            lambda t, p: raw.http_post(
+                t.address(p), "/v2/models/add_one/infer", b'{"inputs": [{"name": "X",'
+            ).error(),
+            lambda t, p: raw.grpc_infer_bytes(
+                t.address(p), b"\xff\xff\xff\x0f not protobuf"
+            ).error(),
+        ),
+        {"http": r"failed to parse the request JSON buffer", "grpc": r"Unable to parse request"},
+    ),
+    Malformed(
+        "framing_mismatch",
+        per_protocol(
+            lambda t, p: raw.http_post(
+                t.address(p),
+                "/v2/models/add_one/infer",
+                b'{"inputs": []}',
+                {"Inference-Header-Content-Length": "1000"},
+            ).error(),
+            by_raw(Request("sum_two", [fp32("A", [1, 4], 4), Tensor("B", "INT32", [1, 2])])),
+        ),
+        {
+            "http": r"inference header size should be in range \(0, 14\), got: 1000",
+            "grpc": r"unable to find data for input tensor 'B' for model 'sum_two'",
+        },
+    ),
+    Malformed(
+        "bytes_length_prefix_beyond_data",
+        by_raw(
+            Request(
+                "echo_bytes", [Tensor("TEXT", "BYTES", [1, 1], struct.pack("<I", 1000) + b"abc")]
+            )
+        ),
+        r"incomplete string data for inference input 'TEXT', expecting string of length "
+        r"1000 but only 3 bytes available",
+    ),
 ]
 
 
@@ -212,11 +327,13 @@ def test_at_least_twenty_kinds() -> None:
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("case", CASES, ids=[c.kind for c in CASES])
-def test_malformed_request_is_named_and_the_server_serves_on(target: Target, case: Malformed,
-                                                             protocol: str) -> None:
+def test_malformed_request_is_named_and_the_server_serves_on(
+    target: Target, case: Malformed, protocol: str
+) -> None:
     message = case.send(target, protocol)
-    assert re.search(case.pattern(protocol), message), \
+    assert re.search(case.pattern(protocol), message), (
         f"{case.kind} over {protocol}: the message does not name the problem:\n{message}"
+    )
     answered_correctly(target, protocol)
 
 
@@ -231,8 +348,9 @@ def test_nan_and_inf_are_answered(target: Target, protocol: str) -> None:
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_an_empty_variable_length_row_is_valid(target: Target, protocol: str) -> None:
     """Zero elements are not malformed where the dims allow them: answered, not refused."""
-    out = target.clients[protocol].infer("echo_bytes", {"TEXT": np.zeros((1, 0), object)},
-                                         ["UPPER"])
+    out = target.clients[protocol].infer(
+        "echo_bytes", {"TEXT": np.zeros((1, 0), object)}, ["UPPER"]
+    )
     assert out["UPPER"].shape == (1, 0)
 
 
@@ -241,4 +359,3 @@ def test_the_server_never_crashed(target: Target) -> None:
     log = target.server.log_text()
     assert "Signal (" not in log and "Segmentation" not in log, log[-3000:]
     assert target.server.exit_code() is None
-

@@ -23,13 +23,13 @@ import psutil
 import pytest
 
 from pytest_triton import InferenceError, Repository, ServerError, TritonClient
-from pytest_triton.config import resolve
-from pytest_triton.deployment import Deployment
-from pytest_triton.launchers import ServerArgs
-from pytest_triton.launchers.container import CPU_IMAGE, ContainerLauncher, ContainerSettings
-from pytest_triton.launchers.local import LocalServer
-from pytest_triton.processes import group_members
-from pytest_triton.session import start_deployment
+from pytest_triton.base.config import resolve
+from pytest_triton.base.processes import group_members
+from pytest_triton.server import ServerArgs
+from pytest_triton.server.container import CPU_IMAGE, ContainerLauncher, ContainerSettings
+from pytest_triton.server.local import LocalServer
+from pytest_triton.session.deployment import Deployment
+from pytest_triton.session.lifecycle import start_deployment
 from tests.raw_models import write_python_model, write_slow_model
 from tests.reliability.leftovers import SHM
 from tests.tiny_models import scorer_spec
@@ -73,8 +73,12 @@ def assert_died(outcome: Outcome, what: str, text: str, since: float = 0.0) -> N
 # -- a deployment killed mid-test -------------------------------------------------------------
 @pytest.fixture
 def deployment() -> Iterator[Deployment]:
-    repo = Repository.create([scorer_spec(formats=["torchscript-trace"]),
-                              scorer_spec("later", formats=["torchscript-trace"])])
+    repo = Repository.create(
+        [
+            scorer_spec(formats=["torchscript-trace"]),
+            scorer_spec("later", formats=["torchscript-trace"]),
+        ]
+    )
     try:
         deployment = start_deployment(resolve(), repo)
         try:
@@ -103,7 +107,8 @@ def in_flight(deployment: Deployment, kill: Callable[[], None]) -> dict[str, Out
         outcomes[name] = timed(lambda: client.infer("slow", x, ["Y"]))
 
     makers: dict[str, Callable[[], TritonClient]] = {
-        "Deployment.client(grpc)": lambda: deployment.client("grpc")}
+        "Deployment.client(grpc)": lambda: deployment.client("grpc")
+    }
     for p in PROTOCOLS:
         url = server.endpoints.url(p)
         makers[f"TritonClient(server=) {p}"] = lambda u=url, p=p: TritonClient(u, p, server=server)
@@ -123,8 +128,9 @@ def in_flight(deployment: Deployment, kill: Callable[[], None]) -> dict[str, Out
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
-def test_a_killed_local_server_fails_every_request_at_once(deployment: Deployment,
-                                                          sig: signal.Signals) -> None:
+def test_a_killed_local_server_fails_every_request_at_once(
+    deployment: Deployment, sig: signal.Signals
+) -> None:
     server = deployment.server
     assert isinstance(server, LocalServer)
     model = deployment.model("scorer_torchscript_trace")
@@ -155,27 +161,30 @@ def test_a_killed_local_server_fails_every_request_at_once(deployment: Deploymen
     for p in PROTOCOLS:
         client = deployment.client(p)
         url = server.endpoints.url(p)
-        next_requests[f"ServedModel.assert_parity {p}"] = \
-            lambda c=client: model.assert_parity(c)
-        next_requests[f"ServedModel.assert_batched_parity {p}"] = \
-            lambda c=client: model.assert_batched_parity(c, requests=4)
-        next_requests[f"TritonClient(server=) {p}"] = \
-            lambda u=url, p=p: TritonClient(u, p, server=server).infer(  # type: ignore[arg-type]
-                "scorer_torchscript_trace", model.inputs(1))
-        next_requests[f"TritonClient(url) {p}"] = \
-            lambda u=url, p=p: TritonClient(u, p).infer(  # type: ignore[arg-type]
-                "scorer_torchscript_trace", model.inputs(1))
-    next_requests["Deployment.model (a model not loaded yet)"] = \
-        lambda: deployment.model("later_torchscript_trace")
+        next_requests[f"ServedModel.assert_parity {p}"] = lambda c=client: model.assert_parity(c)
+        next_requests[f"ServedModel.assert_batched_parity {p}"] = lambda c=client: (
+            model.assert_batched_parity(c, requests=4)
+        )
+        next_requests[f"TritonClient(server=) {p}"] = lambda u=url, p=p: TritonClient(
+            u, p, server=server
+        ).infer(  # type: ignore[arg-type]
+            "scorer_torchscript_trace", model.inputs(1)
+        )
+        next_requests[f"TritonClient(url) {p}"] = lambda u=url, p=p: TritonClient(u, p).infer(  # type: ignore[arg-type]
+            "scorer_torchscript_trace", model.inputs(1)
+        )
+    next_requests["Deployment.model (a model not loaded yet)"] = lambda: deployment.model(
+        "later_torchscript_trace"
+    )
     for what, call in next_requests.items():
         outcome = timed(call)
         assert_died(outcome, f"next: {what}", expected)
         if what == "ServedModel.assert_parity grpc":  # what a ServedModel user reads
             assert str(outcome.error).startswith(
                 f"grpc request to model 'scorer_torchscript_trace' at {server.endpoints.grpc} "
-                f"failed: {expected}\n--- tritonserver log (tail) ---")
-            assert "successfully loaded 'scorer_torchscript_trace'" in \
-                outcome.error.log_tail  # type: ignore[union-attr]
+                f"failed: {expected}\n--- tritonserver log (tail) ---"
+            )
+            assert "successfully loaded 'scorer_torchscript_trace'" in outcome.error.log_tail  # type: ignore[union-attr]
 
     deployment.close()
     assert group_members(pgid) == [], "stubs outlived the killed server"
@@ -187,7 +196,7 @@ def test_a_killed_local_server_fails_every_request_at_once(deployment: Deploymen
 OWNER = """
 import json, sys
 from pathlib import Path
-from pytest_triton.launchers import LocalLauncher, ServerArgs
+from pytest_triton.server import LocalLauncher, ServerArgs
 server = LocalLauncher().start(ServerArgs(Path(sys.argv[1]), model_control_mode="none"))
 print(json.dumps({"http": server.endpoints.http, "grpc": server.endpoints.grpc,
                   "pid": server.process.pid}), flush=True)
@@ -201,8 +210,13 @@ def foreign_server(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A server started and watched by another process."""
     write_python_model(tmp_path, "add_one")
     write_slow_model(tmp_path, "slow", seconds=120)
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path)], cwd=REPO_ROOT,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tmp_path)],
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert owner.stdout is not None
         info = json.loads(owner.stdout.readline())
@@ -217,7 +231,8 @@ def foreign_server(tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_a_client_in_another_process_names_model_protocol_and_address(
-        foreign_server: dict[str, Any], sig: signal.Signals) -> None:
+    foreign_server: dict[str, Any], sig: signal.Signals
+) -> None:
     """Only the owner of a server watches it: a client elsewhere, which knows nothing but the
     URL, still fails within the deadline with an error naming model, protocol and address
     (the owner's watcher kills the stubs that held the server's sockets open)."""
@@ -252,8 +267,9 @@ def test_a_client_in_another_process_names_model_protocol_and_address(
         message = str(outcome.error)
         assert f"{protocol} request to model '{model}' failed" in message, message
         assert f"server at {url}" in message, message
-        assert outcome.seconds < DEADLINE_S + (1.0 if model == "slow" else 0.0), \
+        assert outcome.seconds < DEADLINE_S + (1.0 if model == "slow" else 0.0), (
             f"{what}: {outcome.seconds:.1f}s"
+        )
         expected = "unreachable" if model == "add_one" else "dropped the connection"
         assert expected in message, message
 
@@ -275,8 +291,9 @@ def container_server(tmp_path: Path) -> Iterator[Any]:
 
 @pytest.mark.container
 @pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
-def test_a_killed_container_server_fails_every_request_at_once(container_server: Any,
-                                                              sig: signal.Signals) -> None:
+def test_a_killed_container_server_fails_every_request_at_once(
+    container_server: Any, sig: signal.Signals
+) -> None:
     """The same through the container launcher: tritonserver runs under Docker's init, so the
     signal reaches it (a PID 1 ignores SIGSEGV from outside) and the exit code names it."""
     server = container_server

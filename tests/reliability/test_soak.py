@@ -19,19 +19,29 @@ pytestmark = [pytest.mark.reliability]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def samples(server_mb: list[float], rate: float = 100.0, client_mb: float = 300.0
-            ) -> list[Sample]:
+def samples(server_mb: list[float], rate: float = 100.0, client_mb: float = 300.0) -> list[Sample]:
     """One sample a second; no requests yet in the first two."""
-    out = [Sample(0.0, int(server_mb[0] * MB), int(client_mb * MB), 0),
-           Sample(1.0, int(server_mb[0] * MB), int(client_mb * MB), 0)]
+    out = [
+        Sample(0.0, int(server_mb[0] * MB), int(client_mb * MB), 0),
+        Sample(1.0, int(server_mb[0] * MB), int(client_mb * MB), 0),
+    ]
     for i, mb in enumerate(server_mb):
         out.append(Sample(2.0 + i, int(mb * MB), int(client_mb * MB), int(rate * (i + 1))))
     return out
 
 
 def test_a_steady_run_passes() -> None:
-    report = judge(samples([400.0] * 30), window_s=10, requests=3000, failures=0,
-                   max_growth=0.05, model="m", protocol="http", users=8, duration_s=30)
+    report = judge(
+        samples([400.0] * 30),
+        window_s=10,
+        requests=3000,
+        failures=0,
+        max_growth=0.05,
+        model="m",
+        protocol="http",
+        users=8,
+        duration_s=30,
+    )
     assert report.passed and not report.reasons
     assert report.first.end <= report.last.start
     assert report.first.throughput == pytest.approx(100.0)
@@ -41,23 +51,49 @@ def test_a_steady_run_passes() -> None:
 
 
 def test_rss_growth_above_the_limit_fails_and_says_how_much() -> None:
-    report = judge(samples([400.0] * 15 + [430.0] * 15), window_s=10, requests=3000,
-                   failures=0, max_growth=0.05, model="m", protocol="http", users=8,
-                   duration_s=30)
+    report = judge(
+        samples([400.0] * 15 + [430.0] * 15),
+        window_s=10,
+        requests=3000,
+        failures=0,
+        max_growth=0.05,
+        model="m",
+        protocol="http",
+        users=8,
+        duration_s=30,
+    )
     assert not report.passed
     assert report.server_rss_growth == pytest.approx(0.075)
     assert report.reasons == ["server RSS grew 7.50% (limit 5%)"]
 
 
 def test_any_failed_request_fails_the_soak() -> None:
-    report = judge(samples([400.0] * 30), window_s=10, requests=3000, failures=1,
-                   max_growth=0.05, model="m", protocol="http", users=8, duration_s=30)
+    report = judge(
+        samples([400.0] * 30),
+        window_s=10,
+        requests=3000,
+        failures=1,
+        max_growth=0.05,
+        model="m",
+        protocol="http",
+        users=8,
+        duration_s=30,
+    )
     assert not report.passed and report.reasons == ["1 of 3000 requests failed"]
 
 
 def test_windows_never_overlap_in_a_short_run() -> None:
-    report = judge(samples([400.0] * 6), window_s=60, requests=600, failures=0,
-                   max_growth=0.05, model="m", protocol="http", users=8, duration_s=6)
+    report = judge(
+        samples([400.0] * 6),
+        window_s=60,
+        requests=600,
+        failures=0,
+        max_growth=0.05,
+        model="m",
+        protocol="http",
+        users=8,
+        duration_s=6,
+    )
     assert report.first.end <= report.last.start
 
 
@@ -74,9 +110,24 @@ def test_a_short_soak_reports_every_figure(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "LOCUST_"))}
     env.update(TMPDIR=str(tmp_path), PYTHONPATH=str(REPO_ROOT))
     soak = subprocess.Popen(
-        [sys.executable, "benchmarks/soak.py", "--duration", "12s", "--window", "3s",
-         "--sample-interval", "1s", "--report-json", str(report_path)],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "benchmarks/soak.py",
+            "--duration",
+            "12s",
+            "--window",
+            "3s",
+            "--sample-interval",
+            "1s",
+            "--report-json",
+            str(report_path),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     output, _ = soak.communicate(timeout=400)
     assert soak.returncode in (0, 1), output[-3000:]
     report = json.loads(report_path.read_text())

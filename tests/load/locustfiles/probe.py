@@ -1,6 +1,6 @@
 """The load tests' locustfile: the probe model, served by an embedded server without --host."""
 
-from pytest_triton.load.embedded import EmbeddedModel
+from pytest_triton.load.locust.embedded import EmbeddedModel
 from pytest_triton.load.users import TritonUser
 from tests.load.probe_models import probe_spec
 

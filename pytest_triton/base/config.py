@@ -1,0 +1,912 @@
+"""The one table of settings, and one resolved, typed configuration per server or run.
+
+Each field of `TritonConfig` is a setting, declared once with its parser, help and the front
+ends it applies to: the pytest plugin (`--triton-x` and the `triton_x` ini key), Locust
+(`--triton-x`, env `TRITON_X`), `triton-perf` and `triton-deploy`. Every front end reads the
+same rows, so a setting parses, defaults and fails with the same text everywhere.
+
+Precedence is the order of the sources handed to `resolve` (pytest: factory argument > CLI >
+ini > default). An explicit 0, False or "" is a value and wins over the levels below it;
+only a setting nobody set falls through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.formats import FORMATS, GPU_FORMATS, PRECISIONS
+
+Front = Literal["pytest", "locust", "perf", "deploy"]
+PYTEST: frozenset[Front] = frozenset({"pytest"})
+LOAD: frozenset[Front] = frozenset({"locust", "perf"})
+SERVER: frozenset[Front] = frozenset({"pytest", "locust", "perf", "deploy"})
+"""Settings of how a server starts, for every front end that may start one."""
+
+
+# -- parsers: one per type, each raising ValueError with what it expected ----------------------
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.replace("\n", ",").split(",") if p.strip())
+
+
+def _choices(
+    text: str, allowed: Iterable[str], refusal: Callable[[list[str]], str], *, dedupe: bool = True
+) -> tuple[str, ...]:
+    """A non-empty comma list of allowed values; `refusal(unknown ones)` says what went wrong."""
+    items = parse_list(text)
+    allowed = tuple(allowed)
+    bad = [i for i in items if i not in allowed]
+    if bad or not items:
+        raise ValueError(refusal(bad))
+    return tuple(dict.fromkeys(items)) if dedupe else items
+
+
+def parse_protocols(text: str) -> tuple[str, ...]:
+    if parse_list(text) == ("both",):
+        return ("http", "grpc")
+    return _choices(text, ("http", "grpc"), lambda _: f"expected http, grpc or both, got {text!r}")
+
+
+SHARED_MEMORY = ("none", "system", "cuda")
+
+
+def parse_shared_memory(text: str) -> tuple[str, ...]:
+    return _choices(
+        text,
+        SHARED_MEMORY,
+        lambda _: f"expected none, system or cuda (a comma list for pytest), got {text!r}",
+    )
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    known = FORMATS + GPU_FORMATS
+    return _choices(
+        text,
+        known,
+        lambda bad: f"unknown format(s) {bad or text!r}; choose from {', '.join(known)}",
+        dedupe=False,
+    )
+
+
+def parse_precisions(text: str) -> tuple[str, ...]:
+    return _choices(
+        text,
+        PRECISIONS,
+        lambda bad: f"unknown precision(s) {bad or text!r}; choose from {', '.join(PRECISIONS)}",
+    )
+
+
+def parse_gpus(text: str) -> str:
+    """all, or a comma list of GPU ordinals, normalized ("0, 1" -> "0,1")."""
+    value = text.strip().lower()
+    if value == "all":
+        return value
+    items = parse_list(value)
+    if not items or not all(i.isdigit() for i in items):
+        raise ValueError(f"expected all or a comma list of GPU ordinals (0,1), got {text!r}")
+    return ",".join(dict.fromkeys(str(int(i)) for i in items))
+
+
+def parse_format(text: str) -> str | None:
+    """One format a CPU server can serve (the embedded server of a load test)."""
+    value = text.strip()
+    if value and value not in FORMATS:
+        raise ValueError(
+            f"export format {value!r} cannot be served on CPU; choose from {', '.join(FORMATS)}"
+        )
+    return value or None
+
+
+def _positive(text: str, expected: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected {expected} > 0, got {text!r}") from None
+    if not value > 0 or not math.isfinite(value):
+        raise ValueError(f"expected {expected} > 0, got {text!r}")
+    return value
+
+
+def parse_positive_float(text: str) -> float:
+    return _positive(text, "a number of seconds")
+
+
+def parse_positive_number(text: str) -> float:
+    return _positive(text, "a number")
+
+
+def _integer_from(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise ValueError(f"expected an integer >= {minimum}, got {text!r}")
+    return value
+
+
+def parse_positive_int(text: str) -> int:
+    return _integer_from(text, 1)
+
+
+def parse_count(text: str) -> int:
+    return _integer_from(text, 0)
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {text!r}") from None
+
+
+def parse_limit(text: str) -> float:
+    """A target's limit: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def parse_ratio(text: str) -> float:
+    value = parse_limit(text)
+    if value > 1:
+        raise ValueError(f"expected a ratio in 0..1, got {text!r}")
+    return value
+
+
+def parse_optional(text: str) -> str | None:
+    return text.strip() or None
+
+
+def parse_shell_words(text: str) -> tuple[str, ...]:
+    return tuple(shlex.split(text))
+
+
+# -- the declaration of one setting ------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table: a field of TritonConfig and how each front end spells it."""
+
+    name: str
+    default: Any
+    help: str
+    fronts: frozenset[Front]
+    parse: Callable[[str], Any] = str
+    choices: tuple[str, ...] | None = None
+    flag: bool = False  # a switch (--triton-gpu) rather than --triton-x VALUE
+    metavar: str | None = None
+    option: str | None = None  # the flag, when not --triton-<name>
+    aliases: tuple[str, ...] = ()  # further flags of the standalone CLIs (triton-perf)
+    shown_default: str | None = None  # what --help says the default is, when derived
+    unit: str = ""  # targets: the limit's unit
+    bound: Literal["max", "min"] | None = None  # targets: which way the limit must hold
+    internal: bool = False  # set by the tool itself (master -> workers), not by people
+
+    @property
+    def cli(self) -> str:
+        return self.option or "--triton-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "triton_" + self.name
+
+    @property
+    def env(self) -> str:
+        """The environment variable Locust reads it from (TRITON_PERF_LATENCY_P99, ...)."""
+        bare = self.cli.removeprefix("--").replace("-", "_").upper()
+        return bare if bare.startswith("TRITON_") else "TRITON_" + bare
+
+    @property
+    def dest(self) -> str:
+        return self.cli.removeprefix("--").replace("-", "_")
+
+    @property
+    def default_text(self) -> str:
+        if self.shown_default is not None:
+            return self.shown_default
+        if self.default is None or self.default == ():
+            return "none"
+        if isinstance(self.default, tuple):
+            return ",".join(self.default)
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        return str(self.default)
+
+    def describe(self) -> str:
+        """The --help text (argparse formats help with %, so a literal one is doubled)."""
+        unit = f" ({self.unit})" if self.unit else ""
+        return f"{self.help}{unit} (default: {self.default_text})".replace("%", "%%")
+
+    def convert(self, raw: Any, origin: str) -> Any:
+        """Parse a string from a command line, ini file, env var or web form; other values
+        (factory arguments, defaults) are taken as they are."""
+        if not isinstance(raw, str):
+            return raw
+        try:
+            value = self.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{origin}: {raw!r} is not one of {', '.join(self.choices)}")
+        return value
+
+
+def _setting(default: Any, help: str, fronts: frozenset[Front], **info: Any) -> Any:
+    return field(default=default, metadata={"setting": (help, fronts, info)})
+
+
+@dataclass(frozen=True)
+class TritonConfig:
+    """Every setting, resolved; `origins` says where each value came from."""
+
+    # -- where and how the server runs -------------------------------------------------------
+    launcher: str = _setting(
+        "auto",
+        "where tritonserver runs: local child process, container (testcontainers), or "
+        "external (--triton-url); auto = external with a URL, else with --triton-gpu a GPU "
+        "container when Docker's nvidia runtime answers, else a local server on the visible "
+        "GPU; else local",
+        PYTEST,
+        choices=("auto", "local", "container", "external"),
+    )
+    url: str | None = _setting(
+        None,
+        "URL of a running server (http://HOST:PORT or grpc://HOST:PORT); implies the "
+        "external launcher",
+        PYTEST | {"perf"},
+        parse=parse_optional,
+        metavar="URL",
+        aliases=("-u", "--url"),
+    )
+    grpc_url: str | None = _setting(
+        None,
+        "gRPC URL of the server when HTTP is given (default: HTTP port + 1)",
+        PYTEST | LOAD,
+        parse=parse_optional,
+        metavar="URL",
+    )
+    executable: str | None = _setting(
+        None,
+        "tritonserver binary for a local server (default: PATH, then the one bundled in "
+        "nvidia-pytriton)",
+        SERVER,
+        parse=parse_optional,
+        metavar="PATH",
+    )
+    protocol: tuple[str, ...] | None = _setting(
+        None,
+        "protocols: http, grpc or both (pytest parametrizes the client fixture over "
+        "them; Locust users take them in turn; triton-perf takes one)",
+        PYTEST | LOAD,
+        parse=parse_protocols,
+        metavar="http|grpc|both",
+        shown_default="both for pytest, the host's scheme or http for load",
+        aliases=("-i", "--protocol"),
+    )
+    shared_memory: tuple[str, ...] = _setting(
+        ("none",),
+        "where tensors travel, as perf_analyzer's --shared-memory: none (in the "
+        "request), system (POSIX shared memory the server maps) or cuda (CUDA IPC memory on "
+        "GPU 0); for a server on this machine only. pytest parametrizes the client fixture "
+        "over a comma list (ids http-shm, grpc-cuda-shm); Locust and triton-perf take one",
+        PYTEST | LOAD,
+        parse=parse_shared_memory,
+        metavar="none|system|cuda",
+        aliases=("--shared-memory",),
+    )
+    output_shared_memory_size: int = _setting(
+        100 * 1024,
+        "bytes of shared memory for each output whose size the model's metadata "
+        "does not fix (variable dimensions, BYTES), as perf_analyzer's "
+        "--output-shared-memory-size",
+        PYTEST | LOAD,
+        parse=parse_positive_int,
+        metavar="BYTES",
+        aliases=("--output-shared-memory-size",),
+    )
+    startup_timeout: float = _setting(
+        120.0,
+        "seconds to wait for the server to become ready",
+        SERVER,
+        parse=parse_positive_float,
+        metavar="SECONDS",
+    )
+    request_timeout: float = _setting(
+        120.0,
+        "client network timeout in seconds",
+        PYTEST | LOAD,
+        parse=parse_positive_float,
+        metavar="SECONDS",
+    )
+    server_args: tuple[str, ...] = _setting(
+        (),
+        'extra tritonserver arguments, shell-quoted (e.g. "--log-info=true '
+        '--pinned-memory-pool-byte-size=0")',
+        PYTEST | LOAD,
+        parse=parse_shell_words,
+        metavar="ARGS",
+    )
+    model_control: str = _setting(
+        "explicit",
+        "tritonserver --model-control-mode; explicit loads each model when a test "
+        "first needs it, so one broken model fails only its tests",
+        PYTEST,
+        choices=("explicit", "none", "poll"),
+    )
+    log_verbose: int = _setting(
+        0, "tritonserver --log-verbose level", PYTEST | LOAD, parse=parse_int, metavar="N"
+    )
+    gpu: bool = _setting(
+        False,
+        "serve on NVIDIA GPUs (KIND_GPU instances, PyTorch reference on CUDA) with any "
+        "launcher; stops at once naming what the chosen launcher lacks (a GPU, the Docker SDK, "
+        "the engine, its nvidia runtime, CUDA in torch)",
+        PYTEST,
+        parse=parse_bool,
+        flag=True,
+    )
+    gpus: str = _setting(
+        "all",
+        "GPUs for --triton-gpu: all or a comma list of ordinals (0,1): a container's "
+        "device request, a local server's CUDA_VISIBLE_DEVICES",
+        PYTEST,
+        parse=parse_gpus,
+        metavar="all|0,1",
+    )
+    numerics: str = _setting(
+        "strict",
+        "fp32 numerics on a GPU: strict = TF32 off in the server "
+        "(NVIDIA_TF32_OVERRIDE=0) and the reference, torch.testing's tolerances; production = "
+        "TF32 as the backends ship it, with the measured tolerances in parity.py",
+        PYTEST,
+        choices=("strict", "production"),
+    )
+    warmup: int | None = _setting(
+        None,
+        "Triton model_warmup runs per sample before a model serves (0 = off; a "
+        "ModelSpec's warmup wins)",
+        PYTEST,
+        parse=parse_count,
+        metavar="N",
+        shown_default="5 on a GPU server, else 0",
+    )
+    image: str | None = _setting(
+        None,
+        "container image (default: the NGC image with --triton-gpu, else the offline "
+        "CPU image built by images/build-cpu-image)",
+        PYTEST,
+        parse=parse_optional,
+        metavar="IMAGE",
+    )
+    backends: tuple[str, ...] | None = _setting(
+        None,
+        "backends the external server has (comma-separated; default python), deciding "
+        "native or python-hosted variants",
+        PYTEST,
+        parse=parse_list,
+        metavar="LIST",
+    )
+    # -- what is served ------------------------------------------------------------------
+    formats: tuple[str, ...] = _setting(
+        FORMATS,
+        "export formats to serve, comma-separated",
+        PYTEST,
+        parse=parse_formats,
+        metavar="LIST",
+    )
+    precisions: tuple[str, ...] | None = _setting(
+        None,
+        "precisions to serve, comma-separated (fp32, fp16), for every spec and each "
+        "format that has them",
+        PYTEST,
+        parse=parse_precisions,
+        metavar="LIST",
+        shown_default="each spec's: fp32, and fp16 when ModelSpec.fp16",
+    )
+    repository_dir: str | None = _setting(
+        None,
+        "build the model repository here and keep it (default: a temporary directory "
+        "removed at the end)",
+        PYTEST,
+        parse=parse_optional,
+        metavar="DIR",
+    )
+    specs: str | None = _setting(
+        None,
+        "MODULE:CALLABLE returning the ModelSpecs of the default triton_repository fixture",
+        PYTEST,
+        parse=parse_optional,
+        metavar="MODULE:CALLABLE",
+    )
+    format: str | None = _setting(
+        None,
+        "export format the embedded server of a load test serves",
+        LOAD,
+        parse=parse_format,
+        shown_default="the user class's, onnx",
+        metavar="FORMAT",
+        aliases=("--format",),
+    )
+    # -- the gate report and baselines ---------------------------------------------------
+    report: str | None = _setting(
+        None,
+        "write the gate report here: report.json, report.md, plots and junit.xml, with "
+        "every load-*.json found in the directory (Locust --triton-report-json, triton-perf "
+        "--json)",
+        PYTEST,
+        parse=parse_optional,
+        metavar="DIR",
+    )
+    baseline: str | None = _setting(
+        None,
+        "compare this run with a stored gate report and fail on a regression beyond the "
+        "--triton-baseline-* limits",
+        PYTEST,
+        parse=parse_optional,
+        metavar="FILE",
+    )
+    save_baseline: str | None = _setting(
+        None,
+        "write this run's gate report as a baseline (only when the gate passes)",
+        PYTEST,
+        parse=parse_optional,
+        metavar="FILE",
+    )
+    baseline_throughput_drop: float = _setting(
+        10.0,
+        "baseline: fail when a load point's throughput (median over its windows) drops "
+        "by more than this percentage",
+        PYTEST,
+        parse=parse_limit,
+        metavar="PERCENT",
+    )
+    baseline_p99_rise: float = _setting(
+        20.0,
+        "baseline: fail when a load point's p99 latency (median over its windows) rises "
+        "by more than this percentage",
+        PYTEST,
+        parse=parse_limit,
+        metavar="PERCENT",
+    )
+    baseline_headroom: float = _setting(
+        80.0,
+        "baseline: fail when a parity row uses more than this percentage of its "
+        "tolerance allowance",
+        PYTEST,
+        parse=parse_limit,
+        metavar="PERCENT",
+    )
+    # -- load ------------------------------------------------------------------------------
+    model: str | None = _setting(
+        None,
+        "Triton model name to send load to (default: the locustfile's model)",
+        frozenset({"locust"}),
+        parse=parse_optional,
+        metavar="NAME",
+    )
+    batch_size: int | None = _setting(
+        None,
+        "samples per request (default: the user class's batch_size)",
+        frozenset({"locust"}),
+        parse=parse_positive_int,
+        metavar="N",
+    )
+    max_requests: int | None = _setting(
+        None,
+        "stop after about N requests (distributed: within one stats report interval)",
+        frozenset({"locust"}),
+        parse=parse_positive_int,
+        metavar="N",
+    )
+    allow_remote: bool = _setting(
+        False,
+        "allow load on a non-loopback host (refused by default)",
+        LOAD,
+        parse=parse_bool,
+        flag=True,
+        aliases=("--allow-remote",),
+    )
+    report_json: str | None = _setting(
+        None,
+        "also write the verdict and server report to this JSON file",
+        frozenset({"locust"}),
+        parse=parse_optional,
+        metavar="PATH",
+    )
+    endpoints: str | None = _setting(
+        None,
+        "the embedded server's endpoints, from the master to its workers",
+        frozenset({"locust"}),
+        parse=parse_optional,
+        internal=True,
+    )
+    # -- how load is sent and measured (perf_analyzer's names) -------------------------------
+    request_rate: float | None = _setting(
+        None,
+        "open loop: send this many requests per second in total, whatever the server "
+        "does, each latency counted from its scheduled send time (perf_analyzer's request-rate "
+        "mode); default: closed loop, each user sends when its last request returned",
+        LOAD,
+        parse=parse_positive_number,
+        metavar="R",
+        aliases=("--request-rate",),
+    )
+    request_distribution: str = _setting(
+        "constant",
+        "open loop: gaps between sends, constant or poisson (exponential gaps of the same mean)",
+        LOAD,
+        choices=("constant", "poisson"),
+        aliases=("--request-distribution",),
+    )
+    max_in_flight: int = _setting(
+        64,
+        "open loop: requests one user keeps outstanding at most; a send due beyond it "
+        "leaves late (and counts from its scheduled time)",
+        LOAD,
+        parse=parse_positive_int,
+        metavar="N",
+    )
+    load_warmup: float = _setting(
+        1000.0,
+        "load sent before the first measurement window, not measured",
+        LOAD,
+        parse=parse_limit,
+        unit="ms",
+        metavar="MS",
+        aliases=("--warmup",),
+    )
+    measurement_mode: str = _setting(
+        "time_windows",
+        "measurement windows by time (--triton-measurement-interval) or by "
+        "request count (--triton-measurement-request-count, for slow models)",
+        LOAD,
+        choices=("time_windows", "count_windows"),
+        aliases=("--measurement-mode",),
+    )
+    measurement_interval: float = _setting(
+        5000.0,
+        "length of a time window",
+        LOAD,
+        parse=parse_positive_number,
+        unit="ms",
+        metavar="MS",
+        aliases=("-p", "--measurement-interval"),
+    )
+    measurement_request_count: int = _setting(
+        50,
+        "requests of a count window",
+        LOAD,
+        parse=parse_positive_int,
+        metavar="N",
+        aliases=("--measurement-request-count",),
+    )
+    stability_percentage: float = _setting(
+        10.0,
+        "a measurement counts only when consecutive windows agree within this share on "
+        "throughput and p99 latency",
+        LOAD,
+        parse=parse_positive_number,
+        unit="%",
+        metavar="PCT",
+        aliases=("-s", "--stability-percentage"),
+    )
+    stability_windows: int = _setting(
+        3, "consecutive windows that must agree", LOAD, parse=parse_positive_int, metavar="N"
+    )
+    max_trials: int = _setting(
+        10,
+        "windows measured per point at most before it is called unstable",
+        frozenset({"perf"}),
+        parse=parse_positive_int,
+        metavar="N",
+        aliases=("--max-trials",),
+    )
+    allow_unstable: bool = _setting(
+        False,
+        "report an unstable measurement but do not fail on it",
+        LOAD,
+        parse=parse_bool,
+        flag=True,
+        aliases=("--allow-unstable",),
+    )
+    # -- targets (model_analyzer's names) -------------------------------------------------
+    perf_latency_avg: float | None = _setting(
+        None,
+        "average client latency must stay at or below this",
+        LOAD,
+        parse=parse_limit,
+        option="--perf-latency-avg",
+        unit="ms",
+        bound="max",
+        metavar="MS",
+    )
+    perf_latency_p95: float | None = _setting(
+        None,
+        "95th percentile client latency must stay at or below this",
+        LOAD,
+        parse=parse_limit,
+        option="--perf-latency-p95",
+        unit="ms",
+        bound="max",
+        metavar="MS",
+    )
+    perf_latency_p99: float | None = _setting(
+        None,
+        "99th percentile client latency must stay at or below this",
+        LOAD,
+        parse=parse_limit,
+        option="--perf-latency-p99",
+        unit="ms",
+        bound="max",
+        metavar="MS",
+    )
+    perf_throughput: float | None = _setting(
+        None,
+        "successful samples per second (requests x batch size) must reach this",
+        LOAD,
+        parse=parse_limit,
+        option="--perf-throughput",
+        unit="samples/s",
+        bound="min",
+        metavar="X",
+    )
+    perf_fail_ratio: float | None = _setting(
+        0.0,
+        "failed / all requests must stay at or below this (0 = no failure allowed)",
+        LOAD,
+        parse=parse_ratio,
+        option="--perf-fail-ratio",
+        bound="max",
+        metavar="R",
+    )
+
+    origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        """The protocols asked for; both when none was named."""
+        return self.protocol or ("http", "grpc")
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> TritonConfig:
+        """Factory arguments on top of this config; re-derives the launcher."""
+        check_names(overrides)
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        origins = dict(self.origins)
+        for name, raw in overrides.items():
+            origin = f"factory argument {name}="
+            values[name] = BY_NAME[name].convert(raw, origin)
+            origins[name] = origin
+        if "launcher" not in overrides and origins.get("launcher") == "derived":
+            values["launcher"] = "auto"
+        values["origins"] = origins
+        return _finish(values)
+
+
+def _rows() -> tuple[Setting, ...]:
+    rows = []
+    for f in dataclasses.fields(TritonConfig):
+        if "setting" not in f.metadata:
+            continue
+        help_text, fronts, info = f.metadata["setting"]
+        rows.append(Setting(f.name, f.default, help_text, fronts, **info))
+    return tuple(rows)
+
+
+SETTINGS: tuple[Setting, ...] = _rows()
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+TARGETS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.bound is not None)
+
+
+def settings_for(front: Front) -> list[Setting]:
+    return [s for s in SETTINGS if front in s.fronts]
+
+
+def check_names(names: Iterable[str]) -> None:
+    unknown = sorted(set(names) - set(BY_NAME))
+    if unknown:
+        raise ConfigError(
+            f"unknown pytest-triton setting(s) {unknown}; known: {', '.join(BY_NAME)}"
+        )
+
+
+# -- resolution --------------------------------------------------------------------------------
+Source = Callable[[Setting], "tuple[Any, str] | None"]
+"""Where values come from: a setting's raw value and a label of its origin, or None."""
+
+
+def from_mapping(values: Mapping[str, Any], origin: str) -> Source:
+    """Values by setting name (factory arguments, a locustfile's defaults); None is unset."""
+    check_names(values)
+
+    def lookup(setting: Setting) -> tuple[Any, str] | None:
+        value = values.get(setting.name)
+        return None if value is None else (value, f"{origin} {setting.name}=")
+
+    return lookup
+
+
+def from_namespace(namespace: Any, origin: Callable[[Setting], str]) -> Source:
+    """Values of parsed options (argparse, Locust's parser) by their dest; None and "" are
+    unset (Locust's web UI sends every custom option back, empty ones as "")."""
+
+    def lookup(setting: Setting) -> tuple[Any, str] | None:
+        value = getattr(namespace, setting.dest, None)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return value, origin(setting)
+
+    return lookup
+
+
+def add_arguments(parser: Any, front: Front, *, env_vars: bool = False) -> None:
+    """Add the front end's settings to an argparse parser (Locust's is a ConfigArgParse one,
+    which also reads each from its environment variable and shows it in the web UI)."""
+    standalone = front in ("perf", "deploy")
+    for setting in settings_for(front):
+        flags = [setting.cli, *(setting.aliases if standalone else ())]
+        kwargs: dict[str, Any] = {"dest": setting.dest, "default": None}
+        if env_vars:
+            kwargs["env_var"] = setting.env
+            kwargs["include_in_web_ui"] = not setting.internal
+        kwargs["help"] = (
+            argparse.SUPPRESS
+            if setting.internal
+            else setting.describe() + (f" [env {setting.env}]" if env_vars else "")
+        )
+        if setting.flag:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["metavar"] = setting.metavar or "X"
+        parser.add_argument(*flags, **kwargs)
+
+
+def from_arguments(namespace: Any, front: Front) -> Source:
+    """What add_arguments parsed; errors name the flag (and its variable, for Locust)."""
+    if front == "locust":
+        return from_namespace(namespace, lambda s: f"{s.cli} (or {s.env})")
+    return from_namespace(namespace, lambda s: f"command line {s.cli}")
+
+
+def from_environ(environ: Mapping[str, str], front: Front) -> Source:
+    """TRITON_X variables of the front end's settings (Locust's parser reads its own)."""
+
+    def lookup(setting: Setting) -> tuple[Any, str] | None:
+        value = environ.get(setting.env, "")
+        if front not in setting.fronts or not value.strip():
+            return None
+        return value, setting.env
+
+    return lookup
+
+
+def as_values(config: TritonConfig) -> dict[str, Any]:
+    """Every setting's value, JSON-friendly (to hand a config to another process)."""
+    return {
+        s.name: list(v) if isinstance(v := getattr(config, s.name), tuple) else v for s in SETTINGS
+    }
+
+
+def from_values(values: Mapping[str, Any], origin: str) -> Source:
+    """The inverse of as_values: lists become the tuples the settings hold."""
+    return from_mapping(
+        {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}, origin
+    )
+
+
+def resolve(*sources: Source, **overrides: Any) -> TritonConfig:
+    """Resolve every setting once; keyword arguments are factory arguments (highest)."""
+    chain = ([from_mapping(overrides, "factory argument")] if overrides else []) + list(sources)
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for setting in SETTINGS:
+        raw, origin = setting.default, "default"
+        for source in chain:
+            found = source(setting)
+            if found is not None:
+                raw, origin = found
+                break
+        values[setting.name] = setting.convert(raw, origin)
+        origins[setting.name] = origin
+    values["origins"] = origins
+    return _finish(values)
+
+
+def _finish(values: dict[str, Any]) -> TritonConfig:
+    """Derive the launcher from url/gpu when left on auto, and reject contradictions."""
+    origins = values["origins"]
+    if values["launcher"] == "auto" and (values["url"] or not values["gpu"]):
+        values["launcher"] = "external" if values["url"] else "local"
+        origins["launcher"] = "derived"
+    # auto with --triton-gpu stays auto here: which launcher can run a GPU server depends on
+    # what this machine has (launchers.gpu decides when the launcher is made).
+    if values["launcher"] == "external" and not values["url"]:
+        raise ConfigError(
+            "the external launcher needs --triton-url (or triton_url in ini), "
+            "e.g. --triton-url http://127.0.0.1:8000"
+        )
+    if values["gpu"] and origins.get("formats") == "default":
+        values["formats"] = FORMATS + GPU_FORMATS  # TensorRT and ORT-TensorRT join on a GPU
+    return TritonConfig(**values)
+
+
+# -- documentation -----------------------------------------------------------------------------
+def markdown_table(front: Front) -> str:
+    """The README's table of a front end's settings (`python -m pytest_triton.base.config`)."""
+
+    def escape(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = [s for s in settings_for(front) if not s.internal]
+    if front == "pytest":
+        header = "| command line | ini | default | meaning |\n|---|---|---|---|"
+        lines = [
+            f"| `{escape(s.cli + _value_hint(s))}` | `{s.ini}` | {escape(s.default_text)} "
+            f"| {escape(s.help)} |"
+            for s in rows
+        ]
+    else:
+        where = "triton-perf flag" if front == "perf" else "flag"
+        header = f"| {where} | env | default | meaning |\n|---|---|---|---|"
+        lines = [
+            f"| `{escape(' / '.join([s.cli, *(s.aliases if front == 'perf' else ())]))}"
+            f"{escape(_value_hint(s))}` | `{s.env}` | {escape(s.default_text)} | "
+            f"{escape(s.help)}{f' ({s.unit})' if s.unit else ''} |"
+            for s in rows
+        ]
+    return "\n".join([header, *lines])
+
+
+def _value_hint(setting: Setting) -> str:
+    if setting.flag:
+        return ""
+    if setting.choices:
+        return " " + "|".join(setting.choices)
+    return f" {setting.metavar or 'X'}"
+
+
+DOCUMENTED: tuple[Front, ...] = ("pytest", "locust", "perf")
+
+
+def rewrite_tables(text: str) -> str:
+    """Each `<!-- settings: FRONT -->` marker's table replaced by the table's current one."""
+    for front in DOCUMENTED:
+        marker = f"<!-- settings: {front} -->\n"
+        if marker not in text:
+            continue
+        start = text.index(marker) + len(marker)
+        end = start
+        while text.startswith("|", end):
+            end = text.index("\n", end) + 1 if "\n" in text[end:] else len(text)
+        text = text[:start] + markdown_table(front) + "\n" + text[end:]
+    return text
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    if len(sys.argv) > 1:  # python -m pytest_triton.base.config README.md: rewrite in place
+        readme = Path(sys.argv[1])
+        readme.write_text(rewrite_tables(readme.read_text()))
+    else:
+        for name in DOCUMENTED:
+            print(f"<!-- settings: {name} -->\n{markdown_table(name)}\n")

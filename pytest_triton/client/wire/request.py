@@ -1,0 +1,266 @@
+"""One inference request, built once into what goes on the wire, and its answer read back.
+
+TritonClient.prepare() builds; a parity check sends a request once and reads every output, a
+load generator sends it again and again and looks only at the status. Both go through here,
+and both use tritonclient's own pieces: InferInput / InferRequestedOutput (with their
+shared-memory form), HTTP's generate_request_body and parse_response_body, gRPC's
+ModelInferRequest and InferResult. So what load measures is what parity proves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2
+from tritonclient.grpc._utils import _get_inference_request
+from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
+
+from pytest_triton.base.dtypes import tensor_type
+from pytest_triton.client.wire.grpc_h2 import GrpcFrames
+from pytest_triton.client.wire.http_conn import HttpReply, raise_for_status, request_bytes
+from pytest_triton.client.wire.shm import ALIGNMENT, Block, SharedMemory
+
+Protocol = Literal["http", "grpc"]
+
+
+@dataclass(eq=False)
+class PreparedRequest:
+    """A request built once (inputs serialized or placed in shared memory, outputs named) and
+    sent as often as wanted. `wire` is what goes out: the whole HTTP request, or the
+    serialized ModelInferRequest (and `frames`, its HTTP/2 DATA for grpc_h2). release() gives
+    its shared memory blocks back (also on leaving a `with` block); an unreleased request's
+    blocks go when its client closes."""
+
+    model: str
+    version: str
+    protocol: Protocol
+    wire: bytes
+    output_names: list[str] | None  # None: all the model has
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)  # to explain rejections
+    shm_outputs: dict[str, Block] = field(default_factory=dict)
+    blocks: list[Block] = field(default_factory=list)
+    memory: SharedMemory | None = None
+    frames: GrpcFrames | None = None  # gRPC only
+
+    @property
+    def shared_memory(self) -> str:
+        return self.memory.transport if self.memory is not None else "none"
+
+    def release(self) -> None:
+        blocks, self.blocks = self.blocks, []
+        if self.memory is not None:
+            for block in blocks:
+                self.memory.release(block)
+
+    def __enter__(self) -> PreparedRequest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def infer_path(model: str, version: str) -> str:
+    return f"/v2/models/{quote(model)}" + (f"/versions/{version}" if version else "") + "/infer"
+
+
+def output_bytes(
+    outputs: Sequence[Mapping[str, Any]], batch: int | None, fallback: int
+) -> dict[str, int]:
+    """Bytes each output needs for `batch` rows, from the model's metadata (shapes with -1
+    for the batch dimension when `batch` is given); `fallback` where the metadata cannot tell
+    (variable dimensions, BYTES)."""
+    sizes = {}
+    for out in outputs:
+        dims = list(out["shape"])
+        if batch is not None and dims:
+            dims[0] = batch
+        if out["datatype"] == "BYTES" or any(d < 0 for d in dims):
+            sizes[out["name"]] = fallback
+        else:
+            itemsize = np.dtype(triton_to_np_dtype(out["datatype"])).itemsize
+            sizes[out["name"]] = math.prod(dims) * itemsize
+    return sizes
+
+
+def _payload(array: np.ndarray, wire_type: str) -> tuple[np.ndarray, int]:
+    """What a tensor puts in shared memory, and its size (BYTES: tritonclient's
+    length-prefixed serialization)."""
+    if wire_type == "BYTES":
+        serialized = serialize_byte_tensor(array)
+        return serialized, len(serialized.item()) if serialized.size else 0
+    return array, array.nbytes
+
+
+def build_request(
+    protocol: Protocol,
+    hostport: str,
+    model: str,
+    inputs: Mapping[str, np.ndarray],
+    outputs: Sequence[str] | None,
+    version: str = "",
+    *,
+    memory: SharedMemory | None = None,
+    output_sizes: Mapping[str, int] | None = None,
+) -> PreparedRequest:
+    """The request for `inputs`. With `memory`, inputs are written to its blocks and every
+    output in `outputs` (required then, with `output_sizes`) gets a block to be answered in."""
+    module: Any = httpclient if protocol == "http" else grpcclient
+    request = PreparedRequest(
+        model, version, protocol, b"", list(outputs) if outputs is not None else None, memory=memory
+    )
+    request.input_shapes = {name: list(array.shape) for name, array in inputs.items()}
+    try:
+        infer_inputs = [
+            _input(module, protocol, name, np.ascontiguousarray(array), request)
+            for name, array in inputs.items()
+        ]
+        requested = None
+        if outputs is not None:
+            requested = [_output(module, protocol, name, request, output_sizes) for name in outputs]
+        if protocol == "http":
+            body, json_size = httpclient.InferenceServerClient.generate_request_body(
+                infer_inputs, outputs=requested
+            )
+            request.wire = request_bytes(hostport, infer_path(model, version), body, json_size)
+        else:
+            message = _get_inference_request(
+                model, infer_inputs, version, "", requested, 0, False, False, 0, None, None
+            )
+            request.wire = message.SerializeToString()
+            request.frames = GrpcFrames.of(request.wire)
+    except BaseException:
+        request.release()
+        raise
+    return request
+
+
+def _input(
+    module: Any, protocol: Protocol, name: str, array: np.ndarray, request: PreparedRequest
+) -> Any:
+    wire_type = tensor_type(array.dtype).wire
+    item = module.InferInput(name, list(array.shape), wire_type)
+    memory = request.memory
+    if memory is None:
+        if protocol == "http":
+            item.set_data_from_numpy(array, binary_data=True)
+        else:
+            item.set_data_from_numpy(array)
+        return item
+    data, size = _payload(array, wire_type)
+    block = memory.alloc(size)
+    request.blocks.append(block)
+    if size:
+        memory.write(block, data)
+    item.set_shared_memory(block.name, size, offset=block.offset)
+    return item
+
+
+def _output(
+    module: Any,
+    protocol: Protocol,
+    name: str,
+    request: PreparedRequest,
+    sizes: Mapping[str, int] | None,
+) -> Any:
+    item = (
+        module.InferRequestedOutput(name, binary_data=True)
+        if protocol == "http"
+        else module.InferRequestedOutput(name)
+    )
+    memory = request.memory
+    if memory is not None:
+        if sizes is None or name not in sizes:
+            raise ValueError(f"no shared memory size for output {name!r}")
+        block = memory.alloc(sizes[name])
+        request.blocks.append(block)
+        request.shm_outputs[name] = block
+        item.set_shared_memory(block.name, sizes[name], offset=block.offset)
+    return item
+
+
+def reserve(
+    memory: SharedMemory,
+    inputs: Sequence[Mapping[str, np.ndarray]],
+    output_sizes: Mapping[str, int] | None,
+    count: int | None = None,
+) -> None:
+    """Room for several requests' blocks in one registration (a load user's batches)."""
+
+    def aligned(n: int) -> int:
+        return max(ALIGNMENT, -(-n // ALIGNMENT) * ALIGNMENT)
+
+    total = sum(
+        aligned(_payload(np.ascontiguousarray(a), tensor_type(a.dtype).wire)[1])
+        for batch in inputs
+        for a in batch.values()
+    )
+    total += len(inputs) * sum(aligned(n) for n in (output_sizes or {}).values())
+    memory.reserve(total)
+
+
+# -- answers ---------------------------------------------------------------------------------
+def read_http(request: PreparedRequest, reply: HttpReply) -> dict[str, np.ndarray]:
+    """Every output of an HTTP answer (an error answer raises InferenceServerException)."""
+    raise_for_status(reply)
+    result = httpclient.InferenceServerClient.parse_response_body(
+        bytes(reply.body),
+        header_length=reply.header_length,
+        content_encoding=reply.content_encoding,
+    )
+    described = {
+        o["name"]: (o["datatype"], o["shape"]) for o in result.get_response().get("outputs", [])
+    }
+    return _outputs(request, result, described)
+
+
+def read_grpc(request: PreparedRequest, answer: bytes) -> dict[str, np.ndarray]:
+    response = service_pb2.ModelInferResponse.FromString(answer)
+    result = grpcclient.InferResult(response)
+    described = {o.name: (o.datatype, list(o.shape)) for o in response.outputs}
+    return _outputs(request, result, described)
+
+
+def _outputs(
+    request: PreparedRequest, result: Any, described: Mapping[str, tuple[str, list[int]]]
+) -> dict[str, np.ndarray]:
+    names = request.output_names if request.output_names is not None else list(described)
+    found: dict[str, np.ndarray] = {}
+    for name in names:
+        block = request.shm_outputs.get(name)
+        if block is not None and request.memory is not None and name in described:
+            datatype, shape = described[name]
+            found[name] = request.memory.read(block, triton_to_np_dtype(datatype), shape)
+        else:
+            found[name] = _as_numpy(result, name)
+    return found
+
+
+def _as_numpy(result: Any, name: str) -> np.ndarray:
+    """An output as numpy; an output that came back with no data at all (the bundled python
+    stub under numpy >= 2 answers so) is returned empty for parity to name, instead of
+    tritonclient's "cannot reshape array of size 0"."""
+    try:
+        return result.as_numpy(name)
+    except ValueError:
+        output = result.get_output(name)
+        if output is None:
+            raise
+        if isinstance(output, dict):  # HTTP
+            size = (output.get("parameters") or {}).get("binary_data_size")
+            empty = size == 0 or (size is None and not output.get("data"))
+            datatype = output["datatype"]
+        else:  # gRPC: raw contents are in the order of the outputs
+            index = [o.name for o in result.get_response().outputs].index(name)
+            raw = result.get_response().raw_output_contents
+            empty = index < len(raw) and len(raw[index]) == 0
+            datatype = output.datatype
+        if not empty:
+            raise
+        return np.empty(0, dtype=triton_to_np_dtype(datatype))

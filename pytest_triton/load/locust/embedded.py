@@ -1,0 +1,169 @@
+"""The server a locustfile (or triton-perf) starts for itself when it is given no host.
+
+No locust import here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from pytest_triton.base.config import TritonConfig, resolve
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.formats import FORMATS
+from pytest_triton.base.importing import load_object
+from pytest_triton.base.urls import Endpoints
+from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.repository.variants import Variant
+from pytest_triton.session.deployment import Deployment
+from pytest_triton.session.lifecycle import start_deployment
+
+log = logging.getLogger("pytest_triton.load")
+DEFAULT_FORMAT = "onnx"
+EXPORTER_LOGGERS = ("onnx_ir", "onnxscript", "torch.onnx", "torch.export")
+SpecSource = ModelSpec | Callable[[], ModelSpec]
+Size = Literal["small", "full"]
+
+
+@dataclass
+class EmbeddedModel:
+    """A spec a locustfile serves itself when it gets no --host; `fmt` is the export format
+    (served by the python backend on the bundled CPU server)."""
+
+    source: SpecSource
+    fmt: str = DEFAULT_FORMAT
+    _spec: ModelSpec | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_format(self.fmt)
+
+    @property
+    def spec(self) -> ModelSpec:
+        with self._lock:
+            if self._spec is None:
+                self._spec = self.source if isinstance(self.source, ModelSpec) else self.source()
+            return self._spec
+
+    def variant(self, fmt: str | None = None) -> Variant:
+        return Variant(self.spec, fmt or self.fmt, "fp32", hosted=True)
+
+    def model_name(self, fmt: str | None = None) -> str:
+        """The Triton model name the embedded server gives this spec (hosted or native alike)."""
+        return self.variant(fmt).model_name
+
+    def inputs(self, batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+        return self.spec.make_inputs(batch_size, seed)
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ConfigError(
+            f"export format {fmt!r} cannot be served on CPU; choose from {', '.join(FORMATS)}"
+        )
+    return fmt
+
+
+class EmbeddedServer:
+    """A local tritonserver serving some specs from a temporary repository.
+
+    Server settings (executable, startup timeout, extra arguments) come from `config`. stop()
+    is idempotent and removes the server, its python stubs and the repository; the local
+    launcher also stops the server at interpreter exit and when this process dies.
+    """
+
+    def __init__(
+        self,
+        models: Sequence[EmbeddedModel],
+        fmt: str | None = None,
+        *,
+        config: TritonConfig | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        if not models:
+            raise ConfigError("nothing to serve: no user class names a model to serve itself")
+        self.models = list(models)
+        self.fmt = check_format(fmt) if fmt else None
+        self.config = (config or resolve()).with_overrides(
+            {"launcher": "local", "model_control": "explicit"}
+        )
+        self.progress = progress or log.info
+        self.repository: Repository | None = None
+        self.deployment: Deployment | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def endpoints(self) -> Endpoints:
+        if self.deployment is None:
+            raise RuntimeError("the embedded server is not running")
+        return self.deployment.server.endpoints
+
+    def model_names(self) -> list[str]:
+        return [m.model_name(self.fmt) for m in self.models]
+
+    def start(self) -> Endpoints:
+        """Export every model, start the server, load them; on any failure leave nothing."""
+        specs: dict[str, ModelSpec] = {}
+        for m in self.models:
+            fmt = self.fmt or m.fmt
+            specs.setdefault(m.spec.name, dataclasses.replace(m.spec, formats=(fmt,)))
+        try:
+            self.repository = repo = Repository.create(list(specs.values()), progress=self.progress)
+            self.deployment = start_deployment(self.config, repo)
+            with _quiet(EXPORTER_LOGGERS):
+                for name in self.model_names():
+                    self.deployment.load(repo.variant(name))
+        except BaseException:
+            self.stop()
+            raise
+        return self.endpoints
+
+    def stop(self) -> None:
+        with self._lock:
+            deployment, self.deployment = self.deployment, None
+            repository, self.repository = self.repository, None
+        try:
+            if deployment is not None:
+                deployment.close()
+        finally:
+            if repository is not None:
+                repository.remove()
+
+
+@contextlib.contextmanager
+def _quiet(names: Sequence[str]) -> Iterator[None]:
+    """The ONNX exporter's passes log at INFO, which Locust's logging shows: not our news."""
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(max(lg.level, logging.WARNING))
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def zoo_model(
+    name: str, size: Size = "small", *, fmt: str = DEFAULT_FORMAT, seed: int = 0, **overrides: Any
+) -> EmbeddedModel:
+    """A zoo model with its committed serving settings, built only when first needed."""
+    from pytest_triton.models import zoo_spec
+
+    return EmbeddedModel(lambda: zoo_spec(name, size, seed=seed, **overrides), fmt)
+
+
+def model_source(source: str, size: Size = "small", fmt: str = DEFAULT_FORMAT) -> EmbeddedModel:
+    """A zoo name (dlrm, mnist, ...), or MODULE:CALLABLE returning a ModelSpec."""
+    if ":" not in source:
+        return zoo_model(source, size, fmt=fmt)
+    factory: Callable[[], ModelSpec] = load_object(source)
+    return EmbeddedModel(factory, fmt)

@@ -1,0 +1,238 @@
+"""Closed-loop users' requests driven from one greenlet per process: the lean load path.
+
+With a greenlet per user, every answer costs gevent a wake-up of its own (a switch to the
+hub, a watcher started and stopped, a switch back): together with Locust's task loop about
+130 µs of CPU per request on the benchmark machine, taken from the server being measured.
+Here each user hands its lane (wire/lane.py: a connection of its own, one request in flight)
+to this process's Multiplexer. One greenlet waits on every lane's socket with one epoll,
+reads what arrived, sends that user's next request at once and then fires the user's Locust
+request events (answers of one batch come together: the last one's next request does not wait
+for the others' events). The user greenlets only wait until Locust stops them. Timeouts are
+the client's: an answer later than timeout_s fails as a timeout, and one that never comes
+fails within EXPIRY_CHECK_S of it.
+
+While the driver waits in epoll the gevent hub does not run, so it waits at most POLL_S and
+yields to the hub at least every YIELD_S: Locust's own greenlets (statistics, the web UI,
+spawning and stopping users, pytest-triton's run monitor) wait no longer than that.
+Requests larger than MAX_REQUEST_BYTES keep a greenlet of their own (users.py): their sends
+take turns with the server's reads, and one driver would send them one after another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import gevent
+import gevent.event
+from gevent import monkey
+
+from pytest_triton.client.wire.lane import Lane
+from pytest_triton.client.wire.request import PreparedRequest
+
+POLL_S = 0.002  # longest wait in epoll, with the hub stopped
+YIELD_S = 0.002  # longest time between turns of the hub
+EXPIRY_CHECK_S = 0.1  # how often requests in flight are checked against their timeout, and
+# lanes whose send failed (a refused connection) try again
+MAX_REQUEST_BYTES = 64 * 1024  # larger requests keep a greenlet per user
+Record = Callable[[float, int, "Exception | None"], None]
+"""Reports one request: (its latency in seconds, its answer's size, its failure)."""
+
+
+def multiplexer_available() -> bool:
+    """Whether this platform has epoll (Linux); elsewhere users keep a greenlet each."""
+    return _original_epoll() is not None
+
+
+def _original_epoll() -> type | None:
+    """select.epoll as it was before gevent's monkey patching took it out."""
+    try:
+        return monkey.get_original("select", "epoll")
+    except (AttributeError, ImportError):
+        return None
+
+
+@dataclass(eq=False)
+class _Slot:
+    lane: Lane[Any]
+    requests: Iterator[PreparedRequest]
+    record: Record
+    timeout_s: float
+    started: float = 0.0
+    in_flight: bool = False
+    sending: bool = False
+    active: bool = True
+    fd: int = -1
+
+
+@dataclass
+class _Failed:
+    error: Exception | None = None
+    event: gevent.event.Event = field(default_factory=gevent.event.Event)
+
+
+class Multiplexer:
+    """One process's driver: serve() hands it a lane until the calling greenlet is killed."""
+
+    def __init__(self) -> None:
+        epoll = _original_epoll()
+        if epoll is None:
+            raise RuntimeError("the multiplexer needs select.epoll (Linux)")
+        self._epoll = epoll()
+        self._by_fd: dict[int, _Slot] = {}
+        self._slots: list[_Slot] = []
+        self._driver: gevent.Greenlet | None = None
+        self._failed = _Failed()
+
+    @property
+    def lanes(self) -> int:
+        return len(self._slots)
+
+    def serve(
+        self, lane: Lane[Any], requests: Iterator[PreparedRequest], record: Record, timeout_s: float
+    ) -> None:
+        """Keep one of `requests` in flight on `lane` after another, reporting each to
+        `record`, until the calling greenlet is killed (Locust stopping its user). Raises
+        what stopped the driver if it failed."""
+        slot = _Slot(lane, requests, record, timeout_s)
+        self._slots.append(slot)
+        try:
+            if self._driver is None or self._driver.dead:
+                self._failed = _Failed()
+                self._driver = gevent.spawn(self._drive)
+            failed = self._failed
+            self._send(slot)
+            failed.event.wait()
+            if failed.error is not None:
+                raise failed.error
+        finally:
+            self._remove(slot)
+
+    # -- the driver ----------------------------------------------------------------------
+    def _drive(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a bug here must not leave every user waiting
+            self._failed.error = exc if isinstance(exc, Exception) else None
+            raise
+        finally:
+            self._failed.event.set()
+
+    def _loop(self) -> None:
+        clock = time.perf_counter
+        turn = check = clock()
+        done: list[tuple[_Slot, float, int, Exception | None]] = []
+        while self._slots:
+            for fd, _ in self._epoll.poll(POLL_S):
+                slot = self._by_fd.get(fd)
+                if slot is not None and slot.in_flight:
+                    self._readable(slot, done)
+            # Answers of one batch arrive together: every next request is out before the
+            # first answer is reported, so the last one's send does not wait for the events.
+            for slot, latency_s, size, error in done:
+                slot.record(latency_s, size, error)
+            done.clear()
+            now = clock()
+            if now >= check:
+                check = now + EXPIRY_CHECK_S
+                self._expire(now)
+            if now - turn >= YIELD_S:
+                # Not sleep(0): a greenlet that yields so in a loop keeps gevent running
+                # callbacks, and timers (Locust's own greenlets) wait (14 turns of a 10 ms
+                # sleeper in 2 s instead of 170). idle() lets the hub finish its turn.
+                gevent.idle()
+                turn = clock()
+
+    def _readable(
+        self, slot: _Slot, done: list[tuple[_Slot, float, int, Exception | None]]
+    ) -> None:
+        """Read what arrived; once the answer is whole, send the next request and add the
+        answer to `done`."""
+        if time.perf_counter() - slot.started > slot.timeout_s:  # answered too late
+            self._time_out(slot)
+            return
+        try:
+            size = slot.lane.readable()
+        except Exception as exc:  # the client's own error: a failed request
+            error: Exception | None = exc
+            size = 0
+        else:
+            if size is None:
+                return
+            error = None
+        slot.in_flight = False
+        done.append((slot, time.perf_counter() - slot.started, size, error))
+        if slot.active:  # (reading may have waited in gevent, and its user been stopped)
+            self._send(slot)
+
+    def _send(self, slot: _Slot) -> None:
+        # A new connection's connect() waits in gevent: meanwhile no other send on this slot.
+        slot.sending = True
+        slot.started = time.perf_counter()
+        try:
+            fresh = slot.lane.send(next(slot.requests))
+        except Exception as exc:  # refused or dropped at once: fails, tried at the next check
+            slot.record(time.perf_counter() - slot.started, 0, exc)
+            return
+        finally:
+            slot.sending = False
+        if not slot.active:  # its user was stopped while a new connection was made
+            slot.lane.close()
+            return
+        slot.in_flight = True
+        if fresh:
+            self._watch(slot, slot.lane.fileno())
+
+    def _watch(self, slot: _Slot, fd: int) -> None:
+        """A lane's new connection; its old one was closed, which took it out of epoll."""
+        if self._by_fd.get(slot.fd) is slot:
+            del self._by_fd[slot.fd]
+        slot.fd = fd
+        self._by_fd[fd] = slot
+        try:
+            self._epoll.register(fd, select.EPOLLIN)
+        except FileExistsError:
+            self._epoll.modify(fd, select.EPOLLIN)
+
+    def _expire(self, now: float) -> None:
+        """Fail requests past their timeout, and send again where a send failed."""
+        for slot in list(self._slots):
+            if slot.in_flight and now - slot.started > slot.timeout_s:
+                self._time_out(slot)
+            elif not slot.in_flight and not slot.sending and slot.active:
+                self._send(slot)
+
+    def _time_out(self, slot: _Slot) -> None:
+        """As a blocking send's socket timeout: a failure, and the connection dropped."""
+        slot.in_flight = False
+        slot.record(time.perf_counter() - slot.started, 0, slot.lane.expire())
+        if slot.active:  # record() may have stopped the run, and this user with it
+            self._send(slot)
+
+    def _remove(self, slot: _Slot) -> None:
+        slot.active = False
+        with contextlib.suppress(ValueError):
+            self._slots.remove(slot)
+        if self._by_fd.get(slot.fd) is slot:
+            del self._by_fd[slot.fd]
+            with contextlib.suppress(OSError, ValueError):
+                self._epoll.unregister(slot.fd)
+        slot.lane.close()
+
+
+_PER_PROCESS: dict[int, Multiplexer] = {}
+
+
+def multiplexer() -> Multiplexer:
+    """This process's (a forked Locust worker makes its own: an epoll is not shared)."""
+    pid = os.getpid()
+    found = _PER_PROCESS.get(pid)
+    if found is None:
+        _PER_PROCESS.clear()
+        found = _PER_PROCESS[pid] = Multiplexer()
+    return found

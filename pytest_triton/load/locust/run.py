@@ -1,0 +1,237 @@
+"""One Locust process's part of a load test, made at Locust's init event (the master, or the
+single local process; workers only send load): the host check, the embedded server, the
+server-side statistics and the monitor of a run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gevent
+import gevent.lock
+from locust.env import Environment
+
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.urls import check_host
+from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
+from pytest_triton.load.locust.monitor import RunMonitor
+from pytest_triton.load.locust.options import run_config
+from pytest_triton.load.locust.user_settings import (
+    checked_shared_memory,
+    stats_protocol,
+    user_endpoint,
+    user_model,
+)
+from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
+
+log = logging.getLogger("pytest_triton.load")
+DEFAULT_RUN_TIME_S = 30
+ATTRIBUTE = "pytest_triton_run"
+
+
+def run_of(environment: Environment) -> LoadRun | None:
+    return getattr(environment, ATTRIBUTE, None)
+
+
+def _user_hosts(environment: Environment) -> set[str]:
+    return {str(c.host) for c in environment.user_classes if getattr(c, "host", None)}
+
+
+def current_host(environment: Environment) -> str | None:
+    if environment.host:
+        return environment.host
+    hosts = _user_hosts(environment)
+    return next(iter(hosts)) if len(hosts) == 1 else None
+
+
+def served_models(classes: Iterable[Any]) -> list[EmbeddedModel]:
+    served: list[EmbeddedModel] = []
+    for cls in classes:
+        model = getattr(cls, "served", None)
+        if model is None:
+            raise ConfigError(
+                f"no --host given and {cls.__name__} serves no model itself "
+                "(set its `served` attribute, or pass --host URL)"
+            )
+        if model not in served:
+            served.append(model)
+    return served
+
+
+@dataclass
+class LoadRun:
+    """What the master (or local) process knows about the current run."""
+
+    environment: Environment
+    config: TritonConfig
+    server: EmbeddedServer | None = None
+    embedded_host: str | None = None
+    tracker: StatsTracker | None = None
+    monitor: RunMonitor | None = None
+    started: bool = False
+    finished: bool = False
+    cpu_percent: float | None = None
+    cpu_warning: bool = False
+    reports: list[ModelReport] = field(default_factory=list)
+    summary: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+    printed: bool = False
+    started_at: float = 0.0  # wall clock, as the window log keys requests
+    stopped_at: float = 0.0
+    _stop_lock: gevent.lock.Semaphore = field(default_factory=gevent.lock.Semaphore)
+
+    @classmethod
+    def create(cls, environment: Environment) -> LoadRun:
+        """Resolve the run's settings (a bad one raises ConfigError before any load)."""
+        run = cls(environment, run_config(environment))
+        setattr(environment, ATTRIBUTE, run)
+        atexit.register(run.stop_server)
+        return run
+
+    # -- before the run ------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Bound a headless run, check the host, or start the embedded server."""
+        options = self.environment.parsed_options
+        assert options is not None  # only made for the locust command line
+        if options.headless and not options.run_time:
+            options.run_time = DEFAULT_RUN_TIME_S
+            log.info(
+                "pytest-triton: no --run-time given: the test stops after %ss (pass -t to "
+                "change it)",
+                DEFAULT_RUN_TIME_S,
+            )
+        host = current_host(self.environment)
+        transport = checked_shared_memory(self.config, host)
+        if transport != "none":
+            log.info("pytest-triton: tensors travel through %s shared memory", transport)
+        if host:
+            check_host(host, self.config.allow_remote)
+        elif len(_user_hosts(self.environment)) <= 1:
+            self.start_server()
+        # several explicit class hosts: each is checked when its users start
+
+    def start_server(self) -> None:
+        environment = self.environment
+        options = environment.parsed_options
+        assert options is not None
+        server = EmbeddedServer(
+            served_models(environment.user_classes), self.config.format, config=self.config
+        )
+        self.server = server
+        log.info(
+            "pytest-triton: no --host given: starting an embedded tritonserver for %s",
+            ", ".join(server.model_names()),
+        )
+        started = time.monotonic()
+        endpoints = server.start()
+        protocol = (self.config.protocol or ("http",))[0]
+        environment.host = self.embedded_host = f"{protocol}://{endpoints.url(protocol)}"
+        options.host = environment.host
+        options.triton_endpoints = endpoints.encode()  # workers get the master's options
+        self.config = run_config(environment)
+        log.info(
+            "pytest-triton: embedded server ready in %.1fs at http://%s and grpc://%s; "
+            "load goes to %s",
+            time.monotonic() - started,
+            endpoints.http,
+            endpoints.grpc,
+            environment.host,
+        )
+
+    def stop_server(self) -> None:
+        """Idempotent, and a second caller waits for the first: on SIGTERM Locust runs its
+        shutdown twice, and the process must not exit while the server is still stopping."""
+        with self._stop_lock:
+            server, self.server = self.server, None
+            if server is not None:
+                server.stop()
+
+    # -- the run -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Baseline of the server's statistics, and the monitor."""
+        environment = self.environment
+        self.started, self.finished = True, False
+        self.reports, self.cpu_percent, self.cpu_warning = [], None, False
+        self.result, self.summary, self.printed = {}, "", False
+        self.started_at, self.stopped_at = time.time(), 0.0
+        if not environment.host and self.embedded_host:
+            environment.host = self.embedded_host  # the web UI's host field was cleared
+        host = current_host(environment)
+        if host is None:
+            return
+        self.config = config = run_config(environment)
+        check_host(host, config.allow_remote)
+        models = [user_model(c, config) for c in environment.user_classes]
+        protocol = stats_protocol(host, config)
+        if self.tracker is not None:
+            self.tracker.close()
+        self.tracker = StatsTracker(user_endpoint(protocol, host, config), protocol, models)
+        self.tracker.start()
+        for error in self.tracker.errors:
+            log.warning("pytest-triton: %s", error)
+        self.monitor = RunMonitor(environment, config.max_requests, self.end, self.server_death)
+        self.monitor.start()
+
+    def server_death(self) -> str | None:
+        """How the embedded server died, if it did."""
+        deployment = self.server.deployment if self.server is not None else None
+        death = deployment.server.death if deployment is not None else None
+        return death.headline if death is not None else None
+
+    def end(self, reason: str) -> None:
+        """Stop the run as -t does: quit when headless, stop (keep the UI) otherwise."""
+        runner = self.environment.runner
+        if runner is None:
+            return
+        log.info("pytest-triton: %s, stopping the test", reason)
+        options = self.environment.parsed_options
+        if options is not None and options.headless:
+            runner.quit()
+        else:
+            runner.stop()
+
+    def finish(self) -> None:
+        """The generator's CPU and the statistics delta of the run; once per run."""
+        if not self.started or self.finished:
+            return
+        self.finished = True
+        self.stopped_at = time.time()
+        if self.monitor is not None:
+            self.cpu_percent = self.monitor.stop()
+            self.cpu_warning = self.cpu_warning or self.monitor.cpu_warning
+            self.monitor = None
+        if self.tracker is not None:
+            counts, avg = client_view(self.environment)
+            self.reports = self.tracker.finish(counts, avg)
+            for error in self.tracker.errors:
+                log.warning("pytest-triton: %s", error)
+        options = self.environment.parsed_options
+        if options is not None and not options.headless and self.reports:
+            print("\n".join(r.text() for r in self.reports), flush=True)
+
+    def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
+        self.stop_server()
+
+
+def client_view(environment: Environment) -> tuple[dict[str, int], dict[str, float]]:
+    """Successful requests and average latency per request name (= model name)."""
+    counts: dict[str, int] = {}
+    avg: dict[str, float] = {}
+    for (name, _method), entry in environment.stats.entries.items():
+        ok = entry.num_requests - entry.num_failures
+        previous = counts.get(name, 0)
+        counts[name] = previous + ok
+        if entry.num_requests:
+            weight = previous + entry.num_requests
+            avg[name] = (
+                avg.get(name, 0.0) * previous + entry.avg_response_time * entry.num_requests
+            ) / weight
+    return counts, avg

@@ -1,0 +1,98 @@
+"""What a run's settings mean for one user class: its model name, batch size, protocol and URL.
+
+Users (in each worker) and the run (in the master) must agree on these; both resolve them
+here, from the same propagated settings. No locust import here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.urls import Endpoints, endpoints_from, parse_url
+from pytest_triton.client.triton_client import Protocol, Transport
+from pytest_triton.client.wire.shm import check_offered
+from pytest_triton.load.locust.embedded import EmbeddedModel
+
+EMBEDDED = "127.0.0.1:0"  # where an embedded server runs, for the loopback rule
+
+
+def embedded_endpoints(config: TritonConfig) -> Endpoints | None:
+    return Endpoints.decode(config.endpoints) if config.endpoints else None
+
+
+def user_model(user_class: Any, config: TritonConfig) -> str:
+    """--triton-model, else the class's `model`, else the name its served spec gets."""
+    if config.model:
+        return config.model
+    if getattr(user_class, "model", None):
+        return str(user_class.model)
+    served: EmbeddedModel | None = getattr(user_class, "served", None)
+    if served is not None:
+        return served.model_name(config.format)
+    raise ConfigError(
+        f"{user_class.__name__} names no model: set its `model` (a Triton model "
+        "name) or `served` attribute, or pass --triton-model"
+    )
+
+
+def user_batch_size(user_class: Any, config: TritonConfig) -> int:
+    batch = config.batch_size or int(getattr(user_class, "batch_size", 1))
+    if batch < 1:
+        raise ConfigError(f"{user_class.__name__}.batch_size must be >= 1, got {batch}")
+    return batch
+
+
+def user_protocol(user_class: Any, host: str, config: TritonConfig, index: int = 0) -> Protocol:
+    """The class's own `protocol`, else --triton-protocol (users take several in turn), else
+    the host URL's scheme (http:// or grpc://)."""
+    fixed = getattr(user_class, "protocol", None)
+    if fixed is not None:
+        if fixed not in ("http", "grpc"):
+            raise ConfigError(f"{user_class.__name__}.protocol must be 'http' or 'grpc'")
+        return "grpc" if fixed == "grpc" else "http"
+    if config.protocol:
+        return "grpc" if config.protocol[index % len(config.protocol)] == "grpc" else "http"
+    scheme, _ = parse_url(host)
+    return "grpc" if scheme == "grpc" else "http"
+
+
+def user_endpoint(protocol: Protocol, host: str, config: TritonConfig) -> str:
+    """host:port for the protocol: the embedded server's own ports when known, else the host
+    URL (and Triton's HTTP/gRPC port pair convention for the other protocol)."""
+    scheme, hostport = parse_url(host)
+    known = embedded_endpoints(config)
+    if known is not None and hostport in (known.http, known.grpc):
+        return known.url(protocol)
+    if scheme == protocol:
+        return hostport
+    return endpoints_from(host, config.grpc_url).url(protocol)
+
+
+def stats_protocol(host: str, config: TritonConfig) -> Protocol:
+    """HTTP for the statistics API wherever its port is known, else the host's protocol."""
+    scheme, hostport = parse_url(host)
+    known = embedded_endpoints(config)
+    if scheme == "http" or (known is not None and hostport in (known.http, known.grpc)):
+        return "http"
+    return "grpc"
+
+
+def checked_shared_memory(config: TritonConfig, host: str | None) -> Transport:
+    """The run's transport, refused before any load when the server at `host` (None: the
+    embedded server, on this machine) cannot use it."""
+    transport = user_shared_memory(config)
+    check_offered(transport, host or EMBEDDED)
+    return transport
+
+
+def user_shared_memory(config: TritonConfig) -> Transport:
+    """--triton-shared-memory: one transport for every user of a run."""
+    transports = config.shared_memory
+    if len(transports) != 1:
+        raise ConfigError(
+            f"a load test uses one --triton-shared-memory transport, got "
+            f"{','.join(transports)}: pass none, system or cuda"
+        )
+    return "system" if transports[0] == "system" else "cuda" if transports[0] == "cuda" else "none"

@@ -1,0 +1,167 @@
+"""The end of a run: client figures from Locust's statistics, the verdict against the targets,
+the process exit code, and the printed and JSON reports."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from locust import log as locust_log
+from locust.env import Environment
+
+from pytest_triton.load.locust.arrivals import rate_warning
+from pytest_triton.load.locust.recording import schedule_lag, window_log
+from pytest_triton.load.locust.run import LoadRun, current_host
+from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.server_side import generator_warnings
+from pytest_triton.load.measure.windows import Criterion, Stability, assess, windows_table
+
+
+def measured(environment: Environment) -> tg.Measured:
+    """The run's client-side figures from Locust's (aggregated) statistics; samples from the
+    request log (request events report bytes as their response length, not samples)."""
+    total = environment.stats.total
+    requests = window_log(environment)
+    duration = 0.0
+    if total.last_request_timestamp and total.start_time:
+        duration = max(total.last_request_timestamp - total.start_time, 1e-9)
+    nan = float("nan")
+    any_ = total.num_requests > 0
+    return tg.Measured(
+        requests=total.num_requests,
+        failures=total.num_failures,
+        samples=requests.samples() if requests is not None else 0,
+        duration_s=duration,
+        avg_ms=total.avg_response_time if any_ else nan,
+        p95_ms=total.get_response_time_percentile(0.95) if any_ else nan,
+        p99_ms=total.get_response_time_percentile(0.99) if any_ else nan,
+        p50_ms=total.get_response_time_percentile(0.5) if any_ else nan,
+    )
+
+
+def stability_of(run: LoadRun) -> Stability | None:
+    """The run cut into measurement windows after its warm-up, and whether they agree."""
+    log = window_log(run.environment)
+    if log is None or not run.started_at:
+        return None
+    c = run.config
+    begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
+    windows = log.windows(
+        begun,
+        run.stopped_at or time.time(),
+        warmup_s=c.load_warmup / 1e3,
+        interval_s=c.measurement_interval / 1e3,
+        mode=c.measurement_mode,  # type: ignore[arg-type]
+        request_count=c.measurement_request_count,
+    )
+    return assess(windows, Criterion(c.stability_windows, c.stability_percentage))
+
+
+def stability_check(stability: Stability, allowed: bool) -> tg.Check:
+    spread = max(stability.throughput_spread_pct, stability.latency_spread_pct)
+    note = (
+        "" if stability.stable else ("unstable, allowed" if allowed else "measurement not stable")
+    )
+    return tg.Check(
+        "stable windows (spread)",
+        "%",
+        "max",
+        stability.criterion.tolerance_pct,
+        spread if math.isfinite(spread) else math.nan,
+        True if stability.stable else (None if allowed else False),
+        note,
+    )
+
+
+def judge_run(run: LoadRun) -> None:
+    """Judge the run once (Locust shuts down twice on SIGTERM) and set the exit code."""
+    environment = run.environment
+    if run.result:
+        set_exit_code(environment, not run.result["passed"])
+        return
+    run.finish()
+    figures = measured(environment)
+    stability = stability_of(run)
+    basis: tg.Rates = figures
+    if stability is not None and stability.measurement is not None:
+        basis = stability.measurement
+    checks = tg.evaluate(tg.Targets.from_config(run.config), basis, figures)
+    if stability is not None:
+        checks.append(stability_check(stability, run.config.allow_unstable))
+    failed = tg.failures(checks)
+    warnings = generator_warnings(
+        cpu_percent=run.cpu_percent, cpu_warning=run.cpu_warning, reports=run.reports
+    )
+    loop = "closed loop"
+    if run.config.request_rate:
+        loop = (
+            f"open loop at {run.config.request_rate:g} req/s "
+            f"({run.config.request_distribution} arrivals)"
+        )
+        sent = (basis.requests / basis.duration_s) if basis.duration_s else 0.0
+        warning = rate_warning(run.config.request_rate, sent, schedule_lag(environment))
+        warnings += [warning] if warning else []
+    run.summary = "\n\n".join(
+        [
+            f"Client ({loop}): {figures.requests} requests ({figures.failures} failed) in "
+            f"{figures.duration_s:.1f}s: {figures.request_rate:.1f} req/s, "
+            f"{figures.throughput:.1f} samples/s",
+            *([windows_text(stability)] if stability is not None else []),
+            *(r.text() for r in run.reports),
+            *warnings,
+            tg.verdict_table(checks, "Verdict (pytest-triton targets)"),
+        ]
+    )
+    run.result = {
+        "host": current_host(environment),
+        "passed": not failed,
+        "checks": [vars(c) for c in checks],
+        "measured": {
+            **vars(figures),
+            "throughput": figures.throughput,
+            "request_rate": figures.request_rate,
+            "fail_ratio": figures.fail_ratio,
+        },
+        "windows": [w.as_dict() for w in stability.windows] if stability else [],
+        "stability": stability.as_dict() if stability else None,
+        "server": [r.as_dict() for r in run.reports],
+        "generator_cpu_percent": run.cpu_percent,
+        "warnings": warnings,
+    }
+    set_exit_code(environment, bool(failed))
+
+
+def windows_text(stability: Stability) -> str:
+    lines = [f"Measurement windows ({stability.summary()}; * = measured):"]
+    if stability.windows:
+        lines.append(windows_table(stability.windows, chosen=stability.chosen))
+    m = stability.measurement
+    if m is not None:
+        lines.append(
+            f"Measured: {m.throughput:,.1f} samples/s, {m.request_rate:,.1f} req/s, "
+            f"avg {m.avg_ms:.2f} ms, p95 {m.p95_ms:.2f} ms, p99 {m.p99_ms:.2f} ms"
+        )
+    return "\n".join(lines)
+
+
+def set_exit_code(environment: Environment, failed: bool) -> None:
+    if environment.process_exit_code is not None and environment.process_exit_code > 1:
+        return  # a refused host or a setup error already decided
+    runner = environment.runner
+    if failed:
+        environment.process_exit_code = 1
+    elif not (locust_log.unhandled_greenlet_exception or (runner and runner.exceptions)):
+        environment.process_exit_code = 0  # the targets, not locust's any-error rule, decide
+
+
+def report(run: LoadRun, exit_code: int) -> None:
+    """After Locust's own tables: the server report and the verdict; the JSON report."""
+    if run.summary and not run.printed:
+        run.printed = True
+        print("\n" + run.summary + "\n", flush=True)
+    if run.config.report_json and run.result:
+        path = Path(run.config.report_json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**run.result, "exit_code": exit_code}, indent=2, default=str))

@@ -1,0 +1,215 @@
+"""Measurement windows and their stability, as perf_analyzer judges a measurement.
+
+A run is cut into windows (by time, or by request count for slow models) after a warm-up
+that is not measured. A measurement is accepted only when N consecutive windows agree within
+X% on throughput and on the latency percentile (perf_analyzer: 3 windows, 10%); it is then
+the merge of those windows. window_log.py cuts a run into windows. No locust import here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pytest_triton.load.measure.targets import Rates
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def histogram_percentile(histogram: Mapping[int, int], percent: float) -> float:
+    """The latency that `percent` of the requests in a {latency_ms: count} histogram finished
+    within (Locust's rule: the smallest bucket reaching that share)."""
+    total = sum(histogram.values())
+    if total == 0:
+        return math.nan
+    needed = math.ceil(total * percent / 100)
+    seen = 0
+    for latency in sorted(histogram):
+        seen += histogram[latency]
+        if seen >= needed:
+            return float(latency)
+    return float(max(histogram))
+
+
+@dataclass(frozen=True)
+class Window(Rates):
+    """One measurement window; latencies in ms, over its requests as Locust logs them."""
+
+    index: int
+    start_s: float  # since the end of the warm-up
+    duration_s: float
+    requests: int
+    failures: int
+    samples: int  # successful requests x their batch size
+    avg_ms: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+
+    def successful_samples(self) -> int:
+        return self.samples
+
+    def latency(self, percentile: int) -> float:
+        return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "throughput": self.throughput, "request_rate": self.request_rate}
+
+
+def merge(windows: Sequence[Window], index: int = -1) -> Window:
+    """Several windows as one (percentiles: the requests-weighted mean of the windows', as
+    perf_analyzer averages its stable windows)."""
+    if not windows:
+        raise ValueError("nothing to merge")
+    ok = [w.successes for w in windows]
+    total_ok = sum(ok)
+
+    def mean(values: Iterable[float]) -> float:
+        pairs = [(v, n) for v, n in zip(values, ok, strict=True) if n and not math.isnan(v)]
+        weight = sum(n for _, n in pairs)
+        return sum(v * n for v, n in pairs) / weight if weight else math.nan
+
+    return Window(
+        index=index,
+        start_s=windows[0].start_s,
+        duration_s=sum(w.duration_s for w in windows),
+        requests=sum(w.requests for w in windows),
+        failures=sum(w.failures for w in windows),
+        samples=sum(w.samples for w in windows),
+        avg_ms=mean(w.avg_ms for w in windows) if total_ok else math.nan,
+        p50_ms=mean(w.p50_ms for w in windows),
+        p90_ms=mean(w.p90_ms for w in windows),
+        p95_ms=mean(w.p95_ms for w in windows),
+        p99_ms=mean(w.p99_ms for w in windows),
+    )
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """How many consecutive windows must agree, and within what share."""
+
+    windows: int = 3
+    tolerance_pct: float = 10.0
+    percentile: int = 99
+
+    def spread_pct(self, values: Sequence[float]) -> float:
+        """The largest distance of a value from their mean, in percent of the mean."""
+        if any(math.isnan(v) for v in values):
+            return math.inf
+        mean = sum(values) / len(values)
+        if mean == 0:
+            return 0.0 if all(v == 0 for v in values) else math.inf
+        return 100 * max(abs(v - mean) for v in values) / mean
+
+
+@dataclass(frozen=True)
+class Stability:
+    """The verdict on a series of windows; `measurement` is the merge of the agreeing ones
+    (None when none agree: the caller reports its whole run instead)."""
+
+    stable: bool
+    criterion: Criterion
+    windows: tuple[Window, ...]
+    chosen: tuple[Window, ...]
+    throughput_spread_pct: float
+    latency_spread_pct: float
+    reason: str
+
+    @property
+    def measurement(self) -> Window | None:
+        return merge(self.chosen) if self.chosen else None
+
+    def summary(self) -> str:
+        c = self.criterion
+        if self.stable:
+            first, last = self.chosen[0].index, self.chosen[-1].index
+            return (
+                f"stable: windows {first}-{last} agree within {c.tolerance_pct:g}% "
+                f"(throughput {self.throughput_spread_pct:.1f}%, p{c.percentile} latency "
+                f"{self.latency_spread_pct:.1f}%)"
+            )
+        return f"NOT STABLE: {self.reason}"
+
+    def as_dict(self) -> dict[str, Any]:
+        m = self.measurement
+        return {
+            "stable": self.stable,
+            "windows_needed": self.criterion.windows,
+            "tolerance_pct": self.criterion.tolerance_pct,
+            "percentile": self.criterion.percentile,
+            "chosen": [w.index for w in self.chosen],
+            "throughput_spread_pct": _finite(self.throughput_spread_pct),
+            "latency_spread_pct": _finite(self.latency_spread_pct),
+            "reason": self.reason,
+            "summary": self.summary(),
+            "measurement": m.as_dict() if m else None,
+        }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def assess(windows: Sequence[Window], criterion: Criterion) -> Stability:
+    """The latest N consecutive windows that agree, as perf_analyzer takes the last N once they
+    do; a window without a successful request never agrees."""
+    windows = tuple(windows)
+    n = criterion.windows
+    if len(windows) < n:
+        return Stability(
+            False,
+            criterion,
+            windows,
+            (),
+            math.inf,
+            math.inf,
+            f"only {len(windows)} complete measurement window(s), {n} needed: run "
+            "longer or shorten the measurement interval",
+        )
+    best: tuple[float, float] = (math.inf, math.inf)
+    for end in range(len(windows), n - 1, -1):
+        group = windows[end - n : end]
+        spreads = (
+            criterion.spread_pct([w.throughput for w in group]),
+            criterion.spread_pct([w.latency(criterion.percentile) for w in group]),
+        )
+        if all(w.successes for w in group) and max(spreads) <= criterion.tolerance_pct:
+            return Stability(True, criterion, windows, group, *spreads, "")
+        if end == len(windows):
+            best = spreads
+    return Stability(
+        False,
+        criterion,
+        windows,
+        (),
+        *best,
+        f"no {n} consecutive windows of {len(windows)} agree within "
+        f"{criterion.tolerance_pct:g}% (last {n}: throughput {_pct(best[0])}, "
+        f"p{criterion.percentile} latency {_pct(best[1])} apart)",
+    )
+
+
+def _pct(value: float) -> str:
+    return f"{value:.1f}%" if math.isfinite(value) else "n/a"
+
+
+def windows_table(
+    windows: Sequence[Window], unit: str = "samples/s", chosen: Sequence[Window] = ()
+) -> str:
+    """Per-window figures, the agreeing windows marked with *."""
+    marked = {w.index for w in chosen}
+    lines = [
+        f"{'window':>6}  {'start s':>7}  {'requests':>8}  {'failed':>6}  "
+        f"{unit:>12}  {'avg ms':>8}  {'p95 ms':>8}  {'p99 ms':>8}"
+    ]
+    for w in windows:
+        star = "*" if w.index in marked else " "
+        lines.append(
+            f"{w.index:>5}{star}  {w.start_s:>7.1f}  {w.requests:>8}  {w.failures:>6}  "
+            f"{w.throughput:>12,.1f}  {w.avg_ms:>8.2f}  {w.p95_ms:>8.2f}  "
+            f"{w.p99_ms:>8.2f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,334 @@
+"""`triton-perf`: a perf_analyzer-like sweep over concurrency and batch size with Locust users.
+
+    triton-perf -m dlrm -b 4096 --concurrency-range 1:16 -f dlrm.csv --markdown dlrm.md \
+        --plot dlrm.png --latency-bound 250 --search
+
+This process (no gevent) starts the embedded server (or takes --url), drives a generator
+subprocess point by point, shows progress and writes the reports. The generator is a separate
+process so that gevent patches it before anything else is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from pytest_triton.base.config import (
+    TritonConfig,
+    add_arguments,
+    as_values,
+    from_arguments,
+    from_environ,
+    resolve,
+)
+from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.processes import die_with_parent
+from pytest_triton.base.urls import check_host, endpoints_from, parse_url
+from pytest_triton.client.triton_client import Protocol
+from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
+from pytest_triton.load.locust.user_settings import checked_shared_memory
+from pytest_triton.load.sweep.points import Point, bound_search, parse_range, parse_rate_range
+from pytest_triton.load.sweep.report import exit_status, sweep_verdict, write_reports
+
+# What the seeds call a sample of each zoo model.
+UNITS = {
+    "dlrm": "rec/s",
+    "bert": "seq/s",
+    "resnet50": "img/s",
+    "resnext101-32x4d": "img/s",
+    "se-resnext101-32x4d": "img/s",
+    "mnist": "img/s",
+    "text_recognition": "img/s",
+}
+GENERATOR = (
+    "import locust, sys; from pytest_triton.load.sweep import generator as _generator; "
+    "sys.exit(_generator.run_in_process())"
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="triton-perf",
+        description="Sweep concurrency and batch size of one model with Locust users "
+        "(perf_analyzer's concurrency mode) and report throughput and latency.",
+    )
+    p.add_argument(
+        "-m",
+        "--model",
+        required=True,
+        help="zoo model (dlrm, resnext101-32x4d, bert, mnist, text_recognition, ...) "
+        "or MODULE:CALLABLE returning a ModelSpec",
+    )
+    p.add_argument(
+        "--size", choices=("small", "full"), default="small", help="zoo model size (default small)"
+    )
+    p.add_argument(
+        "--model-name",
+        default=None,
+        help="the model's name on --url (default: the embedded server's name)",
+    )
+    p.add_argument(
+        "-b",
+        "--batch-size",
+        default="1",
+        help="batch sizes, comma list or START:END:STEP (default 1)",
+    )
+    p.add_argument(
+        "--concurrency-range",
+        default="1",
+        help="concurrencies, START:END:STEP as perf_analyzer, or a comma list",
+    )
+    p.add_argument(
+        "--request-rate-range",
+        default=None,
+        metavar="START[:END[:STEP]]",
+        help="open loop instead of concurrency: requests per second to measure, as "
+        "perf_analyzer's (floats; or a comma list); see --triton-request-rate",
+    )
+    p.add_argument(
+        "--percentile",
+        type=int,
+        choices=(50, 90, 95, 99),
+        default=99,
+        help="latency percentile for --latency-bound (default 99)",
+    )
+    p.add_argument(
+        "--latency-bound",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="report the largest concurrency within this latency and its throughput",
+    )
+    p.add_argument(
+        "--search",
+        action="store_true",
+        help="with --latency-bound: double the concurrency from the range's start "
+        "until the bound breaks, then bisect (instead of measuring every point)",
+    )
+    p.add_argument("-f", "--csv", type=Path, default=None, help="CSV (perf_analyzer columns)")
+    p.add_argument("--markdown", type=Path, default=None, help="markdown table")
+    p.add_argument("--plot", type=Path, default=None, help="PNG latency vs throughput plot")
+    p.add_argument("--json", type=Path, default=None, help="all points as JSON")
+    p.add_argument("--unit", default=None, help="throughput unit label (default per model)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_arguments(
+        p.add_argument_group(
+            "pytest-triton settings (also read from TRITON_* environment variables)"
+        ),
+        "perf",
+    )
+    return p
+
+
+def perf_config(args: argparse.Namespace) -> TritonConfig:
+    """Command line over TRITON_* variables over the table's defaults."""
+    config = resolve(from_arguments(args, "perf"), from_environ(os.environ, "perf"))
+    if config.protocol is not None and len(config.protocol) > 1:
+        raise ConfigError(
+            "triton-perf measures one protocol per run: pass --triton-protocol http or grpc"
+        )
+    return config
+
+
+class GeneratorProcess:
+    """The generator subprocess; every command gets one JSON answer."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", GENERATOR],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=die_with_parent,
+        )
+        self.ask({"op": "config", **config})
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        stdin: IO[str] | None = self.proc.stdin
+        stdout: IO[str] | None = self.proc.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(json.dumps(command) + "\n")
+        stdin.flush()
+        line = stdout.readline()
+        if not line:
+            raise TritonTestError(
+                f"the load generator exited (code {self.proc.wait()}); see its error output above"
+            )
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise TritonTestError(f"the load generator failed: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=15)
+        except (subprocess.TimeoutExpired, OSError):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _point(answer: dict[str, Any]) -> Point:
+    return Point(**{k: v for k, v in answer.items() if k in Point.__dataclass_fields__})
+
+
+def run(args: argparse.Namespace) -> int:
+    batches = parse_range(args.batch_size)
+    concurrencies = parse_range(args.concurrency_range)
+    unit = args.unit or UNITS.get(args.model, "infer/s")
+    config = perf_config(args)
+    rates = (
+        parse_rate_range(args.request_rate_range)
+        if args.request_rate_range is not None
+        else [config.request_rate]
+        if config.request_rate
+        else None
+    )
+    fmt = config.format or DEFAULT_FORMAT
+    chosen: Protocol | None = None
+    if config.protocol:
+        chosen = "grpc" if config.protocol[0] == "grpc" else "http"
+    server: EmbeddedServer | None = None
+    generator: GeneratorProcess | None = None
+    points: list[Point] = []
+    try:
+        served = model_source(args.model, args.size, fmt)
+        transport = checked_shared_memory(config, config.url)
+        if transport != "none":
+            print(
+                f"[triton-perf] tensors travel through {transport} shared memory", file=sys.stderr
+            )
+        if config.url:
+            check_host(config.url, config.allow_remote)
+            scheme, _ = parse_url(config.url)
+            protocol: Protocol = chosen or ("grpc" if scheme == "grpc" else "http")
+            endpoints = endpoints_from(config.url, config.grpc_url)
+            stats_protocol: Protocol = "http" if scheme == "http" else "grpc"
+        else:
+            server = EmbeddedServer(
+                [served],
+                fmt,
+                config=config,
+                progress=lambda m: print(f"[triton-perf] {m}", file=sys.stderr),
+            )
+            endpoints = server.start()
+            protocol = chosen or "http"
+            stats_protocol = "http"
+        name = args.model_name or served.model_name(fmt)
+        host = f"{protocol}://{endpoints.url(protocol)}"
+        generator = GeneratorProcess(
+            {
+                "host": host,
+                "model": name,
+                "source": args.model,
+                "size": args.size,
+                "format": fmt,
+                "stats_url": endpoints.url(stats_protocol),
+                "stats_protocol": stats_protocol,
+                "config": as_values(config),
+            }
+        )
+        points = _sweep(generator, args, batches, concurrencies, rates, unit)
+    finally:
+        if generator is not None:
+            generator.close()
+        if server is not None:
+            server.stop()
+    verdict = sweep_verdict(points, config)
+    write_reports(points, args, unit, name, verdict)
+    return exit_status(verdict)
+
+
+def _sweep(
+    generator: GeneratorProcess,
+    args: argparse.Namespace,
+    batches: Sequence[int],
+    concurrencies: Sequence[int],
+    rates: Sequence[float] | None,
+    unit: str,
+) -> list[Point]:
+    """Every batch size x concurrency (closed loop) or x request rate (open loop)."""
+    from tqdm import tqdm
+
+    searching = args.search and args.latency_bound is not None and rates is None
+    loads = len(rates) if rates is not None else len(concurrencies)
+    total = None if searching else len(batches) * loads
+    points: list[Point] = []
+    with tqdm(
+        total=total, unit="point", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True
+    ) as bar:
+
+        def measure(batch: int, concurrency: int, rate: float | None = None) -> Point:
+            load = f"rate {rate:g} req/s" if rate else f"concurrency {concurrency}"
+            bar.set_description(f"batch {batch} {load}")
+            point = _point(
+                generator.ask(
+                    {
+                        "op": "measure",
+                        "batch_size": batch,
+                        "concurrency": concurrency,
+                        "request_rate": rate,
+                        "percentile": args.percentile,
+                    }
+                )
+            )
+            points.append(point)
+            bar.update(1)
+            bar.set_postfix_str(
+                f"{point.throughput:,.0f} {unit}, p{args.percentile} "
+                f"{point.latency(args.percentile):.1f} ms"
+                + ("" if point.stable else ", NOT STABLE")
+            )
+            return point
+
+        for batch in batches:
+            if rates is not None:
+                for rate in rates:
+                    measure(batch, 1, rate)
+            elif searching:
+
+                def at(concurrency: int, batch: int = batch) -> Point:
+                    return measure(batch, concurrency)
+
+                for _ in bound_search(
+                    at, args.latency_bound, min(concurrencies), max(concurrencies), args.percentile
+                ):
+                    pass
+            else:
+                for concurrency in concurrencies:
+                    measure(batch, concurrency)
+    return points
+
+
+def perf_main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        parse_range(args.batch_size)
+        parse_range(args.concurrency_range)
+        if args.request_rate_range is not None:
+            parse_rate_range(args.request_rate_range)
+    except ValueError as exc:
+        _parser().error(str(exc))
+    # SIGTERM must unwind through run()'s finally: the server and the generator go with us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("[triton-perf] interrupted", file=sys.stderr)
+        return 130
+    except (TritonTestError, ValueError, OSError) as exc:
+        print(f"[triton-perf] error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(perf_main())

@@ -1,0 +1,201 @@
+"""The load generator of `triton-perf`: a Locust runner in library mode, one point per command.
+
+Runs in its own process, started by sweep.py as `python -c "import locust; ..."` so that gevent
+patches the process before anything else is imported. Commands arrive as JSON lines on stdin,
+each answered by one JSON line on stdout (a measured point, or an error).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import gevent
+import psutil
+from gevent.fileobject import FileObject
+from locust.env import Environment
+from locust.event import Events
+
+from pytest_triton.base.config import from_values, resolve
+from pytest_triton.client.stats import ModelStats, read_stats
+from pytest_triton.client.triton_client import TritonClient
+from pytest_triton.load.locust import recording
+from pytest_triton.load.locust.arrivals import rate_warning
+from pytest_triton.load.locust.embedded import model_source
+from pytest_triton.load.locust.options import attach_config
+from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
+from pytest_triton.load.users import TritonUser
+
+WINDOW_GRACE_S = 5.0
+"""Per window, on top of its length, before a point that makes no progress is given up."""
+
+
+class Generator:
+    """Keeps one runner per batch size; changes only the user count between concurrencies."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.host: str = config["host"]
+        self.model_name: str = config["model"]
+        self.config = resolve(from_values(config["config"], "triton-perf"))
+        self.served = model_source(config["source"], config["size"], config["format"])
+        self.stats_client = TritonClient(
+            config["stats_url"], config["stats_protocol"], timeout_s=30
+        )
+        self.env: Environment | None = None
+        self.batch_size = 0
+        self.request_rate: float | None = None
+        self.log = WindowLog()
+        self.process = psutil.Process()
+
+    def _runner_for(self, batch_size: int, request_rate: float | None) -> Environment:
+        if self.env is not None and (self.batch_size, self.request_rate) == (
+            batch_size,
+            request_rate,
+        ):
+            return self.env
+        self.close_runner()
+        user = type(
+            "SweepUser",
+            (TritonUser,),
+            {
+                "served": self.served,
+                "model": self.model_name,
+                "batch_size": batch_size,
+                "host": self.host,
+            },
+        )
+        env = Environment(user_classes=[user], events=Events(), host=self.host)
+        attach_config(env, self.config.with_overrides({"request_rate": request_rate}))
+        self.log = recording.attach_window_log(env)
+        env.create_local_runner()
+        self.env, self.batch_size, self.request_rate = env, batch_size, request_rate
+        return env
+
+    def close_runner(self) -> None:
+        if self.env is not None and self.env.runner is not None:
+            self.env.runner.quit()
+        self.env = None
+
+    def measure(
+        self,
+        batch_size: int,
+        concurrency: int,
+        request_rate: float | None = None,
+        percentile: int = 99,
+    ) -> dict[str, Any]:
+        """Warm up, then measure windows until the last N agree or --max-trials is reached
+        (perf_analyzer's loop); an open loop runs one user at `request_rate`."""
+        c = self.config
+        env = self._runner_for(batch_size, request_rate)
+        runner = env.runner
+        assert runner is not None
+        users = 1 if request_rate else concurrency
+        runner.start(users, spawn_rate=100)
+        deadline = time.monotonic() + 30
+        while runner.user_count != users and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+        gevent.sleep(c.load_warmup / 1e3)
+        before = read_stats(self.stats_client, self.model_name)
+        cpu0 = sum(self.process.cpu_times()[:2])
+        self.log.clear()
+        start, started = time.time(), time.monotonic()
+        criterion = Criterion(c.stability_windows, c.stability_percentage, percentile)
+        give_up = started + c.max_trials * (c.measurement_interval / 1e3 + WINDOW_GRACE_S)
+        windows: list[Window] = []
+        while time.monotonic() < give_up:
+            gevent.sleep(0.1)
+            now = self.log.windows(
+                start,
+                time.time(),
+                warmup_s=0,
+                interval_s=c.measurement_interval / 1e3,
+                mode=c.measurement_mode,  # type: ignore[arg-type]
+                request_count=c.measurement_request_count,
+            )
+            if len(now) == len(windows):
+                continue
+            windows = now[: c.max_trials]
+            if assess(windows, criterion).stable or len(windows) >= c.max_trials:
+                break
+        runner.stop()
+        elapsed = time.monotonic() - started
+        cpu = 100 * (sum(self.process.cpu_times()[:2]) - cpu0) / elapsed
+        delta: ModelStats = read_stats(self.stats_client, self.model_name) - before
+        stability = assess(windows, criterion)
+        figures = stability.measurement or (merge(windows) if windows else None)
+        if figures is None:
+            raise TimeoutError(
+                f"no measurement window completed in {elapsed:.0f}s "
+                f"(--triton-measurement-mode {c.measurement_mode})"
+            )
+        b = delta.latency_breakdown_us()
+        return {
+            "batch_size": batch_size,
+            "concurrency": users,
+            "request_rate_asked": request_rate,
+            "duration_s": figures.duration_s,
+            "requests": figures.requests,
+            "failures": figures.failures,
+            "avg_ms": figures.avg_ms,
+            "p50_ms": figures.p50_ms,
+            "p90_ms": figures.p90_ms,
+            "p95_ms": figures.p95_ms,
+            "p99_ms": figures.p99_ms,
+            "server_queue_us": b["queue"],
+            "server_compute_input_us": b["compute_input"],
+            "server_compute_infer_us": b["compute_infer"],
+            "server_compute_output_us": b["compute_output"],
+            "server_overhead_us": b["overhead"],
+            "server_request_us": b["request"],
+            "server_avg_batch": delta.avg_batch_size,
+            "generator_cpu_percent": cpu,
+            "stable": stability.stable,
+            "stability": stability.summary(),
+            "windows": [w.as_dict() for w in windows],
+            "schedule_warning": (
+                rate_warning(
+                    request_rate, figures.requests / figures.duration_s, recording.schedule_lag(env)
+                )
+                if request_rate
+                else None
+            ),
+        }
+
+
+def run_in_process() -> int:
+    stdin = FileObject(sys.stdin.fileno(), "r", close=False)  # cooperative: users keep going
+
+    def answer(obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    generator: Generator | None = None
+    try:
+        for line in stdin:
+            command = json.loads(line)
+            try:
+                if command["op"] == "config":
+                    generator = Generator(command)
+                    answer({"ok": True})
+                elif command["op"] == "measure" and generator is not None:
+                    answer(
+                        generator.measure(
+                            command["batch_size"],
+                            command["concurrency"],
+                            command.get("request_rate"),
+                            command.get("percentile", 99),
+                        )
+                    )
+                else:
+                    break
+            except Exception as exc:  # report to the orchestrator, which names the point
+                answer({"error": f"{type(exc).__name__}: {exc}"})
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if generator is not None:
+            generator.close_runner()
+    return 0

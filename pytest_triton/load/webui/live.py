@@ -1,0 +1,230 @@
+"""The run as it happens, for the web UI's Triton tab and PREFIX_triton.csv.
+
+Every couple of seconds the master (or the single local process) gathers Locust's aggregated
+client statistics, the sample counts and the server's statistics delta since the start into one
+Snapshot; the web tab serves the latest (a page view never waits on the server), the CSV is
+rewritten like Locust's own. At the end of the run the final snapshot takes the settled server
+report and the run's generator figures, so it reads like the printed verdict.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import io
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust.env import Environment
+from locust.runners import MasterRunner
+from locust.stats import StatsEntry, calculate_response_time_percentile
+
+from pytest_triton.client.stats import ModelStats
+from pytest_triton.load.locust.generator_cpu import cpu_of
+from pytest_triton.load.locust.recording import window_log
+from pytest_triton.load.locust.run import LoadRun, run_of
+from pytest_triton.load.locust.verdict import measured
+from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.server_side import generator_warnings
+from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.webui.snapshot import ModelFigures, Snapshot, chart_point, csv_rows
+
+log = logging.getLogger("pytest_triton.load")
+PERIOD_S = 2.0
+HISTORY_POINTS = 1800  # an hour of points at the default period
+WINDOW_S = 10.0  # the chart's p99 covers about this much, as Locust's current percentiles do
+ATTRIBUTE = "pytest_triton_live"
+
+
+def live_of(environment: Environment) -> LiveView | None:
+    return getattr(environment, ATTRIBUTE, None)
+
+
+def _merged(entries: list[StatsEntry]) -> tuple[dict[int, int], int, int, float]:
+    """One model's requests over its protocols: response-time histogram, requests, failures,
+    total response time."""
+    times: collections.Counter[int] = collections.Counter()
+    for e in entries:
+        times.update(e.response_times)
+    return (
+        dict(times),
+        sum(e.num_requests - e.num_none_requests for e in entries),
+        sum(e.num_failures for e in entries),
+        sum(e.total_response_time for e in entries),
+    )
+
+
+class LiveView:
+    """A greenlet that keeps the latest Snapshot of one run and the charts' history."""
+
+    def __init__(
+        self, run: LoadRun, csv_prefix: str | None = None, period_s: float = PERIOD_S
+    ) -> None:
+        self.run = run
+        self.environment = run.environment
+        self.period_s = period_s
+        self.csv_path = Path(f"{csv_prefix}_triton.csv") if csv_prefix else None
+        self.snapshot: Snapshot | None = None
+        self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY_POINTS)
+        self._recent: dict[str, collections.deque[tuple[float, dict[int, int], int]]] = {}
+        self._started = time.monotonic()
+        self._greenlet: gevent.Greenlet | None = None
+        self.final = False
+        setattr(self.environment, ATTRIBUTE, self)
+
+    def start(self) -> None:
+        self._greenlet = gevent.spawn(self._loop)
+
+    def _loop(self) -> None:
+        while True:
+            gevent.sleep(self.period_s)
+            self._safe_update(self.final)
+
+    def _safe_update(self, final: bool) -> None:
+        try:
+            self.update(final)
+        except Exception:  # a live view must never end the run, nor change its verdict
+            log.exception("pytest-triton: the live view failed to update")
+
+    def reset(self) -> None:
+        """Locust's statistics were reset: so are the windows and the chart."""
+        self._recent.clear()
+        self.history.clear()
+        self._started = time.monotonic()
+
+    def finish(self) -> None:
+        """The run stopped: from now on the snapshot takes the settled server report and the
+        run's generator figures. It keeps refreshing: a master still receives its workers'
+        last statistics after the stop."""
+        self.final = True
+        self._safe_update(final=True)
+
+    def stop(self) -> None:
+        if self._greenlet is not None and self._greenlet is not gevent.getcurrent():
+            self._greenlet.kill(block=True)
+        self._greenlet = None
+
+    def close(self) -> None:
+        """Locust quits (the run was judged): the last snapshot and CSV, every report in."""
+        self.stop()
+        self.final = True
+        self._safe_update(final=True)
+
+    def update(self, final: bool = False) -> Snapshot:
+        snapshot = self._gather(final)
+        self.snapshot = snapshot
+        if not final:
+            self.history.append(chart_point(snapshot))
+        if self.csv_path is not None:
+            write_live_csv(self.csv_path, snapshot)
+        return snapshot
+
+    # -- gathering -------------------------------------------------------------------------
+    def _server(self, final: bool) -> dict[str, ModelStats | None]:
+        run = self.run
+        if final and run.finished:
+            return {r.model: r.delta for r in run.reports}
+        return run.tracker.current() if run.tracker is not None else {}
+
+    def _gather(self, final: bool) -> Snapshot:
+        environment, run = self.environment, self.run
+        stats = environment.stats
+        requests = window_log(environment) or WindowLog()
+        by_name: dict[str, list[StatsEntry]] = {}
+        for (name, _method), entry in stats.entries.items():
+            by_name.setdefault(name, []).append(entry)
+        server = self._server(final)
+        tracked = run.tracker.models if run.tracker is not None else []
+        names = list(dict.fromkeys([*tracked, *by_name]))
+        models = [
+            self._figures(name, by_name.get(name, []), requests, server.get(name)) for name in names
+        ]
+        figures = measured(environment)
+        checks = tg.evaluate(tg.Targets.from_config(run.config), figures)
+        cpu = run.cpu_percent if final else _generator_cpu(environment)
+        cpu_warning = run.cpu_warning or bool(run.monitor and run.monitor.cpu_warning)
+        reports = [r for r in (m.report() for m in models) if r is not None]
+        warnings = generator_warnings(cpu_percent=cpu, cpu_warning=cpu_warning, reports=reports)
+        runner = environment.runner
+        return Snapshot(
+            state=str(runner.state) if runner else "missing",
+            elapsed_s=time.monotonic() - self._started,
+            duration_s=figures.duration_s,
+            models=models,
+            checks=checks,
+            warnings=warnings,
+            cpu_percent=cpu,
+            final=final,
+        )
+
+    def _figures(
+        self, name: str, entries: list[StatsEntry], requests: WindowLog, server: ModelStats | None
+    ) -> ModelFigures:
+        total = self.environment.stats.total
+        times, timed, failures, total_ms = _merged(entries)
+        count = sum(e.num_requests for e in entries)
+
+        def percentile(p: float) -> float | None:
+            return float(calculate_response_time_percentile(times, timed, p)) if timed else None
+
+        return ModelFigures(
+            model=name,
+            requests=count,
+            failures=failures,
+            samples=requests.samples(name),
+            request_rate=sum(e.current_rps for e in entries),
+            sample_rate=requests.current_rate(name, total.start_time, total.last_request_timestamp),
+            avg_ms=total_ms / timed if timed else None,
+            p50_ms=percentile(0.5),
+            p95_ms=percentile(0.95),
+            p99_ms=percentile(0.99),
+            p99_now_ms=self._p99_now(name, times, timed),
+            server=server,
+        )
+
+    def _p99_now(self, name: str, times: dict[int, int], count: int) -> float | None:
+        """p99 of the requests since about WINDOW_S ago: the difference of two cumulative
+        response-time histograms, as Locust computes its current percentiles."""
+        now = time.monotonic()
+        recent = self._recent.setdefault(name, collections.deque())
+        recent.append((now, times, count))
+        while len(recent) > 2 and recent[1][0] <= now - WINDOW_S:
+            recent.popleft()
+        _, old_times, old_count = recent[0]
+        if count <= old_count:
+            return None
+        window = {t: n - old_times.get(t, 0) for t, n in times.items() if n > old_times.get(t, 0)}
+        return float(calculate_response_time_percentile(window, count - old_count, 0.99))
+
+
+def write_live_csv(path: Path, snapshot: Snapshot) -> None:
+    text = io.StringIO()
+    csv.writer(text).writerows(csv_rows(snapshot))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.getvalue())
+
+
+def _generator_cpu(environment: Environment) -> float | None:
+    """The load generator's CPU now: this process's since the last tick, or on a master its
+    busiest worker's latest report."""
+    cpu = cpu_of(environment)
+    if cpu is None:
+        return None
+    return cpu.busiest_worker() if isinstance(environment.runner, MasterRunner) else cpu.own()
+
+
+def start(environment: Environment) -> LiveView | None:
+    """A new live view for the run that just started (master or local process only)."""
+    run = run_of(environment)
+    if run is None or not run.started:
+        return None
+    previous = live_of(environment)
+    if previous is not None:
+        previous.stop()  # its last snapshot and CSV were written when its run stopped
+    options = environment.parsed_options
+    view = LiveView(run, getattr(options, "csv_prefix", None))
+    view.start()
+    return view

@@ -1,0 +1,190 @@
+"""Fixture factories, so users make their own repository/server/client/model sets in conftest.
+
+    my_repo = factories.repository([spec_a, spec_b])
+    my_server = factories.server(repository="my_repo", launcher="local")
+    my_client = factories.client(server="my_server")
+    my_model = factories.model(server="my_server")
+
+Each fixture names the fixture it builds on and asks pytest for it when it runs
+(`request.getfixturevalue`). The role each factory gives its fixture lets the plugin's
+pytest_generate_tests parametrize client fixtures over protocols and model fixtures over the
+variants the server will serve (ids like `mnist-onnx-hosted-grpc`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from pytest_triton.base.config import TritonConfig, check_names, parse_shared_memory
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
+from pytest_triton.plugin import gate_report as reporting
+from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.session.deployment import Deployment, ServedModel
+from pytest_triton.session.lifecycle import start_deployment
+
+ROLE = "_pytest_triton_role"
+SpecSource = Sequence[ModelSpec] | Callable[[TritonConfig], Sequence[ModelSpec]]
+DEPLOYMENTS = pytest.StashKey[list[Deployment]]()
+
+
+@dataclass(frozen=True)
+class RepositoryRole:
+    specs: SpecSource
+    formats: tuple[str, ...] | None
+
+    def resolve_specs(self, config: TritonConfig) -> list[ModelSpec]:
+        return list(self.specs(config) if callable(self.specs) else self.specs)
+
+
+@dataclass(frozen=True)
+class ServerRole:
+    repository: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClientRole:
+    server: str
+    protocols: tuple[str, ...] | None
+    shared_memory: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ModelRole:
+    server: str
+
+
+Role = RepositoryRole | ServerRole | ClientRole | ModelRole
+
+
+def _fixture(func: Callable[..., Any], role: Role, scope: str) -> Any:
+    fixture = pytest.fixture(scope=scope)(func)  # type: ignore[call-overload]
+    setattr(fixture, ROLE, role)
+    return fixture
+
+
+def role_of(value: Any) -> Role | None:
+    return getattr(value, ROLE, None)
+
+
+def repository(
+    specs: SpecSource, *, formats: Sequence[str] | None = None, scope: str = "session"
+) -> Any:
+    """A model repository of these specs (ModelSpecs, or a callable config -> ModelSpecs).
+
+    It is written to --triton-repository-dir if given (and kept), else to a temporary
+    directory removed at teardown. `formats` overrides --triton-formats for these specs.
+    """
+    role = RepositoryRole(specs, tuple(formats) if formats else None)
+
+    def fixture(
+        request: pytest.FixtureRequest, triton_config: TritonConfig
+    ) -> Iterator[Repository]:
+        repo = Repository.create(
+            role.resolve_specs(triton_config),
+            triton_config.repository_dir,
+            formats=role.formats or triton_config.formats,
+            progress=_progress_writer(request.config),
+            precisions=triton_config.precisions,
+            warmup=triton_config.warmup,
+        )
+        try:
+            yield repo
+        finally:
+            repo.remove()
+
+    return _fixture(fixture, role, scope)
+
+
+def server(
+    *, repository: str = "triton_repository", scope: str = "session", **overrides: Any
+) -> Any:
+    """A started server serving the named repository fixture; stopped at teardown.
+
+    Keyword arguments override any --triton-* setting for this server (e.g. launcher="local",
+    executable=..., server_args=("--log-info=true",)).
+    """
+    check_names(overrides)
+    role = ServerRole(repository, dict(overrides))
+
+    def fixture(
+        request: pytest.FixtureRequest, triton_config: TritonConfig
+    ) -> Iterator[Deployment]:
+        repo: Repository = request.getfixturevalue(role.repository)
+        deployment = start_deployment(triton_config.with_overrides(role.overrides), repo)
+        request.config.stash.setdefault(DEPLOYMENTS, []).append(deployment)
+        deployment.listeners.append(functools.partial(reporting.record_result, request.config))
+        reporting.record_server(request.config, deployment)
+        try:
+            yield deployment
+        finally:
+            deployment.close()
+
+    return _fixture(fixture, role, scope)
+
+
+def client(
+    *,
+    server: str = "triton_server",
+    protocols: Sequence[str] | None = None,
+    shared_memory: Sequence[str] | None = None,
+    scope: str = "function",
+) -> Any:
+    """A TritonClient of the named server, parametrized over --triton-protocol (or
+    `protocols`) times --triton-shared-memory (or `shared_memory`: none, system, cuda)."""
+    if shared_memory is not None:
+        shared_memory = parse_shared_memory(",".join(shared_memory))
+    role = ClientRole(
+        server,
+        tuple(protocols) if protocols else None,
+        tuple(shared_memory) if shared_memory else None,
+    )
+
+    def fixture(request: pytest.FixtureRequest) -> TritonClient:
+        deployment: Deployment = request.getfixturevalue(role.server)
+        param: Any = getattr(request, "param", None) or ("http", "none")
+        if isinstance(param, str):  # a bare protocol, from a user's own parametrize
+            param = (param, "none")
+        protocol: Protocol
+        transport: Transport
+        protocol, transport = param
+        return deployment.client(protocol, transport)
+
+    return _fixture(fixture, role, scope)
+
+
+def model(*, server: str = "triton_server", scope: str = "function") -> Any:
+    """A ServedModel, parametrized over every variant the named server serves."""
+    role = ModelRole(server)
+
+    def fixture(request: pytest.FixtureRequest) -> ServedModel:
+        key = getattr(request, "param", None)
+        if key is None:
+            raise ConfigError(
+                f"fixture {request.fixturename!r} was not parametrized: request "
+                "it from a test function so pytest-triton can list the variants"
+            )
+        deployment: Deployment = request.getfixturevalue(role.server)
+        return deployment.model(key)
+
+    return _fixture(fixture, role, scope)
+
+
+def _progress_writer(pytestconfig: pytest.Config) -> Callable[[str], None]:
+    """Export progress straight to the terminal (not captured): exports can take minutes."""
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+
+    def write(message: str) -> None:
+        # One line per finished export ("exported x in 3.1s"); -v also shows each start.
+        verbose = pytestconfig.getoption("verbose") > 0
+        if reporter is not None and (verbose or not message.startswith("exporting ")):
+            reporter.write_line(f"[pytest-triton] {message}")
+
+    return write

@@ -1,0 +1,312 @@
+"""pytest entry point: options, markers, default fixtures, parametrization, failure reports.
+
+Never imports locust (it monkey-patches the whole process with gevent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import types
+from collections.abc import Generator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_triton.base.config import Setting, Source, TritonConfig, resolve, settings_for
+from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.importing import load_object
+from pytest_triton.client.wire.shm import ID_SUFFIX, cuda_problem
+from pytest_triton.plugin import factories
+from pytest_triton.plugin import gate_report as reporting
+from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.repository.variants import plan_variants
+from pytest_triton.server.launcher import LIVE_SERVERS
+from pytest_triton.session.lifecycle import launcher_for, server_target
+
+CONFIG = pytest.StashKey[TritonConfig]()
+MARKERS = {
+    "triton": "uses a Triton server started by pytest-triton",
+    "gpu": "needs --triton-gpu (an NVIDIA GPU; docs/gpu.md)",
+    "container": "needs a Docker engine and the offline CPU image (images/build-cpu-image)",
+    "load": "a load test: runs Locust in a subprocess for tens of seconds",
+    "slow": "full-size models; minutes on a CPU",
+}
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+UNSET: Any = _Unset()  # an ini key nobody set (pytest's own default would be "")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("triton", "pytest-triton: serve PyTorch models on Triton")
+    for setting in settings_for("pytest"):
+        text = setting.describe()
+        if setting.flag:
+            group.addoption(
+                setting.cli,
+                dest=setting.dest,
+                action="store_const",
+                const="true",
+                default=None,
+                help=text,
+            )
+        else:
+            group.addoption(
+                setting.cli,
+                dest=setting.dest,
+                default=None,
+                help=text,
+                metavar=setting.metavar,
+                choices=setting.choices,
+            )
+        parser.addini(setting.ini, text, type="string", default=UNSET)
+
+
+def sources(pytestconfig: pytest.Config) -> list[Source]:
+    """The command line, then the ini file."""
+
+    def cli(setting: Setting) -> tuple[Any, str] | None:
+        if "pytest" not in setting.fronts:
+            return None
+        value = pytestconfig.getoption(setting.dest, default=None)
+        return None if value is None else (value, f"command line {setting.cli}")
+
+    def ini(setting: Setting) -> tuple[Any, str] | None:
+        if "pytest" not in setting.fronts:
+            return None
+        value = pytestconfig.getini(setting.ini)
+        return None if value is UNSET else (value, f"ini {setting.ini}")
+
+    return [cli, ini]
+
+
+@pytest.hookimpl(tryfirst=True)  # before junitxml reads --junitxml (the report points it)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    try:
+        triton = config.stash[CONFIG] = resolve(*sources(config))
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-triton: {exc}") from None
+    if triton.report and hasattr(config.option, "xmlpath") and not config.option.xmlpath:
+        config.option.xmlpath = reporting.junit_path(triton)  # unless -p no:junitxml
+    config.pluginmanager.register(reporting.GateReporter(config, triton), "pytest-triton-gate")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With --triton-gpu, choose the launcher and check what it needs now: a GPU run that
+    cannot happen stops the session at once, naming what is missing."""
+    triton = session.config.stash[CONFIG]
+    if triton.gpu:
+        try:
+            launcher_for(triton)
+        except ConfigError as exc:
+            raise pytest.UsageError(f"pytest-triton --triton-gpu: {exc}") from None
+    if "cuda" in triton.shared_memory:
+        problem = cuda_problem()  # what the server offers is checked when a client is made
+        if problem is not None:
+            raise pytest.UsageError(f"pytest-triton --triton-shared-memory cuda: {problem}")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    triton = config.stash.get(CONFIG, None)
+    if triton is None:
+        return []
+    launcher = triton.launcher
+    if triton.gpu:
+        with contextlib.suppress(ConfigError):  # sessionstart reports it
+            launcher = launcher_for(triton).name
+    gpu = f", gpu {triton.gpus}, {triton.numerics} numerics" if triton.gpu else ""
+    shm = (
+        f", shared memory={','.join(triton.shared_memory)}"
+        if triton.shared_memory != ("none",)
+        else ""
+    )
+    return [
+        f"triton: launcher={launcher}, protocols={','.join(triton.protocols)}, "
+        f"formats={','.join(triton.formats)}{gpu}{shm}"
+    ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.stash[CONFIG].gpu:
+        return
+    skip = pytest.mark.skip(
+        reason="GPU test: run with --triton-gpu on a machine with an NVIDIA GPU (docs/gpu.md)"
+    )
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
+
+
+# -- parametrization ---------------------------------------------------------------------
+def _namespaces(metafunc: pytest.Metafunc) -> list[Any]:
+    """Where fixtures visible to this test are defined, farthest first: plugins, conftest
+    modules from the root down to the test's directory, the test module, its class."""
+    path = Path(metafunc.definition.path)
+    plugins, conftests = [], []
+    for plugin in metafunc.config.pluginmanager.get_plugins():
+        file = getattr(plugin, "__file__", None)
+        if not isinstance(plugin, types.ModuleType) or file is None:
+            continue
+        if Path(file).name != "conftest.py":
+            plugins.append(plugin)
+        elif Path(file).parent in path.parents:
+            conftests.append(plugin)
+    conftests.sort(key=lambda module: len(Path(str(module.__file__)).parts))
+    return [*plugins, *conftests, metafunc.module, *([metafunc.cls] if metafunc.cls else [])]
+
+
+_NAMESPACE_ROLES: dict[int, tuple[Any, dict[str, factories.Role | None]]] = {}
+
+
+def _namespace_roles(namespace: Any) -> dict[str, factories.Role | None]:
+    """Role (or None for any other callable) of every name a namespace defines; modules are
+    read once."""
+    cached = _NAMESPACE_ROLES.get(id(namespace))
+    if cached is not None and cached[0] is namespace:
+        return cached[1]
+    found = {
+        name: factories.role_of(value) for name, value in vars(namespace).items() if callable(value)
+    }
+    if isinstance(namespace, types.ModuleType):
+        _NAMESPACE_ROLES[id(namespace)] = (namespace, found)
+    return found
+
+
+def _roles(metafunc: pytest.Metafunc) -> dict[str, factories.Role]:
+    """pytest-triton fixtures by name as this test sees them: a nearer definition of a name
+    overrides a farther one, as pytest's own fixture lookup does."""
+    roles: dict[str, factories.Role] = {}
+    for namespace in _namespaces(metafunc):
+        for name, role in _namespace_roles(namespace).items():
+            if role is not None:
+                roles[name] = role
+            else:
+                roles.pop(name, None)
+    return roles
+
+
+def _server_config(
+    roles: dict[str, factories.Role], base: TritonConfig, server: str
+) -> tuple[TritonConfig, factories.ServerRole]:
+    role = roles.get(server)
+    if not isinstance(role, factories.ServerRole):
+        raise ConfigError(
+            f"fixture {server!r} is not a pytest-triton server fixture "
+            "(make it with factories.server())"
+        )
+    return base.with_overrides(role.overrides), role
+
+
+def variant_params(roles: dict[str, factories.Role], base: TritonConfig, server: str) -> list[Any]:
+    """One pytest.param per variant; those the server cannot serve are skipped with why."""
+    config, server_role = _server_config(roles, base, server)
+    repo_role = roles.get(server_role.repository)
+    if not isinstance(repo_role, factories.RepositoryRole):
+        raise ConfigError(
+            f"fixture {server_role.repository!r} is not a pytest-triton "
+            "repository fixture (make it with factories.repository())"
+        )
+    specs = repo_role.resolve_specs(config)
+    if not specs:
+        raise ConfigError(
+            f"no models in repository fixture {server_role.repository!r}: define it in "
+            "conftest.py with factories.repository([ModelSpec(...)]) or set --triton-specs "
+            "MODULE:CALLABLE"
+        )
+    plan = plan_variants(
+        specs,
+        repo_role.formats or config.formats,
+        server_target(config),
+        precisions=config.precisions,
+    )
+    return [pytest.param(v.id, id=v.id) for v in plan.variants] + [
+        pytest.param(u.id, id=u.id, marks=pytest.mark.skip(reason=u.reason))
+        for u in plan.unavailable
+    ]
+
+
+def client_params(
+    roles: dict[str, factories.Role], base: TritonConfig, role: factories.ClientRole
+) -> list[Any]:
+    """(protocol, transport) pairs: ids `http`, `grpc` without shared memory (as ever),
+    `http-shm`, `grpc-cuda-shm` with it."""
+    server_config = _server_config(roles, base, role.server)[0]
+    protocols: Sequence[str] = role.protocols or server_config.protocols
+    transports: Sequence[str] = role.shared_memory or server_config.shared_memory
+    return [pytest.param((p, t), id=p + ID_SUFFIX[t]) for t in transports for p in protocols]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    roles = _roles(metafunc)
+    base = metafunc.config.stash[CONFIG]
+    for name in metafunc.fixturenames:
+        role = roles.get(name)
+        try:
+            if isinstance(role, factories.ClientRole):
+                metafunc.parametrize(name, client_params(roles, base, role), indirect=True)
+            elif isinstance(role, factories.ModelRole):
+                metafunc.parametrize(name, variant_params(roles, base, role.server), indirect=True)
+        except TritonTestError as exc:
+            pytest.fail(f"pytest-triton: {exc}", pytrace=False)
+
+
+# -- default fixtures ----------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def triton_config(pytestconfig: pytest.Config) -> TritonConfig:
+    """The resolved pytest-triton settings of this session."""
+    return pytestconfig.stash[CONFIG]
+
+
+@functools.cache
+def _specs_target(reference: str) -> Any:
+    return load_object(reference, default_attr="specs")
+
+
+def specs_from_config(config: TritonConfig) -> list[ModelSpec]:
+    """Specs named by --triton-specs MODULE:CALLABLE (none by default)."""
+    if not config.specs:
+        return []
+    try:
+        target = _specs_target(config.specs)
+    except ConfigError as exc:
+        raise ConfigError(f"--triton-specs: {exc}") from None
+    return list(target() if callable(target) else target)
+
+
+triton_repository = factories.repository(specs_from_config)
+triton_server = factories.server()
+triton_client = factories.client()
+triton_model = factories.model()
+
+
+# -- reporting -----------------------------------------------------------------------------
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    for deployment in item.config.stash.get(factories.DEPLOYMENTS, []):
+        if any(deployment.owns(value) for value in getattr(item, "funcargs", {}).values()):
+            server = deployment.server
+            report.sections.append(
+                (
+                    f"tritonserver log ({server.launcher}, {server.endpoints.http})",
+                    server.log_tail(80),
+                )
+            )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Last line of defence: stop any server a fixture's teardown did not reach."""
+    LIVE_SERVERS.stop_all()

@@ -1,0 +1,59 @@
+"""Picks the launcher the resolved configuration asks for; with --triton-gpu, the one that can
+run a GPU server here (launchers.gpu), after checking that it has what it needs."""
+
+from __future__ import annotations
+
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.server.docker_engine import docker_sdk
+from pytest_triton.server.external import ExternalLauncher
+from pytest_triton.server.launcher import Launcher
+from pytest_triton.server.local import LocalLauncher
+
+
+def launcher_name(config: TritonConfig) -> str:
+    """The launcher that will run: config.launcher, or for auto with --triton-gpu the one this
+    machine can run a GPU server with (checked as it is chosen)."""
+    if not config.gpu:
+        return config.launcher
+    from pytest_triton.server import gpu
+
+    if config.launcher == "auto":
+        visible = gpu.visible_gpus()
+        name = gpu.choose_launcher(
+            visible, None if visible.count == 0 else gpu.docker_gpu_problem()
+        )
+        gpu.preflight(config, name, visible)
+        return name
+    gpu.preflight(config, config.launcher)
+    return config.launcher
+
+
+def make_launcher(config: TritonConfig) -> Launcher:
+    name = launcher_name(config)
+    if name == "local":
+        launcher = LocalLauncher(
+            config.executable, gpus=config.gpus if config.gpu else None, numerics=config.numerics
+        )
+        launcher.check_environment()  # the stub's numpy: at collection, before any load
+        return launcher
+    if name == "external":
+        assert config.url is not None  # checked when the config was resolved
+        return ExternalLauncher(
+            config.url,
+            config.grpc_url,
+            config.backends or ("python",),
+            gpu=config.gpu,
+            numerics=config.numerics,
+        )
+    if name == "container":
+        docker_sdk()  # names a missing SDK (or a `docker/` folder) before testcontainers fails
+        try:  # docker and testcontainers are imported only when a container is asked for
+            from pytest_triton.server.container import ContainerLauncher
+        except ImportError as exc:
+            raise ConfigError(
+                f"the container launcher needs the Docker SDK and testcontainers "
+                f"({exc}): pip install 'pytest-triton[container]'"
+            ) from None
+        return ContainerLauncher.from_config(config)
+    raise ConfigError(f"unknown launcher {name!r}")

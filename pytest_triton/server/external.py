@@ -1,0 +1,69 @@
+"""External launcher: a tritonserver someone else runs (--triton-url), e.g. a staging server.
+
+Nothing is started or stopped. Models are uploaded through Triton's load API (config and
+files in the request), which needs the server in --model-control-mode=explicit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pytest_triton.base.server_offer import ServerTarget
+from pytest_triton.base.urls import Endpoints, endpoints_from
+from pytest_triton.server.launcher import RunningServer, ServerArgs, wait_until_ready
+
+
+class ExternalServer(RunningServer):
+    launcher = "external"
+
+    def __init__(self, endpoints: Endpoints, backends: Iterable[str]) -> None:
+        self.endpoints = endpoints
+        self.backends = frozenset(backends)
+        self.repository_path = None
+
+    def log_text(self) -> str:
+        return f"(external server at {self.endpoints.http}: its log is not available here)"
+
+    def exit_code(self) -> int | None:
+        return None
+
+    def stop(self) -> None:
+        """Not ours to stop."""
+
+
+class ExternalLauncher:
+    name = "external"
+
+    def __init__(
+        self,
+        url: str,
+        grpc_url: str | None = None,
+        backends: Iterable[str] = ("python",),
+        *,
+        gpu: bool = False,
+        numerics: str = "strict",
+    ) -> None:
+        self.endpoints = endpoints_from(url, grpc_url)
+        self._backends = frozenset(backends)
+        self.gpu = gpu
+        self.numerics = numerics  # its environment is not ours: strict needs the server's
+        # owner to set NVIDIA_TF32_OVERRIDE=0 there (docs/gpu.md)
+
+    def target(self) -> ServerTarget:
+        # Without --triton-gpu its device is unknown here: KIND_AUTO lets Triton place
+        # instances on a GPU if any. Its python environment cannot be inspected from here: a
+        # hosted model that cannot reach the GPU fails to load and says why.
+        return ServerTarget(
+            backends=self._backends,
+            instance_kind="KIND_GPU" if self.gpu else "KIND_AUTO",
+            tensorrt_problem=None
+            if "tensorrt" in self._backends
+            else "the external server was not declared with the tensorrt backend "
+            "(--triton-backends)",
+            numerics=self.numerics,
+        )
+
+    def start(self, args: ServerArgs) -> ExternalServer:
+        server = ExternalServer(self.endpoints, self._backends)
+        wait_until_ready(server, args.startup_timeout_s)
+        return server

@@ -1,0 +1,308 @@
+"""What every launcher shares: server arguments, readiness, log tails, the running-server API."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import re
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pytest_triton.base import watched_servers as health
+from pytest_triton.base.errors import ModelLoadError, ServerError
+from pytest_triton.base.server_offer import ServerTarget
+from pytest_triton.base.urls import Endpoints
+
+ModelControl = Literal["none", "explicit", "poll"]
+LOG_TAIL_LINES = 60
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """tritonserver's command line, independent of where the server runs."""
+
+    model_repository: Path
+    model_control_mode: ModelControl = "explicit"
+    load_models: tuple[str, ...] = ()
+    log_verbose: int = 0
+    exit_timeout_s: int = 10
+    startup_timeout_s: float = 120.0
+    extra_args: tuple[str, ...] = ()
+
+    def command(
+        self,
+        executable: str,
+        *,
+        repository: str,
+        http_port: int,
+        grpc_port: int,
+        metrics_port: int,
+        address: str = "127.0.0.1",
+        backend_directory: str | None = None,
+    ) -> list[str]:
+        cmd = [
+            executable,
+            f"--model-repository={repository}",
+            f"--model-control-mode={self.model_control_mode}",
+            f"--http-address={address}",
+            f"--http-port={http_port}",
+            f"--grpc-address={address}",
+            f"--grpc-port={grpc_port}",
+            f"--metrics-address={address}",
+            f"--metrics-port={metrics_port}",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--log-verbose={self.log_verbose}",
+            "--strict-readiness=true",
+        ]
+        if backend_directory:
+            cmd.append(f"--backend-directory={backend_directory}")
+        cmd += [f"--load-model={m}" for m in self.load_models]
+        cmd += list(self.extra_args)
+        return cmd
+
+
+def exit_description(launcher: str, code: int) -> str:
+    """'tritonserver (local) exited with code -9 (killed by SIGKILL)'."""
+    text = f"tritonserver ({launcher}) exited with code {code}"
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    if number:
+        with contextlib.suppress(ValueError):
+            text += f" (killed by {signal.Signals(number).name})"
+    return text
+
+
+class RunningServer(ABC):
+    """A tritonserver this session can reach; stop() is idempotent and always safe.
+
+    Servers this process started are watched: when one exits without being asked to, what is
+    left of it is killed and `death` is set, so that every later request fails at once with
+    that ServerError instead of waiting for a network timeout.
+    """
+
+    launcher: str = "?"
+    endpoints: Endpoints
+    backends: frozenset[str] = frozenset({"python"})
+    gpu: bool = False
+    model_control_mode: ModelControl = "explicit"
+    repository_path: Path | None = None  # where the server reads models; None for external
+    # Whether the server maps this machine's /dev/shm and its CUDA memory (shared memory
+    # transports); None when that cannot be known here (an external server).
+    host_memory: bool | None = None
+    cuda_memory: bool | None = None
+    death: ServerError | None = None
+    stopping: bool = False
+
+    @abstractmethod
+    def log_text(self) -> str: ...
+
+    @abstractmethod
+    def exit_code(self) -> int | None:
+        """None while running (or unknown, for an external server)."""
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return log_excerpt(self.log_text(), lines)
+
+    def raise_if_dead(self) -> None:
+        """Free to call before every request: reads what the watcher found. Each call raises
+        a new error (one instance raised again and again would pile up tracebacks)."""
+        if self.death is not None:
+            raise ServerError(self.death.headline, self.death.log_tail)
+
+    def check_alive(self, wait_s: float = 0.0) -> None:
+        """Ask the launcher whether the server exited, waiting up to `wait_s` for a dying one
+        (after a connection error the process may not have been reaped yet)."""
+        self.raise_if_dead()
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self.stopping:
+                raise ServerError(
+                    f"tritonserver ({self.launcher}) at {self.endpoints.http} was stopped by "
+                    "pytest-triton (its fixture ended, or stop()/close() was called) before "
+                    "this request was answered"
+                )
+            code = self.exit_code()
+            if code is not None:
+                self.record_death(code)
+                self.raise_if_dead()
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
+
+    def record_death(self, code: int) -> ServerError:
+        if self.death is None:
+            self.death = ServerError(exit_description(self.launcher, code), self.log_tail())
+        return self.death
+
+    # -- the watcher -------------------------------------------------------------------------
+    def start_watcher(self) -> None:
+        """Watch the server from now on; clients made for its addresses will ask it."""
+        health.remember((self.endpoints.http, self.endpoints.grpc), self)
+        threading.Thread(
+            target=self._watch, name=f"tritonserver-{self.launcher}-watcher", daemon=True
+        ).start()
+
+    def _watch(self) -> None:
+        code = self.wait_for_exit()
+        if code is None or self.stopping:
+            return
+        self.died(code)
+
+    def wait_for_exit(self) -> int | None:
+        """Block until the server exits (its code), or None when that cannot be watched."""
+        return None
+
+    def died(self, code: int) -> None:
+        """The server exited on its own: take down what is left of it, remember why."""
+        self.record_death(code)
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LiveServers:
+    """Servers this process started and has not finished stopping; whatever is left is
+    stopped at interpreter exit, so no failure path (an interrupted stop included) leaves a
+    server or container behind."""
+
+    def __init__(self) -> None:
+        self._servers: set[RunningServer] = set()
+        self._lock = threading.Lock()
+        atexit.register(self.stop_all)
+
+    def add(self, server: RunningServer) -> None:
+        with self._lock:
+            self._servers.add(server)
+
+    def discard(self, server: RunningServer) -> None:
+        """Called once a stop has completed."""
+        with self._lock:
+            self._servers.discard(server)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            servers = list(self._servers)
+        for server in servers:
+            server.stop()
+
+
+LIVE_SERVERS = LiveServers()
+
+
+class Launcher(Protocol):
+    """Starts a server for the given arguments and returns it ready, or raises ServerError."""
+
+    name: str
+
+    def start(self, args: ServerArgs) -> RunningServer: ...
+
+    def target(self) -> ServerTarget:
+        """What the server it starts will offer (decides native vs hosted, CPU vs GPU); known
+        before the server starts, so test ids can be listed at collection."""
+        ...
+
+
+def free_ports(count: int = 3, host: str = "127.0.0.1") -> list[int]:
+    """Ephemeral ports the kernel just handed out; a race remains: callers retry on EADDRINUSE."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+_FAILED_LOAD = re.compile(r"failed to load '([^']+)' version \d+: (.*?)(?:\"\s*$|$)", re.M)
+_PORT_IN_USE = re.compile(r"already in use|failed to start (HTTP|GRPC|Metrics) service", re.I)
+
+
+_ERROR_LINE = re.compile(r"^E\d{4} ")
+
+
+def log_excerpt(log: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a server log, with its error lines kept even when they scrolled off,
+    and tritonserver's usage text (printed after a bad flag) cut."""
+    all_lines = log.splitlines()
+    for i, line in enumerate(all_lines):
+        if line.startswith("Usage: tritonserver"):
+            all_lines = [*all_lines[:i], "(tritonserver usage text omitted)"]
+            break
+    tail = all_lines[-lines:]
+    earlier_errors = [ln for ln in all_lines[:-lines] if _ERROR_LINE.match(ln)][-10:]
+    if earlier_errors:
+        tail = [*earlier_errors, "...", *tail]
+    return "\n".join(tail)
+
+
+def load_failures(log: str) -> list[tuple[str, str]]:
+    """(model, first line of Triton's reason) for every model the log says failed to load."""
+    found = []
+    for model, reason in _FAILED_LOAD.findall(log):
+        first = reason.encode().decode("unicode_escape", errors="replace").strip().splitlines()
+        found.append((model, first[0] if first else reason))
+    return found
+
+
+def port_conflict(log: str) -> bool:
+    return bool(_PORT_IN_USE.search(log))
+
+
+def http_status(url: str, timeout: float = 1.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def wait_until_ready(
+    server: RunningServer, timeout_s: float, expect_models: Sequence[str] = ()
+) -> None:
+    """Poll /v2/health/ready; a dead server or a failed model load raises at once with the log."""
+    deadline = time.monotonic() + timeout_s
+    ready_url = f"http://{server.endpoints.http}/v2/health/ready"
+    while True:
+        code = server.exit_code()
+        if code is not None:
+            log = server.log_text()
+            failures = load_failures(log)
+            tail = server.log_tail()
+            if failures:
+                model, reason = failures[0]
+                raise ModelLoadError(model, reason, tail)
+            raise ServerError(
+                f"{exit_description(server.launcher, code)} before it was ready", tail
+            )
+        if http_status(ready_url) == 200:
+            return
+        if time.monotonic() > deadline:
+            failures = load_failures(server.log_text())
+            server_tail = server.log_tail()
+            if failures:
+                raise ModelLoadError(failures[0][0], failures[0][1], server_tail)
+            raise ServerError(
+                f"tritonserver ({server.launcher}) not ready after {timeout_s:.0f}s at "
+                f"{ready_url}; raise --triton-startup-timeout if the models are large",
+                server_tail,
+            )
+        time.sleep(0.1)

@@ -1,0 +1,338 @@
+"""A running server plus the repository it serves: loads variants on demand, hands out clients.
+
+ServedModel is what a test holds: one variant on one server, with the native reference and
+the parity checks at hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytest_triton.base.errors import InferenceError, ModelLoadError
+from pytest_triton.client.stats import ModelStats, StatsWindow
+from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
+from pytest_triton.parity.compare import ParityReport, Tolerance, compare_outputs
+from pytest_triton.parity.results import Check, ParityResult, transport_of
+from pytest_triton.repository import pbtxt
+from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.variants import Variant
+from pytest_triton.server.launcher import RunningServer, load_failures
+
+ResultListener = Callable[[ParityResult], None]
+
+
+class Deployment:
+    """One server session: the running server, its repository, and a client per protocol."""
+
+    def __init__(
+        self,
+        server: RunningServer,
+        repository: Repository,
+        *,
+        timeout_s: float = 120.0,
+        output_shared_memory_size: int = 100 * 1024,
+    ) -> None:
+        self.server = server
+        self.repository = repository
+        self.timeout_s = timeout_s
+        self.output_shared_memory_size = output_shared_memory_size
+        self._clients: dict[tuple[str, str], TritonClient] = {}
+        self._loaded: set[str] = set()
+        self._lock = threading.RLock()
+        self.listeners: list[ResultListener] = []  # told of every parity check's result
+
+    def record(self, result: ParityResult) -> None:
+        for listener in list(self.listeners):
+            listener(result)
+
+    def describe(self) -> dict[str, Any]:
+        """The server as a report names it: launcher, endpoints, Triton's version (from the
+        server metadata), backends and device."""
+        server = self.server
+        info: dict[str, Any] = {
+            "launcher": server.launcher,
+            "http": server.endpoints.http,
+            "grpc": server.endpoints.grpc,
+            "backends": sorted(server.backends),
+            "device": "GPU" if server.gpu else "CPU",
+            "image": getattr(getattr(server, "settings", None), "image", None),
+            "model_control": server.model_control_mode,
+        }
+        try:
+            metadata = self.client("http").server_metadata()
+            info["tritonserver_version"] = metadata.get("version")
+            info["extensions"] = list(metadata.get("extensions", []))
+        except Exception as exc:  # a dead server must not hide the rest of the report
+            info["tritonserver_version"] = None
+            info["metadata_error"] = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        return info
+
+    def client(self, protocol: Protocol, shared_memory: Transport = "none") -> TritonClient:
+        """The deployment's client for a protocol and transport (made once; a transport the
+        server cannot use raises ConfigError saying why)."""
+        key = (protocol, shared_memory)
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = TritonClient(
+                    self.server.endpoints.url(protocol),
+                    protocol,
+                    timeout_s=self.timeout_s,
+                    server=self.server,
+                    shared_memory=shared_memory,
+                    output_shared_memory_size=self.output_shared_memory_size,
+                )
+            return self._clients[key]
+
+    @property
+    def serves_repository_directly(self) -> bool:
+        """Local and container servers read our directory; external ones get uploads."""
+        return self.server.repository_path is not None
+
+    def load(self, variant: Variant) -> None:
+        """Export (if needed) and load a variant once; a failure names the model and reason."""
+        with self._lock:
+            if variant.model_name in self._loaded:
+                return
+            self.server.check_alive()  # a dead server says so before a minute of export
+            self.repository.ensure(variant)
+            self.server.check_alive()
+            client = self.client("http")
+            try:
+                if self.server.model_control_mode == "explicit":
+                    if self.serves_repository_directly:
+                        client.load_model(variant.model_name)
+                    else:
+                        config = pbtxt.to_json(self.repository.config(variant))
+                        client.load_model(
+                            variant.model_name, config=config, files=self.repository.files(variant)
+                        )
+                elif not client.is_model_ready(variant.model_name):
+                    raise InferenceError(variant.model_name, "http", "model is not ready")
+            except InferenceError as exc:
+                self.server.check_alive()
+                reason = exc.server_message
+                for model, logged in load_failures(self.server.log_text()):
+                    if model == variant.model_name:
+                        reason = logged
+                if not self.serves_repository_directly and "explicit" not in reason:
+                    reason += (
+                        " (an external server must run with --model-control-mode="
+                        "explicit for pytest-triton to upload models)"
+                    )
+                raise ModelLoadError(variant.model_name, reason, self.server.log_tail()) from None
+            self._loaded.add(variant.model_name)
+
+    def unload(self, variant: Variant) -> None:
+        with self._lock:
+            self.client("http").unload_model(variant.model_name)
+            self._loaded.discard(variant.model_name)
+
+    def owns(self, value: object) -> bool:
+        """Whether a fixture value belongs to this deployment (for failure reports)."""
+        return (
+            value is self
+            or getattr(value, "deployment", None) is self
+            or any(value is c for c in self._clients.values())
+        )
+
+    def model(self, key: str | Variant) -> ServedModel:
+        """The served variant by test id (mnist-onnx-hosted) or Triton model name
+        (mnist_onnx), loaded on first use."""
+        variant = key if isinstance(key, Variant) else self.repository.variant(key)
+        self.load(variant)
+        return ServedModel(variant, self)
+
+    def close_clients(self) -> None:
+        """Close every client handed out (their shared memory goes with them); later calls of
+        client() make new ones."""
+        with self._lock:
+            for client in self._clients.values():
+                # closing a client of a dead server must not mask teardown
+                with contextlib.suppress(Exception):
+                    client.close()
+            self._clients.clear()
+
+    def close(self) -> None:
+        self.close_clients()
+        self.server.stop()
+
+
+@dataclass
+class ServedModel:
+    """One served variant; `name` is its Triton model name, `id` its test id."""
+
+    variant: Variant
+    deployment: Deployment
+
+    @property
+    def name(self) -> str:
+        return self.variant.model_name
+
+    @property
+    def id(self) -> str:
+        return self.variant.id
+
+    def __repr__(self) -> str:
+        return f"ServedModel({self.id} as {self.name!r})"
+
+    def inputs(self, batch_size: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+        """A batch as this variant takes it on the wire (fp16 variants take half floats)."""
+        native = self.deployment.repository.native(self.variant)
+        return native.cast_inputs(self.variant.spec.make_inputs(batch_size, seed))
+
+    def native(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.deployment.repository.native(self.variant)(inputs)
+
+    def infer(
+        self, client: TritonClient, inputs: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        served = client.infer(self.name, inputs, self.variant.spec.output_names)
+        return self._unreshape(served)
+
+    def infer_many(
+        self, client: TritonClient, requests: Sequence[Mapping[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray]]:
+        """All requests in flight together (the dynamic batcher may combine them); answers in
+        request order."""
+        answers = client.infer_many(self.name, requests, self.variant.spec.output_names)
+        return [self._unreshape(answer) for answer in answers]
+
+    def _unreshape(self, served: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Per-row scalars travel as [batch, 1] (Triton's dims [1] + empty reshape); give them
+        back the shape PyTorch returns."""
+        if not self.variant.spec.batched:
+            return served
+        signature = self.deployment.repository.signature(self.variant.spec)
+        for tensor in signature.outputs:
+            array = served.get(tensor.name)
+            if not tensor.dims and array is not None and array.ndim == 2 and array.shape[1] == 1:
+                served[tensor.name] = array.reshape(array.shape[0])
+        return served
+
+    def stats(self, client: TritonClient, **kwargs: object) -> StatsWindow:
+        return StatsWindow(client, self.name, **kwargs)  # type: ignore[arg-type]
+
+    def _compare(
+        self,
+        client: TritonClient,
+        native: Mapping[str, np.ndarray],
+        served: Mapping[str, np.ndarray],
+        rtol: float | None,
+        atol: float | None,
+        tolerances: Mapping[str, Tolerance] | None,
+    ) -> ParityReport:
+        numerics = self.deployment.repository.target.numerics
+        context = (
+            f"model {self.variant.spec.name!r}, backend {self.id!r}, protocol {client.protocol!r}"
+        )
+        transport = transport_of(client)
+        if transport != "none":
+            context += f", transport {transport!r}"
+        if self.device == "gpu":
+            context += f", {numerics} numerics"
+        return compare_outputs(
+            native,
+            served,
+            fmt=self.variant.format,
+            context=context,
+            rtol=rtol,
+            atol=atol,
+            tolerances=tolerances,
+            device=self.device,
+            numerics=numerics,
+        )
+
+    def _record(
+        self,
+        client: TritonClient,
+        check: Check,
+        batch_size: int,
+        reports: list[ParityReport],
+        batching: ModelStats | None = None,
+    ) -> None:
+        variant = self.variant
+        self.deployment.record(
+            ParityResult(
+                variant=variant.id,
+                model=variant.spec.name,
+                triton_model=variant.model_name,
+                format=variant.format,
+                precision=variant.precision,
+                backend=variant.backend,
+                protocol=client.protocol,
+                transport=transport_of(client),
+                check=check,
+                batch_size=batch_size,
+                requests=len(reports),
+                reports=tuple(reports),
+                batching=batching,
+                server=self.deployment.server.endpoints.http,
+                device=self.device,
+                numerics=self.deployment.repository.target.numerics,
+            )
+        )
+
+    @property
+    def device(self) -> str:
+        """Where its instances run: "gpu" or "cpu" (the tolerance tables' device)."""
+        return "gpu" if self.variant.gpu else "cpu"
+
+    def assert_parity(
+        self,
+        client: TritonClient,
+        inputs: Mapping[str, np.ndarray] | None = None,
+        *,
+        batch_size: int = 2,
+        seed: int = 0,
+        rtol: float | None = None,
+        atol: float | None = None,
+        tolerances: Mapping[str, Tolerance] | None = None,
+    ) -> ParityReport:
+        """One request; every output must match native PyTorch within tolerance. Returns the
+        report (max abs/rel diff and the share of the allowance used, per output)."""
+        if inputs is None:
+            inputs = self.inputs(batch_size, seed)
+        report = self._compare(
+            client, self.native(inputs), self.infer(client, inputs), rtol, atol, tolerances
+        )
+        rows = next(iter(inputs.values())).shape[0] if self.variant.spec.batched else 1
+        self._record(client, "parity", int(rows), [report])
+        if not report.ok:
+            raise AssertionError(report.describe())
+        return report
+
+    def assert_batched_parity(
+        self,
+        client: TritonClient,
+        requests: int = 8,
+        *,
+        seed: int = 0,
+        rtol: float | None = None,
+        atol: float | None = None,
+        tolerances: Mapping[str, Tolerance] | None = None,
+    ) -> ModelStats:
+        """N single-row requests in flight together must each equal PyTorch on that row alone,
+        in request order. Returns the statistics delta so callers can check batching."""
+        if not self.variant.spec.batched:
+            raise ValueError(f"{self.id} has max_batch_size 0: nothing to batch")
+        rows = self.inputs(requests, seed)
+        singles = [{n: a[i : i + 1] for n, a in rows.items()} for i in range(requests)]
+        with StatsWindow(client, self.name, expect_requests=requests) as window:
+            served = self.infer_many(client, singles)
+        reports = [
+            self._compare(client, self.native(single), answer, rtol, atol, tolerances)
+            for single, answer in zip(singles, served, strict=False)
+        ]
+        self._record(client, "batched_parity", 1, reports, window.delta)
+        for index, report in enumerate(reports):
+            if not report.ok:
+                raise AssertionError(
+                    f"request {index} of {requests} sent together: {report.describe()}"
+                )
+        return window.delta
