@@ -1,5 +1,5 @@
 # Two commands do all the set-up (see README.md):
-#   make gate   - the main job: release gate of the seed models on an embedded local Triton (CPU)
+#   make gate   - the main job: release gate of the example models on an embedded local Triton (CPU)
 #   make test   - the plugin's own test suite
 # CI (.github/workflows/ci.yml) runs lint, test-cpu, test-container and gate.
 PYTHON ?= python3
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# Parity of every seed model x format x protocol, a short DLRM load gate, and the report
+# Parity of every zoo model x format x protocol, a short DLRM load gate, and the report
 # ($(GATE_REPORT)/report.md, report.json, junit.xml, plots); the exit code is the verdict.
 gate: $(STAMP)
 	rm -rf $(GATE_REPORT)
@@ -32,9 +32,10 @@ gate: $(STAMP)
 		$(if $(BASELINE),--triton-baseline $(BASELINE)) \
 		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
-# tests/load/test_web_ui.py drives Locust's web UI in headless Chromium: `make chromium`
-# installs Debian's package where it is missing (as root; CI's .ci/run does it).
-test: $(STAMP)
+# tests/load/test_web_ui.py drives Locust's web UI in headless Chromium: `make test` first
+# installs Debian's package where it is missing (as root, or through password-less sudo;
+# otherwise it stops and says to run `sudo make chromium`).
+test: $(STAMP) chromium
 	$(BIN)/pytest
 
 # The suite without Docker (CI's CPU job)
@@ -48,9 +49,14 @@ test-container: $(STAMP)
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/pytest -m container
 
 chromium:
-	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y -q --no-install-recommends chromium; }
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; \
+		elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+		else echo "make: chromium is missing and installing it needs root:" \
+			"run 'sudo make chromium' (the web UI test fails without it)" >&2; exit 1; fi; \
+		echo "make: installing Debian's chromium for the web UI test"; \
+		$$SUDO apt-get update -q </dev/null && DEBIAN_FRONTEND=noninteractive \
+			$$SUDO apt-get install -y -q --no-install-recommends chromium </dev/null; }
 
 # The README's screenshots of the web UI's Triton tab, taken by its browser test
 screenshots: $(STAMP) chromium

@@ -1,9 +1,9 @@
-"""DLRM of seed 000 under load: requests of 4096 samples that the dynamic batcher packs, as
-the seed's client sends them.
+"""NVIDIA's DLRM example under load: requests of 4096 samples that the dynamic batcher packs,
+as the example's client sends them.
 
-Serving settings are the zoo's (seed 000: max batch 65536, dynamic batching with a 1 ms queue
-delay, one instance). The seed's analysis "a 20 ms latency bound allows 8 concurrent requests"
-is a V100 figure; on a CPU machine measure first (`triton-perf --model dlrm ...`), then gate:
+Serving settings are the zoo's (as the example: max batch 65536, dynamic batching with a 1 ms queue
+delay, one instance). The example's analysis "a 20 ms latency bound allows 8 concurrent requests" is
+a V100 figure; on a CPU machine measure first (`triton-perf --model dlrm ...`), then gate:
 
     locust -f locustfiles/dlrm.py --headless -u 8 -r 8 -t 30s
     locust -f locustfiles/dlrm.py --headless -u 8 -r 8 -t 30s --triton-protocol grpc \

@@ -1,7 +1,7 @@
-"""MNIST CNN of seed 003 under load: single-image requests, like its perf_analyzer sweep.
+"""The MNIST CPU example under load: single-image requests, like its perf_analyzer sweep.
 
-Serving settings are the zoo's (seed 003: dynamic batching with a 150 us queue delay, five
-CPU instances, max batch 8).
+Serving settings are the zoo's (as the example: dynamic batching with a 150 us queue delay,
+five CPU instances, max batch 8).
 
     locust -f locustfiles/mnist.py --headless -u 8 -r 8 -t 30s            # embedded server
     locust -f locustfiles/mnist.py --headless -u 8 -t 30s --host grpc://127.0.0.1:8001 \

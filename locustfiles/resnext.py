@@ -1,5 +1,5 @@
-"""ResNeXt101-32x4d of seed 001 under load: single-image requests that the dynamic batcher
-combines (max batch 64, no queue delay, one instance: the zoo's serving settings).
+"""ResNeXt101-32x4d (NVIDIA's ResNeXt example) under load: single-image requests that the
+dynamic batcher combines (max batch 64, no queue delay, one instance: the zoo's serving settings).
 
 The same zoo family has "resnet50" and "se-resnext101-32x4d": change ARCH to load those.
 

@@ -1,4 +1,4 @@
-"""The text-recognition model of seed 004 (Triton tutorial part 2) under load: requests of
+"""The text-recognition model of Triton's tutorial (Triton tutorial part 2) under load: requests of
 batch 2, as its `perf_analyzer -b 2 --concurrency-range 2:16:2` runs; served with dynamic
 batching and two instances (the tutorial's best configuration, the zoo's serving settings).
 

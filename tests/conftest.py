@@ -10,9 +10,9 @@ import pytest
 from pytest_triton import DynamicBatching, factories
 from pytest_triton.models import ZOO, zoo_spec
 
-# The seeds' serving settings, except: one instance each (a 2-core machine cannot host the
-# seeds' five MNIST or two text-recognition instances per format) and a 20 ms queue delay.
-# The seeds' delays (0-5 ms) tune GPU throughput; proving that batching happens needs a
+# The examples' serving settings, except: one instance each (a 2-core machine cannot host the
+# examples' five MNIST or two text-recognition instances per format) and a 20 ms queue delay.
+# The examples' delays (0-5 ms) tune GPU throughput; proving that batching happens needs a
 # window longer than it takes this client to put eight requests in flight, or the test
 # would depend on scheduling luck.
 PROVABLE = DynamicBatching(max_queue_delay_microseconds=20_000)

@@ -145,7 +145,7 @@ def test_no_two_public_functions_share_a_name() -> None:
 
 
 def test_the_gate_report_reads_documents_only() -> None:
-    """pytest_triton.gate turns recorded results and load files into the report: no face, no
+    """pytest_triton.gate turns recorded results and load files into the report: no front end, no
     server, no pytest and no locust, so any front end (or a script) can use it."""
     gate = [m for m in GRAPH if m.startswith("pytest_triton.gate")]
     assert gate
@@ -211,12 +211,3 @@ print(_parser().format_help())
     for setting in settings_for("perf"):
         assert setting.cli in perf_help, setting.name
     assert {s.fronts and True for s in SETTINGS} == {True}  # every row serves somebody
-
-
-@pytest.mark.parametrize("front", ["pytest", "locust", "perf"])
-def test_readme_tables_are_the_settings_table(front: str) -> None:
-    """Regenerate with `python -m pytest_triton.base.config` after changing a setting."""
-    from pytest_triton.base.config import markdown_table
-
-    readme = (PACKAGE.parent / "README.md").read_text()
-    assert f"<!-- settings: {front} -->\n{markdown_table(front)}\n" in readme  # type: ignore[arg-type]

@@ -7,12 +7,14 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import yaml
 
 from pytest_triton.base.config import settings_for
@@ -23,6 +25,13 @@ WORKFLOW = REPO / ".github" / "workflows" / "ci.yml"
 PRE_COMMIT = REPO / ".pre-commit-config.yaml"
 TOOLS = {"pytest", "ruff", "mypy", "locust", "triton-perf", "triton-deploy", "pip", "python"}
 PYTEST_OPTIONS = {s.cli for s in settings_for("pytest")}
+# The suite's own markers (pyproject.toml); users' sessions get only the plugin's MARKERS.
+SUITE_MARKERS = {
+    line.split(":")[0]
+    for line in tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())[
+        "tool"
+    ]["pytest"]["ini_options"]["markers"]
+}
 
 
 def workflow() -> dict[str, Any]:
@@ -126,7 +135,8 @@ def check_command(where: str, command: str) -> list[str]:
             if token.startswith("--triton-") and token.split("=")[0] not in PYTEST_OPTIONS:
                 problems.append(f"{where}: {token}: not a pytest-triton option")
             if program == "pytest" and i and tokens[i - 1] == "-m":
-                unknown = set(re.findall(r"[a-z_]+", token)) - set(MARKERS) - {"and", "or", "not"}
+                known = set(MARKERS) | SUITE_MARKERS | {"and", "or", "not"}
+                unknown = set(re.findall(r"[a-z_]+", token)) - known
                 if unknown:
                     problems.append(f"{where}: -m {token!r}: unknown marker(s) {sorted(unknown)}")
     return problems
@@ -214,7 +224,8 @@ def test_ci_jobs_match_make_targets_and_tox_envs() -> None:
 def test_pre_commit_runs_the_pinned_linters_as_make_lint_does() -> None:
     config = yaml.safe_load(PRE_COMMIT.read_text())
     hooks = {h["id"]: h for repo in config["repos"] for h in repo["hooks"]}
-    assert set(hooks) == {"ruff", "ruff-format", "mypy"}
+    assert set(hooks) == {"ruff", "ruff-format", "mypy", "commit-subject"}
+    assert hooks.pop("commit-subject")["stages"] == ["commit-msg"]
     pyproject = (REPO / "pyproject.toml").read_text()
     dev = re.findall(r"^dev = \[(.*?)\]", pyproject, re.MULTILINE | re.DOTALL)[0]
     pins = (REPO / "constraints.txt").read_text()
@@ -232,3 +243,23 @@ def test_pre_commit_runs_the_pinned_linters_as_make_lint_does() -> None:
     )
     for hook_id in ("ruff", "ruff-format"):
         assert excluded and all(re.search(hooks[hook_id]["exclude"], p) for p in excluded)
+
+
+@pytest.mark.parametrize(
+    ("message", "accepted"),
+    [
+        ("Layout: one folder per layer\n\nWhy it moved.\n", True),
+        ("x" * 72 + "\n", False),
+        ("Subject\nno blank line before the body\n", False),
+        ("\n", False),
+    ],
+)
+def test_commit_subjects_stay_short(tmp_path: Path, message: str, accepted: bool) -> None:
+    (tmp_path / "MSG").write_text(message)
+    done = subprocess.run(
+        [sys.executable, str(REPO / ".ci" / "check-commit-message"), str(tmp_path / "MSG")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (done.returncode == 0) == accepted, done.stderr

@@ -1,4 +1,4 @@
-"""triton-deploy with the seeds' deployer flags, and the committed model_repository/ configs."""
+"""triton-deploy with the examples' deployer flags, and the committed model_repository/ configs."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_done_when_dlrm_onnx_loads_and_matches_pytorch(tmp_path: Path) -> None:
 
 @pytest.mark.triton
 def test_check_flag_serves_and_compares(tmp_path: Path) -> None:
-    # One instance, not the seed's five: each is a python stub that imports torch to start
+    # One instance, not the example's five: each is a python stub that imports torch to start
     # and takes its turn to stop (8 s of the test).
     out = run_deploy(
         "--ts-script",

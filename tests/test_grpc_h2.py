@@ -1,4 +1,4 @@
-"""The lean gRPC path (wire/grpc_h2.py: HTTP/2 spoken directly) against gRPC's own channel
+"""The direct HTTP/2 gRPC path (wire/grpc_h2.py: HTTP/2 spoken directly) against gRPC's own channel
 (wire/grpc_call.py) on a real server: the same answer bytes for every model and size (answers
 and requests past every flow-control window included), the same rejections, and a killed
 server or a timeout read as the channel's are."""

@@ -200,7 +200,7 @@ def _connections_to(port: int) -> list[object]:
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_a_client_dropped_without_close_leaves_no_connection(repo: Path, protocol: str) -> None:
-    """Nothing but the client may own its connections: a reference cycle (the lean gRPC
+    """Nothing but the client may own its connections: a reference cycle (the direct HTTP/2 gRPC
     path's connection <-> pool) kept its sockets open until the garbage collector ran, and
     the server's graceful stop then waited its whole exit timeout for them."""
     server = LocalLauncher().start(ServerArgs(repo, load_models=("add_one",)))

@@ -40,6 +40,16 @@ def run(pytester: pytest.Pytester, *args: str, timeout: float = 300) -> pytest.R
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
 
 
+def test_a_users_session_gets_only_the_plugins_markers(pytester: pytest.Pytester) -> None:
+    """The suite's own markers (container, load, slow) stay in its pyproject.toml."""
+    result = run(pytester, "--markers")
+    assert result.ret == 0
+    out = result.stdout.str()
+    assert "@pytest.mark.triton:" in out and "@pytest.mark.gpu:" in out
+    for suite_only in ("container", "load", "slow", "reliability"):
+        assert f"@pytest.mark.{suite_only}:" not in out, suite_only
+
+
 def test_help_lists_every_option_and_ini_key(pytester: pytest.Pytester) -> None:
     from pytest_triton.base.config import settings_for
 
@@ -49,18 +59,6 @@ def test_help_lists_every_option_and_ini_key(pytester: pytest.Pytester) -> None:
     assert "pytest-triton: serve PyTorch models on Triton" in out
     for option in settings_for("pytest"):
         assert option.cli in out and f"{option.ini} (string)" in out, option.name
-
-
-def test_readme_documents_every_option() -> None:
-    from pytest_triton.base.config import settings_for
-
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    missing = [
-        o.cli
-        for o in settings_for("pytest")
-        if f"`{o.cli}" not in readme or f"`{o.ini}`" not in readme
-    ]
-    assert not missing, f"README.md's options table lacks {missing}"
 
 
 @pytest.mark.parametrize(
@@ -353,13 +351,20 @@ def test_parity(triton_model, triton_client):
 
 
 def test_readme_example_runs_in_an_empty_project(pytester: pytest.Pytester) -> None:
-    """The README's user example, pasted as-is, passes."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    """The README's user example and the parity page's test_more.py, pasted as-is, pass.
+    (Every option's documentation: tests/test_docs.py, on the generated settings page.)"""
+    root = Path(__file__).parent.parent
+    readme = (root / "README.md").read_text()
+    parity_page = (root / "docs" / "parity.md").read_text()
     blocks = {}
-    for name in ("conftest.py", "test_model.py", "test_more.py"):
-        start = readme.index(f"# {name}")
-        end = readme.index("```", start)
-        blocks[name] = readme[start:end]
+    for name, text in (
+        ("conftest.py", readme),
+        ("test_model.py", readme),
+        ("test_more.py", parity_page),
+    ):
+        start = text.index(f"# {name}")
+        end = text.index("```", start)
+        blocks[name] = text[start:end]
     for name, text in blocks.items():
         (pytester.path / name).write_text(text)
     result = run(pytester, "-v")

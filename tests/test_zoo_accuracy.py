@@ -1,4 +1,4 @@
-"""End-to-end checks as the seeds' clients make them, on data the tests generate:
+"""End-to-end checks as the examples' clients make them, on data the tests generate:
 MNIST classes, BERT answer spans, DLRM click-through probabilities."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Full-size zoo models (the seeds' numbers) served and checked against PyTorch: `pytest -m slow`.
+"""Full-size zoo models (the examples' sizes) served and checked against PyTorch (-m slow).
 
 Minutes on a CPU and several GB of memory, so not part of the default run.
 """

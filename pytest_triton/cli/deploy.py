@@ -4,7 +4,7 @@
         --save-dir model_repository -- --embedding_dim 16 --bottom_mlp_sizes 32 16 \\
         --top_mlp_sizes 64 32 1
 
-Deployer flags come first; the model's own arguments (the seeds' DLRM, ResNeXt, BERT
+Deployer flags come first; the model's own arguments (the examples' DLRM, ResNeXt, BERT
 flags) follow `--`. It prints where it wrote what, and `--check` loads the result in a
 local tritonserver and compares its answer with PyTorch.
 """
@@ -77,13 +77,13 @@ def deployer_parser() -> argparse.ArgumentParser:
     triton.add_argument(
         "--triton-max-batch-size",
         type=int,
-        help="max_batch_size (default: the seed's recommendation)",
+        help="max_batch_size (default: the example's recommendation)",
     )
     triton.add_argument(
         "--triton-dyn-batching-delay",
         type=float,
         help="dynamic batching queue delay in ms; 0 or -1 = static batching "
-        "(default: the seed's recommendation)",
+        "(default: the example's recommendation)",
     )
     triton.add_argument("--triton-engine-count", type=int, help="instance_group count")
     triton.add_argument(
@@ -125,7 +125,7 @@ def deployer_parser() -> argparse.ArgumentParser:
 
 
 def model_parser(family: str) -> argparse.ArgumentParser:
-    """The seeds' model arguments, per model family."""
+    """The examples' model arguments, per model family."""
     p = argparse.ArgumentParser(prog=f"triton-deploy ... -- ({family} arguments)")
     p.add_argument(
         "--batch_size", type=int, default=4, help="example/perf-data batch size (default 4)"
@@ -194,7 +194,7 @@ def guess_family(explicit: str | None, model_args: Sequence[str], name: str | No
             return family
     raise UsageError(
         "cannot tell which model to deploy: pass --model "
-        f"{{{','.join(FAMILIES)}}} or seed model arguments after '--'"
+        f"{{{','.join(FAMILIES)}}} or zoo model arguments after '--'"
     )
 
 

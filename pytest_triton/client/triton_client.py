@@ -527,7 +527,7 @@ class TritonClient:
 
     def _lean_grpc(self) -> grpc_h2.GrpcConnections | None:
         if self._h2 is None:
-            # CUDA regions stay on the channel: no GPU here to prove the lean path with them.
+            # CUDA regions stay on the channel: no GPU here to prove the direct path with them.
             if self.shared_memory == "cuda" or not grpc_h2.h2_available():
                 return None
             with self._lock:

@@ -9,10 +9,10 @@ multiplexer (multiplexer.py: one greenlet drives every such user's socket, a thi
 per request than a greenlet each); paced users, open loops and large requests send from their
 own greenlet. Each request is fired as a Locust request event named after the model, with
 `response_length` = the size of its answer as it came over the wire (so Locust's "Average
-size (bytes)" means bytes; the lean path reads no outputs, only the status) and
+size (bytes)" means bytes; the direct HTTP/2 path reads no outputs, only the status) and
 `context["batch_size"]` = its samples, which pytest-triton counts beside Locust's statistics:
 the verdict, the web UI's Triton tab and PREFIX_triton.csv report samples/s (requests x batch
-size) as the seeds do.
+size) as NVIDIA's examples do.
 
 Importing this module imports locust (gevent monkey patching), switches gRPC to gevent and
 installs pytest-triton's listeners on Locust's events.

@@ -16,7 +16,7 @@ Every model module (dlrm, resnext, bert, mnist, text_recognition) offers the sam
   ``DYNAMIC_AXIS_NAMES`` (only BERT has a dynamic sequence axis).
 
 ``ZOO`` maps a model name to a ``ZooEntry`` bundling one module and its full/small configs
-with recommended Triton settings from the seed that describes the model.
+with recommended Triton settings from the example that describes the model.
 """
 
 from pytest_triton.models import bert, dlrm, mnist, resnext, text_recognition

@@ -1,4 +1,4 @@
-"""BERT for extractive question answering (SQuAD), the model of seed 002.
+"""BERT for extractive question answering (SQuAD), the model of NVIDIA's BERT example.
 
 A post-LayerNorm Transformer encoder with exact (erf) GELU, as in the original BERT, and a
 linear span head producing one start and one end logit per token. Parameter names follow
@@ -59,14 +59,14 @@ class Config:
 
     @classmethod
     def full(cls, seq_length: int = 384) -> Config:
-        """BERT-large (24x1024, 16 heads); seed 002 benchmarks it at sequence length 384."""
+        """BERT-large (24x1024, 16 heads); NVIDIA's BERT example benchmarks it at length 384."""
         return cls(seq_length=seq_length)
 
     large = full
 
     @classmethod
     def base(cls, seq_length: int = 128) -> Config:
-        """BERT-base (12x768, 12 heads); seed 002's figures use it at sequence length 128."""
+        """BERT-base (12x768, 12 heads); NVIDIA's BERT example's figures use length 128."""
         return cls(
             hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072,
             seq_length=seq_length,

@@ -1,9 +1,9 @@
-"""The committed model_repository/: each seed model's config.pbtxt as a user would deploy it.
+"""The committed model_repository/: each zoo model's config.pbtxt as a user would deploy it.
 
     python -m pytest_triton.models.committed model_repository
 
 writes them from the zoo's full configurations (shapes from a meta-device forward, nothing
-allocated) and the seeds' serving settings; a test keeps the committed files equal to this.
+allocated) and the examples' serving settings; a test keeps the committed files equal to this.
 Artifacts are built on demand, e.g.
 `triton-deploy --onnx --native --save-dir model_repository -- --config resnext101-32x4d`.
 """

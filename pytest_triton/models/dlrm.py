@@ -1,4 +1,4 @@
-"""DLRM click-through-rate model with the model arguments of seed 000's deployer.
+"""DLRM click-through-rate model with the model arguments of NVIDIA's DLRM example's deployer.py.
 
 Numerical features go through a bottom MLP; each categorical feature selects a row of its
 embedding table; the interaction combines them ("dot": pairwise dot products of the bottom
@@ -8,7 +8,7 @@ one unit gives the click probability after a sigmoid.
 
 All tables live in one fused ``nn.Embedding`` addressed through per-table row offsets, so the
 exported graph has a single Gather instead of one per table. With ``hash_indices`` indices
-are first taken modulo their table's size (seed 000 deploys with ``--hash_indices``);
+are first taken modulo their table's size (NVIDIA's DLRM example deploys with ``--hash_indices``);
 without it the caller must keep each index in ``[0, table_size)``, since an out-of-range
 index would silently read a neighbouring table.
 
@@ -47,7 +47,7 @@ SMALL_TABLE_CAP = 1000
 
 @dataclass(frozen=True)
 class Config:
-    """Model arguments of seed 000's deployer (``--embedding_dim``, ``--top_mlp_sizes``...)."""
+    """Model arguments of the DLRM deployer.py (``--embedding_dim``, ``--top_mlp_sizes``...)."""
 
     table_sizes: tuple[int, ...]
     num_numerical_features: int = 13
@@ -79,7 +79,7 @@ class Config:
 
     @classmethod
     def full(cls) -> "Config":
-        """Seed 000's deploy command on Criteo-sized tables capped at 2**16 rows (see above)."""
+        """The example's deploy command on Criteo-sized tables capped at 2**16 rows (see above)."""
         sizes = tuple(min(n, FULL_TABLE_CAP) for n in CRITEO_KAGGLE_CARDINALITIES)
         return cls(table_sizes=sizes, hash_indices=True)
 
@@ -100,7 +100,7 @@ class Config:
         cls, source: PathLike | Mapping[str, int] | Sequence[int], **kw: Any
     ) -> "Config":
         """Table sizes from a ``model_size.json`` (feature name -> cardinality, in file order)
-        or a plain list; other fields from ``kw`` (defaults: seed 000's full model)."""
+        or a plain list; other fields from ``kw`` (defaults: NVIDIA's DLRM example's full model)."""
         data: Any = source
         if isinstance(source, (str, os.PathLike)):
             with open(source, encoding="utf-8") as fh:

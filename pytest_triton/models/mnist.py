@@ -1,16 +1,16 @@
-"""The MNIST CNN that seed 003 serves as ONNX on a CPU-only Triton.
+"""The MNIST CNN that the MNIST CPU example serves as ONNX on a CPU-only Triton.
 
-Seed 003 only prints the model's cost (thop at batch 12: ``OPS 84.686M, BYTES 2.374M``, at
-batch 13: ``91.743M``), so the architecture is the one those figures pin down: three 3x3
-"same" convolutions (32, 64, 96 channels), each followed by 2x2 max pooling and ReLU, then
+The MNIST CPU example only prints the model's cost (thop at batch 12: ``OPS 84.686M, BYTES
+2.374M``, at batch 13: ``91.743M``), so the architecture is the one those figures pin down:
+three 3x3 "same" convolutions (32, 64, 96 channels), each followed by 2x2 max pooling and ReLU, then
 fully connected layers 864-512-128-10. That is 7,057,152 MACs per image and 584,042
-parameters; (584,042 + 12*784 + 12*10) * 4 bytes = 2.374M, exactly the seed's BYTES.
+parameters; (584,042 + 12*784 + 12*10) * 4 bytes = 2.374M, exactly the example's BYTES.
 
-Attribute names (conv1..conv3, fc1..fc3) follow the seed project's module so that its
+Attribute names (conv1..conv3, fc1..fc3) follow the example project's module so that its
 trained state_dict loads as is.
 
 Tensors: ``input__0`` float32 [B, 1, 28, 28] -> ``output__0`` float32 [B, 10] (logits).
-The seed's own ONNX file named them ``input.1`` and ``26`` (exporter-generated names).
+The example's own ONNX file named them ``input.1`` and ``26`` (exporter-generated names).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ DYNAMIC_AXES: dict[str, tuple[int, ...]] = {}  # only the batch axis is dynamic
 
 @dataclass(frozen=True)
 class Config:
-    """Layer widths; full() is the seed's network, small() keeps its shape with fewer units."""
+    """Layer widths; full() is the example's network, small() keeps its shape with fewer units."""
 
     channels: tuple[int, int, int] = (32, 64, 96)
     hidden: tuple[int, int] = (512, 128)
@@ -74,7 +74,7 @@ class MNISTNet(nn.Module):
         x = F.relu(F.max_pool2d(self.conv3(x), 2))
         x = torch.flatten(x, 1)
         x = F.relu(self.fc1(x))
-        # The seed applies dropout here in training only and has no ReLU after fc2.
+        # The example applies dropout here in training only and has no ReLU after fc2.
         x = self.fc2(x)
         logits: torch.Tensor = self.fc3(x)
         return logits

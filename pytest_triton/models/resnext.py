@@ -1,4 +1,5 @@
-"""ResNet-50 / ResNeXt101-32x4d / SE-ResNeXt101-32x4d, the ``--config`` choices of seed 001.
+"""ResNet-50 / ResNeXt101-32x4d / SE-ResNeXt101-32x4d: the ``--config`` choices of NVIDIA's
+ResNeXt example.
 
 One bottleneck network covers all three: ResNeXt replaces the bottleneck's 3x3 convolution
 by a grouped one (cardinality 32, 4 channels per group at the first stage), SE-ResNeXt adds
@@ -8,7 +9,7 @@ follow torchvision (conv1/bn1/layer1..4/fc) so ImageNet checkpoints with that la
 
 Tensors: ``input__0`` float32 [B, 3, 224, 224] (normalised RGB) -> ``output__0`` float32
 [B, 1000] (class logits). ``__0`` suffixes are the PyTorch-backend naming convention that
-seed 001's deployer uses.
+NVIDIA's ResNeXt example's deployer.py uses.
 """
 
 from __future__ import annotations

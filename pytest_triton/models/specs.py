@@ -1,4 +1,4 @@
-"""Zoo models as ModelSpecs, with the seeds' serving settings (the committed configs' source)."""
+"""Zoo models as ModelSpecs, with the examples' serving settings (the committed configs' source)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def zoo_spec(
 ) -> ModelSpec:
     """A ModelSpec of zoo model `name` at `size` (or an explicit `config`).
 
-    Serving settings come from the zoo entry (the seeds' recommendations); `instance_count`
+    Serving settings come from the zoo entry (the examples' recommendations); `instance_count`
     overrides them because a 2-core CPU cannot host the GPU counts; `instance_kind` None runs
     the instances on the server's device (KIND_GPU with --triton-gpu, where the reference then
     runs on CUDA too). Any other ModelSpec field can be overridden by keyword.

@@ -1,4 +1,4 @@
-"""Scene-text recogniser of seed 004 (Triton tutorial part 2): "None-ResNet-None-CTC".
+"""Scene-text recogniser of Triton's tutorial (Triton tutorial part 2): "None-ResNet-None-CTC".
 
 That is the configuration of Baek et al. 2019 ("What is wrong with scene text recognition
 model comparisons?") without a rectification stage and without a sequence model: a ResNet

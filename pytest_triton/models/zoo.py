@@ -1,4 +1,4 @@
-"""The zoo's entries: each model module with its configs and the seeds' serving settings."""
+"""The zoo's entries: each model module with its configs and the examples' serving settings."""
 
 from __future__ import annotations
 
@@ -144,40 +144,40 @@ class ZooEntry:
 
 
 _DLRM_SERVING = Serving(
-    # Seed 000: "we choose 65536 as the optimal batch size" and "the upper bound of the size of
-    # the inference batch is set to 65536"; clients send requests of 4096 and dynamic batching
-    # packs them. The seed gives no queue delay value, only a 20 ms latency budget (8
-    # concurrent 4096-requests): the 1 ms here is our choice, well inside that budget. One
-    # engine (the deployer's default --triton-engine-count).
+    # NVIDIA's DLRM example: "we choose 65536 as the optimal batch size" and "the upper bound of the
+    # size of the inference batch is set to 65536"; clients send requests of 4096 and dynamic
+    # batching packs them. The example gives no queue delay value, only a 20 ms latency budget (8
+    # concurrent 4096-requests): the 1 ms here is our choice, well inside that budget. One engine
+    # (the deployer's default --triton-engine-count).
     max_batch_size=65536,
     max_queue_delay_microseconds=1000,
     instance_count=1,
-    source="seed 000 (DLRM on Triton): dynamic batching section",
+    source="NVIDIA's DLRM example: dynamic batching section",
 )
 
 _RESNEXT_SERVING = Serving(
-    # Seed 001: single-image requests, "the upper bound of the size of the inference batch is
-    # set to 64" (deploy example --triton-max-batch-size 64); no delay or engine count given,
-    # so the deployer defaults (no queue delay, one instance).
+    # NVIDIA's ResNeXt example: single-image requests, "the upper bound of the size of the inference
+    # batch is set to 64" (deploy example --triton-max-batch-size 64); no delay or engine count
+    # given, so the deployer defaults (no queue delay, one instance).
     max_batch_size=64,
     max_queue_delay_microseconds=0,
     instance_count=1,
-    source="seed 001 (ResNeXt101-32x4d on Triton): dynamic batching performance",
+    source="NVIDIA's ResNeXt example: dynamic batching performance",
 )
 
 _BERT_SERVING = Serving(
-    # Seed 002: "we recommend using the Dynamic Batcher with max_batch_size = 8 ... and only 1
-    # instance of the engine"; Figure 6 uses preferred_batchsize [4, 8] with
+    # NVIDIA's BERT example: "we recommend using the Dynamic Batcher with max_batch_size = 8 ...
+    # and only 1 instance of the engine"; Figure 6 uses preferred_batchsize [4, 8] with
     # max_queue_delay_microseconds 5000 (the other merged version uses 1000 for TensorRT).
     max_batch_size=8,
     max_queue_delay_microseconds=5000,
     preferred_batch_size=(4, 8),
     instance_count=1,
-    source="seed 002 (BERT on Triton): Performance / Batching techniques",
+    source="NVIDIA's BERT example: Performance / Batching techniques",
 )
 
 _MNIST_SERVING = Serving(
-    # Seed 003: tuned to instance_group { count: 5, kind: KIND_CPU } and
+    # the MNIST CPU example: tuned to instance_group { count: 5, kind: KIND_CPU } and
     # dynamic_batching { max_queue_delay_microseconds: 150 }. Its ONNX file had a fixed
     # [1, 1, 28, 28] input, so it set no max_batch_size; our export has a batch axis and 8
     # is the most batch-1 requests its perf_analyzer sweep (concurrency 1..8) can queue.
@@ -185,17 +185,17 @@ _MNIST_SERVING = Serving(
     max_queue_delay_microseconds=150,
     instance_count=5,
     instance_kind="KIND_CPU",
-    source="seed 003 (MNIST ONNX on CPU): instance_group and dynamic_batching tuning",
+    source="the MNIST ONNX-on-CPU example: instance_group and dynamic_batching tuning",
 )
 
 _TEXT_SERVING = Serving(
-    # Seed 004: max batch size 8, "dynamic_batching { }" (no delay) and instance_group
+    # Triton's tutorial: max batch size 8, "dynamic_batching { }" (no delay) and instance_group
     # count 2 on the GPU: the best of its three configurations (4134 infer/s at
     # concurrency 16 with batch-2 requests).
     max_batch_size=8,
     max_queue_delay_microseconds=0,
     instance_count=2,
-    source="seed 004 (Triton tutorial part 2): dynamic batching + 2 instances",
+    source="Triton's tutorial, part 2: dynamic batching + 2 instances",
 )
 
 _ENTRIES = (
@@ -245,7 +245,7 @@ _ENTRIES = (
         mnist.Config.full(),
         mnist.Config.small(),
         _MNIST_SERVING,
-        "MNIST CNN (3 conv + 3 fc) of seed 003",
+        "MNIST CNN (3 conv + 3 fc) of the MNIST CPU example",
     ),
     ZooEntry(
         "text_recognition",

@@ -26,12 +26,11 @@ from pytest_triton.server.launcher import LIVE_SERVERS
 from pytest_triton.session.lifecycle import launcher_for, server_target
 
 CONFIG = pytest.StashKey[TritonConfig]()
+# The plugin's own markers, registered in every session that loads it; the project's suite
+# registers its own (container, load, slow, reliability) in pyproject.toml.
 MARKERS = {
     "triton": "uses a Triton server started by pytest-triton",
-    "gpu": "needs --triton-gpu (an NVIDIA GPU; docs/gpu.md)",
-    "container": "needs a Docker engine and the offline CPU image (images/build-cpu-image)",
-    "load": "a load test: runs Locust in a subprocess for tens of seconds",
-    "slow": "full-size models; minutes on a CPU",
+    "gpu": "needs --triton-gpu (an NVIDIA GPU; skipped without it)",
 }
 
 

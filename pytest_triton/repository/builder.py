@@ -181,7 +181,7 @@ class Repository:
 
     def native(self, variant: Variant) -> NativeModel:
         """The PyTorch reference for a variant, at its precision, where its instances run
-        (CUDA for KIND_GPU ones, as the seeds' deployer traces on the GPU); each device and
+        (CUDA for KIND_GPU ones, as the examples' deployer traces on the GPU); each device and
         precision has its own copy, the user's module stays where it was."""
         device = "cuda" if variant.gpu else "cpu"
         key = (variant.spec.name, f"{variant.precision}@{device}")

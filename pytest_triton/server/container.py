@@ -51,7 +51,7 @@ NGC_BACKENDS = frozenset({"python", "onnxruntime", "pytorch", "tensorrt"})
 CPU_IMAGE_BACKENDS = frozenset({"python"})
 REPOSITORY_MOUNT = "/models"
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-# The seeds' `docker run` flags: --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864
+# The examples' `docker run` flags: --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864
 SHM_SIZE = "1g"
 HOST_SHM = "/dev/shm"  # mounted over the container's own for --triton-shared-memory system
 STACK_BYTES = 67108864
@@ -127,7 +127,7 @@ class ContainerSettings:
         if not self.host_shm:  # else /dev/shm is the host's, mounted over the container's
             kwargs["shm_size"] = self.shm_size
         if self.gpus is not None:
-            # The seeds' GPU flags. Unlimited memlock lets CUDA pin host memory; an unprivileged
+            # The examples' GPU flags. Unlimited memlock lets CUDA pin host memory; an unprivileged
             # CPU container may not raise it (runc: "error setting rlimit type 8"), and the
             # python backend does not need it, so CPU containers keep Docker's defaults.
             kwargs["ulimits"] = [

@@ -149,7 +149,7 @@ def sleepy_server() -> Iterator[Endpoints]:
 def test_latency_bound_search_finds_the_largest_concurrency(
     sleepy_server: Endpoints, tmp_path: Path
 ) -> None:
-    """The DLRM seed's analysis ("a 20 ms bound allows 8 concurrent requests") on a model
+    """The DLRM example's analysis ("a 20 ms bound allows 8 concurrent requests") on a model
     whose answer is known: one instance sleeping 20 ms per request has p99 ~ 20 ms x c, so a
     90 ms bound allows 4 concurrent requests at ~50 requests/s."""
     out = tmp_path / "sweep"

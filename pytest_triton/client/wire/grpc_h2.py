@@ -1,5 +1,5 @@
-"""Prepared gRPC requests over plain HTTP/2 connections: the lean gRPC path, as http_conn.py
-is for HTTP/1.1.
+"""Prepared gRPC requests over plain HTTP/2 connections: the direct HTTP/2 gRPC path, as
+http_conn.py is for HTTP/1.1.
 
 grpcio under gevent costs 500-600 µs of CPU per request (its C core's completion queue polled
 through gevent's thread pool); a unary ModelInfer needs little of HTTP/2, so here it is spoken
@@ -510,7 +510,7 @@ def _usable(connection: Http2Connection) -> bool:
 
 
 def h2_available() -> bool:
-    """Whether the lean path can run: it needs `hpack` (the `load` extra)."""
+    """Whether the direct HTTP/2 path can run: it needs `hpack` (the `load` extra)."""
     try:
         import hpack  # noqa: F401
     except ImportError:

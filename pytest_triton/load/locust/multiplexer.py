@@ -1,4 +1,4 @@
-"""Closed-loop users' requests driven from one greenlet per process: the lean load path.
+"""Closed-loop users' requests driven from one greenlet per process: the least CPU per request.
 
 With a greenlet per user, every answer costs gevent a wake-up of its own (a switch to the
 hub, a watcher started and stopped, a switch back): together with Locust's task loop about

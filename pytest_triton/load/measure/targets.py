@@ -2,7 +2,7 @@
 
 Names follow model_analyzer's constraints (`perf_latency_p99` max in ms, `perf_throughput` min
 in samples/s) so a target written for model_analyzer reads the same here. Throughput counts
-samples (requests x batch size), as the seeds report rec/s, img/s and seq/s.
+samples (requests x batch size), as NVIDIA's examples report rec/s, img/s and seq/s.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from pytest_triton.load.locust.user_settings import checked_shared_memory
 from pytest_triton.load.sweep.points import Point, bound_search, parse_range, parse_rate_range
 from pytest_triton.load.sweep.report import exit_status, sweep_verdict, write_reports
 
-# What the seeds call a sample of each zoo model.
+# What NVIDIA's examples call a sample of each zoo model.
 UNITS = {
     "dlrm": "rec/s",
     "bert": "seq/s",

@@ -1,8 +1,8 @@
-"""What a sweep prints and writes: the seeds' table, the latency-bound summary, warnings,
+"""What a sweep prints and writes: the examples' table, the latency-bound summary, warnings,
 CSV / markdown / PNG / JSON files, and the verdict against targets. No locust import here.
 
 CSV columns follow perf_analyzer's where they overlap (times in microseconds, "Inferences/
-Second" counting samples); the markdown table is the seeds' (batch size, concurrency or
+Second" counting samples); the markdown table is the examples' (batch size, concurrency or
 request rate | throughput | avg | p95 | p99 latency).
 """
 
@@ -207,7 +207,7 @@ def write_points_csv(points: Sequence[Point], path: Path) -> None:
 
 
 def points_markdown(points: Sequence[Point], unit: str = "infer/s") -> str:
-    """The seeds' table; the first columns are whatever varies (batch size, concurrency or
+    """The examples' table; the first columns are whatever varies (batch size, concurrency or
     request rate); a point whose windows never agreed is marked."""
     batches = {p.batch_size for p in points}
     concurrencies = {p.concurrency for p in points}

@@ -1,0 +1,92 @@
+"""The documentation: the mkdocs site builds with --strict (no broken link, no page outside the
+nav), its settings page is generated from the one settings table, and README.md stays short
+and points into the site."""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _hook() -> object:
+    """The site's hook, whose import of the settings table is the only one the docs have."""
+    spec = importlib.util.spec_from_file_location(
+        "settings_page", ROOT / "docs" / "hooks" / "settings_page.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SETTINGS = _hook().SETTINGS  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
+        pytest.fail(
+            "mkdocs and mkdocs-material are not installed: "
+            "pip install -c constraints.txt -e '.[docs]'"
+        )
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    return out
+
+
+def test_site_builds_strict(site: Path) -> None:
+    for page in (
+        "index.html",
+        "getting-started/index.html",
+        "gpu/index.html",
+        "architecture/index.html",
+        "reference/settings/index.html",
+    ):
+        assert (site / page).is_file(), page
+    assert (site / "images" / "webui-triton-tab.png").is_file()
+
+
+def test_settings_page_lists_every_setting(site: Path) -> None:
+    page = html.unescape((site / "reference" / "settings" / "index.html").read_text())
+    assert "settings-table" not in page, "the hook left its marker in the page"
+    text = re.sub(r"<[^>]+>", "", page)
+    for setting in SETTINGS:
+        if setting.internal:
+            assert setting.cli not in text, f"internal setting {setting.name} is documented"
+            continue
+        assert setting.cli in text, setting.name
+        if setting.fronts & {"locust", "perf"}:
+            assert setting.env in text, setting.name
+        if "pytest" in setting.fronts:
+            assert setting.ini in text, setting.name
+        if "perf" in setting.fronts:
+            for alias in setting.aliases:
+                assert alias in text, (setting.name, alias)
+
+
+def test_readme_is_short_and_links_to_the_docs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    links = set(re.findall(r"\]\((docs/[^)#\s]+)", readme))
+    assert "docs/index.md" in links and "docs/reference/settings.md" in links
+    for link in links:
+        assert (ROOT / link).is_file(), f"README links to {link}, which does not exist"
+    for command in ("make gate", "make test"):
+        assert command in readme
