@@ -16,10 +16,14 @@ GATE_ARGS ?=
 .PHONY: gate test test-cpu test-container lint install clean bench bench-loadgen \
 	bench-serving chromium screenshots
 
-$(STAMP): pyproject.toml constraints.txt
+# An editable install leaves out setup.py's pytest_triton_locust.pth (it puts our options into
+# `locust --help`), so it is copied into the environment's site-packages here.
+$(STAMP): pyproject.toml constraints.txt setup.py pytest_triton_locust.pth
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[all]'
+	$(BIN)/python -c "import shutil, sysconfig; \
+		shutil.copy('pytest_triton_locust.pth', sysconfig.get_paths()['purelib'])"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -62,7 +66,7 @@ chromium:
 screenshots: $(STAMP) chromium
 	PYTEST_TRITON_SCREENSHOTS=docs/images $(BIN)/pytest tests/load/test_web_ui.py -k chromium
 
-PYTHON_DIRS := pytest_triton tests examples locustfiles benchmarks conftest.py
+PYTHON_DIRS := pytest_triton tests examples locustfiles benchmarks conftest.py setup.py
 lint: $(STAMP)
 	$(BIN)/ruff check $(PYTHON_DIRS)
 	$(BIN)/ruff format --check $(PYTHON_DIRS)
