@@ -397,6 +397,15 @@ class TritonConfig:
         parse=parse_optional,
         metavar="IMAGE",
     )
+    deployed: bool = _setting(
+        False,
+        "gate the models a running server already serves (--triton-url; model control none, "
+        "poll or explicit): nothing is uploaded or unloaded, each model must be READY at its "
+        "spec's version and its served config must match the spec",
+        PYTEST,
+        parse=parse_bool,
+        flag=True,
+    )
     backends: tuple[str, ...] | None = _setting(
         None,
         "backends the external server has (comma-separated; default python), deciding "
@@ -842,6 +851,11 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
         raise ConfigError(
             "the external launcher needs --triton-url (or triton_url in ini), "
             "e.g. --triton-url http://127.0.0.1:8000"
+        )
+    if values["deployed"] and values["launcher"] != "external":
+        raise ConfigError(
+            "--triton-deployed gates the models a running server already serves: give its "
+            "address with --triton-url (e.g. --triton-url https://triton.staging:8000)"
         )
     if values["gpu"] and origins.get("formats") == "default":
         values["formats"] = FORMATS + GPU_FORMATS  # TensorRT and ORT-TensorRT join on a GPU

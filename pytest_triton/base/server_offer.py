@@ -24,6 +24,9 @@ class ServerTarget:
     tensorrt_problem: str | None = NO_TENSORRT
     numerics: str = "strict"
     onnx_gpu_problem: str | None = None
+    # The server already serves the models (--triton-deployed): one variant per spec, named
+    # as the spec, checked against what is served rather than exported and loaded.
+    deployed: bool = False
 
     @property
     def gpu(self) -> bool:

@@ -45,6 +45,7 @@ def make_launcher(config: TritonConfig) -> Launcher:
             config.backends or ("python",),
             gpu=config.gpu,
             numerics=config.numerics,
+            deployed=config.deployed,
         )
     if name == "container":
         docker_sdk()  # names a missing SDK (or a `docker/` folder) before testcontainers fails

@@ -1,7 +1,9 @@
 """External launcher: a tritonserver someone else runs (--triton-url), e.g. a staging server.
 
 Nothing is started or stopped. Models are uploaded through Triton's load API (config and
-files in the request), which needs the server in --model-control-mode=explicit.
+files in the request), which needs the server in --model-control-mode=explicit; or, deployed
+(--triton-deployed), the server's own models are checked and gated as they are served, in
+any model control mode.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from pytest_triton.server.launcher import RunningServer, ServerArgs, wait_until_
 class ExternalServer(RunningServer):
     launcher = "external"
 
-    def __init__(self, endpoints: Endpoints, backends: Iterable[str]) -> None:
+    def __init__(self, endpoints: Endpoints, backends: Iterable[str], deployed: bool) -> None:
         self.endpoints = endpoints
         self.backends = frozenset(backends)
         self.repository_path = None
+        self.deployed = deployed
 
     def log_text(self) -> str:
         return f"(external server at {self.endpoints.http}: its log is not available here)"
@@ -42,10 +45,12 @@ class ExternalLauncher:
         *,
         gpu: bool = False,
         numerics: str = "strict",
+        deployed: bool = False,
     ) -> None:
         self.endpoints = endpoints_from(url, grpc_url)
         self._backends = frozenset(backends)
         self.gpu = gpu
+        self.deployed = deployed
         self.numerics = numerics  # its environment is not ours: strict needs the server's
         # owner to set NVIDIA_TF32_OVERRIDE=0 there (docs/gpu.md)
 
@@ -61,9 +66,10 @@ class ExternalLauncher:
             else "the external server was not declared with the tensorrt backend "
             "(--triton-backends)",
             numerics=self.numerics,
+            deployed=self.deployed,
         )
 
     def start(self, args: ServerArgs) -> ExternalServer:
-        server = ExternalServer(self.endpoints, self._backends)
+        server = ExternalServer(self.endpoints, self._backends, self.deployed)
         wait_until_ready(server, args.startup_timeout_s)
         return server

@@ -94,6 +94,7 @@ class RunningServer(ABC):
     gpu: bool = False
     model_control_mode: ModelControl = "explicit"
     repository_path: Path | None = None  # where the server reads models; None for external
+    deployed: bool = False  # it serves its own models: nothing is uploaded or unloaded
     # Whether the server maps this machine's /dev/shm and its CUDA memory (shared memory
     # transports); None when that cannot be known here (an external server).
     host_memory: bool | None = None

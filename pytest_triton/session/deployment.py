@@ -14,13 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from pytest_triton.base.errors import InferenceError, ModelLoadError
+from pytest_triton.base.errors import DeployedModelError, InferenceError, ModelLoadError
 from pytest_triton.client.stats import ModelStats, StatsWindow
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
 from pytest_triton.parity.compare import ParityReport, Tolerance, compare_outputs
 from pytest_triton.parity.results import Check, ParityResult, transport_of
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.served_config import config_differences
 from pytest_triton.repository.variants import Variant
 from pytest_triton.server.launcher import RunningServer, load_failures
 
@@ -97,6 +98,11 @@ class Deployment:
     def load(self, variant: Variant) -> None:
         """Export (if needed) and load a variant once; a failure names the model and reason."""
         with self._lock:
+            if self.server.deployed:  # one served name may be two specs (two versions)
+                if variant.id not in self._loaded:
+                    self._check_deployed(variant)
+                    self._loaded.add(variant.id)
+                return
             if variant.model_name in self._loaded:
                 return
             self.server.check_alive()  # a dead server says so before a minute of export
@@ -128,9 +134,32 @@ class Deployment:
                 raise ModelLoadError(variant.model_name, reason, self.server.log_tail()) from None
             self._loaded.add(variant.model_name)
 
+    def _check_deployed(self, variant: Variant) -> None:
+        """A deployed model is READY at the spec's version and serves the spec's config."""
+        client = self.client("http")
+        name, version = variant.model_name, str(variant.spec.version)
+        if not client.is_model_ready(name, version):
+            ready = client.is_model_ready(name)
+            raise DeployedModelError(
+                name,
+                [
+                    f"version {version} is not ready (another version is)"
+                    if ready
+                    else f"it is not READY on {self.server.endpoints.http} (not loaded, still "
+                    "loading, or failed: the server's log says which)"
+                ],
+            )
+        problems = config_differences(
+            variant, self.repository.config(variant), client.model_config(name)
+        )
+        if problems:
+            raise DeployedModelError(name, problems)
+
     def unload(self, variant: Variant) -> None:
+        """Unload a variant this deployment loaded (a deployed server's models stay)."""
         with self._lock:
-            self.client("http").unload_model(variant.model_name)
+            if not self.server.deployed:
+                self.client("http").unload_model(variant.model_name)
             self._loaded.discard(variant.model_name)
 
     def owns(self, value: object) -> bool:

@@ -32,7 +32,7 @@ def start_deployment(config: TritonConfig, repo: Repository) -> Deployment:
     """Plan the repository for the launcher's server and start a server on it."""
     launcher = launcher_for(config)
     repo.plan(launcher.target())
-    if config.model_control != "explicit":
+    if config.model_control != "explicit" and not config.deployed:
         repo.ensure_all()  # none/poll modes load everything present at start
     args = ServerArgs(
         model_repository=repo.root,
