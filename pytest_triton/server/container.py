@@ -53,7 +53,7 @@ REPOSITORY_MOUNT = "/models"
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 # The examples' `docker run` flags: --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864
 SHM_SIZE = "1g"
-HOST_SHM = "/dev/shm"  # mounted over the container's own for --triton-shared-memory system
+HOST_SHM = "/dev/shm"  # mounted over the container's own: the system shared memory transport
 STACK_BYTES = 67108864
 _CONTAINER_NUMBERS = itertools.count()
 
@@ -81,7 +81,10 @@ class ContainerSettings:
     shm_size: str = SHM_SIZE
     labels: dict[str, str] = field(default_factory=dict)
     numerics: str = "strict"
-    host_shm: bool = False  # mount this machine's /dev/shm (system shared memory transport)
+    # Mount this machine's /dev/shm, so that system shared memory works as with a local
+    # server: on for every container pytest-triton starts (its python backend's own regions
+    # get a per-container prefix and are removed at stop).
+    host_shm: bool = True
 
     @classmethod
     def from_config(cls, config: TritonConfig) -> ContainerSettings:
@@ -97,7 +100,6 @@ class ContainerSettings:
             gpus=config.gpus if config.gpu else None,
             backends=backends,
             numerics=config.numerics,
-            host_shm="system" in config.shared_memory,
         )
 
     @property
