@@ -397,6 +397,15 @@ class TritonConfig:
         parse=parse_optional,
         metavar="IMAGE",
     )
+    replicas: tuple[str, ...] = _setting(
+        (),
+        "HTTP URLs of each server replica behind --triton-url's load balancer "
+        "(comma-separated): statistics and batching proofs sum over them, with a table of "
+        "how the load spread",
+        PYTEST,
+        parse=parse_list,
+        metavar="URL,...",
+    )
     deployed: bool = _setting(
         False,
         "gate the models a running server already serves (--triton-url; model control none, "
@@ -851,6 +860,11 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
         raise ConfigError(
             "the external launcher needs --triton-url (or triton_url in ini), "
             "e.g. --triton-url http://127.0.0.1:8000"
+        )
+    if values["replicas"] and values["launcher"] != "external":
+        raise ConfigError(
+            "--triton-replicas names the replicas behind a running service's address: give "
+            "that address with --triton-url"
         )
     if values["deployed"] and values["launcher"] != "external":
         raise ConfigError(

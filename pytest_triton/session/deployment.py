@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pytest_triton.base.errors import DeployedModelError, InferenceError, ModelLoadError
+from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stats import ModelStats, StatsWindow
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
 from pytest_triton.parity.compare import ParityReport, Tolerance, compare_outputs
@@ -38,9 +39,12 @@ class Deployment:
         *,
         timeout_s: float = 120.0,
         output_shared_memory_size: int = 100 * 1024,
+        replicas: Sequence[str] = (),
     ) -> None:
         self.server = server
         self.repository = repository
+        self.replicas = tuple(replicas)  # HTTP URLs of the replicas behind the server's address
+        self._replica_clients: list[TritonClient] = []
         self.timeout_s = timeout_s
         self.output_shared_memory_size = output_shared_memory_size
         self._clients: dict[tuple[str, str], TritonClient] = {}
@@ -89,6 +93,16 @@ class Deployment:
                     output_shared_memory_size=self.output_shared_memory_size,
                 )
             return self._clients[key]
+
+    def replica_clients(self) -> list[TritonClient]:
+        """A statistics client per replica (none without --triton-replicas)."""
+        with self._lock:
+            if self.replicas and not self._replica_clients:
+                self._replica_clients = [
+                    TritonClient(parse_url(url)[1], "http", timeout_s=self.timeout_s)
+                    for url in self.replicas
+                ]
+            return list(self._replica_clients)
 
     @property
     def serves_repository_directly(self) -> bool:
@@ -181,11 +195,12 @@ class Deployment:
         """Close every client handed out (their shared memory goes with them); later calls of
         client() make new ones."""
         with self._lock:
-            for client in self._clients.values():
+            for client in [*self._clients.values(), *self._replica_clients]:
                 # closing a client of a dead server must not mask teardown
                 with contextlib.suppress(Exception):
                     client.close()
             self._clients.clear()
+            self._replica_clients.clear()
 
     def close(self) -> None:
         self.close_clients()
@@ -198,6 +213,9 @@ class ServedModel:
 
     variant: Variant
     deployment: Deployment
+    # requests, executions and batch sizes per replica in the last batching proof (with
+    # --triton-replicas); replica_table() prints them
+    replica_spread: dict[str, ModelStats] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -245,7 +263,8 @@ class ServedModel:
         return served
 
     def stats(self, client: TritonClient, **kwargs: object) -> StatsWindow:
-        return StatsWindow(client, self.name, **kwargs)  # type: ignore[arg-type]
+        replicas = self.deployment.replica_clients()
+        return StatsWindow(client, self.name, replicas=replicas, **kwargs)  # type: ignore[arg-type]
 
     def _compare(
         self,
@@ -352,8 +371,10 @@ class ServedModel:
             raise ValueError(f"{self.id} has max_batch_size 0: nothing to batch")
         rows = self.inputs(requests, seed)
         singles = [{n: a[i : i + 1] for n, a in rows.items()} for i in range(requests)]
-        with StatsWindow(client, self.name, expect_requests=requests) as window:
+        replicas = self.deployment.replica_clients()
+        with StatsWindow(client, self.name, expect_requests=requests, replicas=replicas) as window:
             served = self.infer_many(client, singles)
+        self.replica_spread = dict(window.per_replica) if replicas else {}
         reports = [
             self._compare(client, self.native(single), answer, rtol, atol, tolerances)
             for single, answer in zip(singles, served, strict=False)

@@ -46,4 +46,5 @@ def start_deployment(config: TritonConfig, repo: Repository) -> Deployment:
         repo,
         timeout_s=config.request_timeout,
         output_shared_memory_size=config.output_shared_memory_size,
+        replicas=config.replicas,
     )
