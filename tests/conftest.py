@@ -27,6 +27,6 @@ zoo_model = factories.model(server="zoo_server")
 @pytest.fixture(scope="session")
 def numpy2_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bin directory of a throwaway venv whose python3 has numpy >= 2."""
-    from tests.interpreters import make_numpy2_venv
+    from tests.helpers.interpreters import make_numpy2_venv
 
     return make_numpy2_venv(tmp_path_factory.mktemp("interpreters"))

@@ -211,3 +211,24 @@ print(_parser().format_help())
     for setting in settings_for("perf"):
         assert setting.cli in perf_help, setting.name
     assert {s.fronts and True for s in SETTINGS} == {True}  # every row serves somebody
+
+
+TESTS = PACKAGE.parent / "tests"
+# Tests of the whole project rather than of one layer, and the suites that cut across layers.
+PROJECT_TESTS = {"test_architecture.py", "test_ci_files.py", "test_docs.py"}
+CROSS_CUTTING = {"helpers", "reliability"}
+
+
+def test_tests_are_laid_out_like_the_package() -> None:
+    """tests/LAYER/ tests pytest_triton/LAYER/; shared helpers live in tests/helpers/ only."""
+    folders = {p.name for p in TESTS.iterdir() if (p / "__init__.py").is_file()}
+    assert folders - CROSS_CUTTING <= set(LAYERS) | set(FRONTS)
+    assert {p.name for p in TESTS.glob("test_*.py")} == PROJECT_TESTS
+    stray = sorted(
+        str(p.relative_to(TESTS))
+        for p in TESTS.rglob("*.py")
+        if p.parts[len(TESTS.parts)] != "helpers"
+        and not p.name.startswith("test_")
+        and p.name not in {"__init__.py", "conftest.py"}
+    )
+    assert stray == [], f"helpers outside tests/helpers/: {stray}"

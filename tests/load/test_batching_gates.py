@@ -20,7 +20,7 @@ import pytest
 from pytest_triton.load.locust.embedded import EmbeddedServer, zoo_model
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
-from tests.load.conftest import (
+from tests.helpers.locust_runs import (
     LOCUSTFILES,
     PROBE_LOCUSTFILE,
     REPO,
@@ -28,7 +28,7 @@ from tests.load.conftest import (
     run_locust,
     subprocess_env,
 )
-from tests.load.probe_models import LAUNCH_MS, SLEEP_MS, write_launch_bound, write_sleepy
+from tests.helpers.probe_models import LAUNCH_MS, SLEEP_MS, write_launch_bound, write_sleepy
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
 
@@ -158,7 +158,7 @@ def test_latency_bound_search_finds_the_largest_concurrency(
         "-m",
         "pytest_triton.load.sweep.command",
         "-m",
-        "tests.load.probe_models:probe_spec",
+        "tests.helpers.probe_models:probe_spec",
         "--url",
         f"http://{sleepy_server.http}",
         "--model-name",

@@ -29,8 +29,8 @@ from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.server_side import ModelReport, generator_warnings
 from pytest_triton.load.sweep import points as perf
 from pytest_triton.load.sweep import report as sweep_report
-from tests.load.conftest import REPO, subprocess_env
-from tests.load.probe_models import probe_spec
+from tests.helpers.locust_runs import REPO, subprocess_env
+from tests.helpers.probe_models import probe_spec
 
 
 def test_nothing_here_imports_locust() -> None:

@@ -18,7 +18,7 @@ from pytest_triton import TritonClient
 from pytest_triton.client.wire.shm import cuda_problem, our_regions
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
-from tests.load.conftest import (
+from tests.helpers.locust_runs import (
     LOCUSTFILES,
     PROBE_LOCUSTFILE,
     Locust,
@@ -28,7 +28,7 @@ from tests.load.conftest import (
     subprocess_env,
     tritonservers,
 )
-from tests.raw_models import write_bytes_model
+from tests.helpers.raw_models import write_bytes_model
 
 LOCUSTFILES_FOR_TESTS = PROBE_LOCUSTFILE.parent
 
@@ -173,7 +173,7 @@ def test_triton_perf_over_shared_memory(probe_server: Endpoints, tmp_path: Path)
         "-m",
         "pytest_triton.load.sweep.command",
         "-m",
-        "tests.load.probe_models:probe_spec",
+        "tests.helpers.probe_models:probe_spec",
         "--url",
         f"grpc://{probe_server.grpc}",
         "--model-name",

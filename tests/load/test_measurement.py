@@ -13,10 +13,10 @@ import pytest
 
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.server import LocalLauncher, ServerArgs
-from tests.load.conftest import REPO, Locust, run_locust, subprocess_env
-from tests.load.probe_models import SLOWING_MODEL, STALL_MODEL, STALL_MS, write_sleepy
+from tests.helpers.locust_runs import REPO, Locust, run_locust, subprocess_env
+from tests.helpers.probe_models import SLOWING_MODEL, STALL_MODEL, STALL_MS, write_sleepy
 
-RATE_LOCUSTFILE = REPO / "tests" / "load" / "locustfiles" / "rate.py"
+RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
 
@@ -151,7 +151,7 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
             "-m",
             "pytest_triton.load.sweep.command",
             "-m",
-            "tests.load.probe_models:probe_spec",
+            "tests.helpers.probe_models:probe_spec",
             "--url",
             f"http://{models.http}",
             "--model-name",

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from pytest_triton.server import LocalLauncher, ServerArgs
-from tests.load.conftest import REPO, subprocess_env
-from tests.load.probe_models import write_sleepy
+from tests.helpers.locust_runs import REPO, subprocess_env
+from tests.helpers.probe_models import write_sleepy
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
 PROTOCOLS = ("http", "grpc")
@@ -31,7 +31,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             [
                 sys.executable,
                 "-m",
-                "tests.load.multiplexer_probe",
+                "tests.helpers.multiplexer_probe",
                 server.endpoints.http,
                 server.endpoints.grpc,
             ],

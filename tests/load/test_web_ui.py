@@ -17,8 +17,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.load import browser
-from tests.load.conftest import PROBE_LOCUSTFILE, Locust, free_port, locust_args
+from tests.helpers import browser
+from tests.helpers.locust_runs import PROBE_LOCUSTFILE, Locust, free_port, locust_args
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
 # `make screenshots` sets this to refresh the README's images from this very test.

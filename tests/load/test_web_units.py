@@ -24,7 +24,7 @@ from pytest_triton.load.webui.snapshot import (
     csv_rows,
     tab_rows,
 )
-from tests.load.conftest import REPO, subprocess_env
+from tests.helpers.locust_runs import REPO, subprocess_env
 
 
 # -- samples ---------------------------------------------------------------------------------

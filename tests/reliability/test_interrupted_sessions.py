@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.leftovers import left_by, wait_for_no_processes
+from tests.helpers.leftovers import left_by, wait_for_no_processes
 
 pytestmark = [pytest.mark.reliability, pytest.mark.triton]
 REPO_ROOT = Path(__file__).resolve().parents[2]

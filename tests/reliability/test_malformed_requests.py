@@ -20,14 +20,14 @@ import pytest
 from pytest_triton import InferenceError, TritonClient
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.local import LocalServer
-from tests.raw_models import (
+from tests.helpers import raw_requests as raw
+from tests.helpers.raw_models import (
     write_bytes_model,
     write_python_model,
     write_two_input_model,
     write_variable_length_model,
 )
-from tests.reliability import raw_requests as raw
-from tests.reliability.raw_requests import Request, Tensor
+from tests.helpers.raw_requests import Request, Tensor
 
 pytestmark = [pytest.mark.reliability, pytest.mark.triton]
 PROTOCOLS = ["http", "grpc"]

@@ -30,9 +30,9 @@ from pytest_triton.server.container import CPU_IMAGE, ContainerLauncher, Contain
 from pytest_triton.server.local import LocalServer
 from pytest_triton.session.deployment import Deployment
 from pytest_triton.session.lifecycle import start_deployment
-from tests.raw_models import write_python_model, write_slow_model
-from tests.reliability.leftovers import SHM
-from tests.tiny_models import scorer_spec
+from tests.helpers.leftovers import SHM
+from tests.helpers.raw_models import write_python_model, write_slow_model
+from tests.helpers.tiny_models import scorer_spec
 
 pytestmark = [pytest.mark.reliability, pytest.mark.triton]
 PROTOCOLS = ("http", "grpc")
@@ -277,7 +277,7 @@ def test_a_client_in_another_process_names_model_protocol_and_address(
 # -- the container launcher -------------------------------------------------------------------
 @pytest.fixture
 def container_server(tmp_path: Path) -> Iterator[Any]:
-    from tests.test_container import _docker, _ours
+    from tests.server.test_container import _docker, _ours
 
     docker = _docker()
     write_python_model(tmp_path, "add_one")

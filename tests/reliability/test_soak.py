@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.soak import MB, Sample, judge, seconds
-from tests.reliability.leftovers import left_by
+from tests.helpers.leftovers import left_by
 
 pytestmark = [pytest.mark.reliability]
 REPO_ROOT = Path(__file__).resolve().parents[2]

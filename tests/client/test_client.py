@@ -14,7 +14,7 @@ import pytest
 from pytest_triton import InferenceError, TritonClient
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import RunningServer, free_ports
-from tests.raw_models import write_bytes_model, write_python_model, write_slow_model
+from tests.helpers.raw_models import write_bytes_model, write_python_model, write_slow_model
 
 pytestmark = pytest.mark.triton
 PROTOCOLS = ["http", "grpc"]

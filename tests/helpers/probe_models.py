@@ -20,7 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton import DynamicBatching, ModelSpec
 from pytest_triton.repository import pbtxt
-from tests.raw_models import write_python_directory
+from tests.helpers.raw_models import write_python_directory
 
 SLEEP_MS = 20
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pytest_triton import DynamicBatching, InstanceGroup, Repository, SpecError, TensorSpec
-from tests.tiny_models import scorer_inputs, scorer_spec
+from tests.helpers.tiny_models import scorer_inputs, scorer_spec
 
 
 @pytest.mark.parametrize(

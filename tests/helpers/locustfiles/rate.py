@@ -9,7 +9,7 @@ from locust import constant_throughput
 
 from pytest_triton.load.locust.embedded import EmbeddedModel
 from pytest_triton.load.users import TritonUser
-from tests.load.probe_models import probe_spec
+from tests.helpers.probe_models import probe_spec
 
 RATE = 100
 SIGNATURE = EmbeddedModel(probe_spec)  # x: FP32 [8] -> y: FP32 [4], as the sleepy models

@@ -19,7 +19,7 @@ from pytest_triton.models.committed import committed_config
 from pytest_triton.repository import pbtxt
 from pytest_triton.server import LocalLauncher, ServerArgs
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL_DLRM = [
     "--embedding_dim",
     "16",

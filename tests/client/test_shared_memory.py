@@ -31,11 +31,11 @@ from pytest_triton.client.wire.shm import cuda_problem, our_regions, reap_orphan
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import RunningServer
 from pytest_triton.session.deployment import Deployment, ServedModel
-from tests.raw_models import write_bytes_model, write_python_model
-from tests.test_plugin import CONFTEST
+from tests.helpers.raw_models import write_bytes_model, write_python_model
+from tests.plugin.test_plugin import CONFTEST
 
 PROTOCOLS = ["http", "grpc"]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 # -- parity over system shared memory: every zoo model, both protocols -----------------------

@@ -35,10 +35,10 @@ from pytest_triton.server.container import (
     reap_orphan_containers,
 )
 from pytest_triton.server.tensorrt import plan_problem
-from tests.raw_models import write_python_model
-from tests.tiny_models import scorer_spec
+from tests.helpers.raw_models import write_python_model
+from tests.helpers.tiny_models import scorer_spec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- GPU settings, exactly as a GPU host would get them ------------------------------------
@@ -160,7 +160,7 @@ def test_tensorrt_version_check_says_what_to_install() -> None:
 
 
 def test_tensorrt_variant_is_skipped_with_its_reason_on_cpu(pytester: pytest.Pytester) -> None:
-    from tests.test_plugin import CONFTEST, run
+    from tests.plugin.test_plugin import CONFTEST, run
 
     pytester.makeconftest(CONFTEST.replace('formats=["torchscript-trace"]', "formats=None"))
     pytester.makepyfile(test_x="def test_x(triton_model): pass")
@@ -340,7 +340,7 @@ def test_conformance_suite_runs_in_the_container(docker: Any) -> None:
             "no:cacheprovider",
             "-q",
             "--triton-launcher=container",
-            "tests/test_zoo_served.py",
+            "tests/models/test_zoo_served.py",
             "-k",
             "mnist or dlrm",
         ],
@@ -357,7 +357,7 @@ def test_conformance_suite_runs_in_the_container(docker: Any) -> None:
 
 @pytest.mark.container
 def test_ctrl_c_removes_the_container(docker: Any, pytester: pytest.Pytester) -> None:
-    from tests.test_plugin import CONFTEST
+    from tests.plugin.test_plugin import CONFTEST
 
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(

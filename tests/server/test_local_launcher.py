@@ -20,7 +20,7 @@ from pytest_triton.client.triton_client import release_connections
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server import local as local_module
 from pytest_triton.server.local import LocalServer
-from tests.raw_models import write_python_model
+from tests.helpers.raw_models import write_python_model
 
 pytestmark = pytest.mark.triton
 

@@ -29,7 +29,7 @@ from pytest_triton.client.wire.grpc_h2 import (
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import RunningServer
 from pytest_triton.server.local import LocalServer
-from tests.raw_models import (
+from tests.helpers.raw_models import (
     write_bytes_model,
     write_python_model,
     write_slow_model,

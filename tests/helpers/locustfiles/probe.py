@@ -2,7 +2,7 @@
 
 from pytest_triton.load.locust.embedded import EmbeddedModel
 from pytest_triton.load.users import TritonUser
-from tests.load.probe_models import probe_spec
+from tests.helpers.probe_models import probe_spec
 
 PROBE = EmbeddedModel(probe_spec)
 

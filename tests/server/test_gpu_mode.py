@@ -38,7 +38,7 @@ from pytest_triton.server.hosted_env import (
     stub_numpy_problem,
 )
 from pytest_triton.server.local import LocalLauncher, find_installation, server_environment
-from tests.tiny_models import Scorer, scorer_spec
+from tests.helpers.tiny_models import Scorer, scorer_spec
 
 # This machine's real conditions; on a GPU machine the tests that need them skip, saying so.
 NO_GPU = pytest.mark.skipif(

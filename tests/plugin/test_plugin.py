@@ -353,7 +353,7 @@ def test_parity(triton_model, triton_client):
 def test_readme_example_runs_in_an_empty_project(pytester: pytest.Pytester) -> None:
     """The README's user example and the parity page's test_more.py, pasted as-is, pass.
     (Every option's documentation: tests/test_docs.py, on the generated settings page.)"""
-    root = Path(__file__).parent.parent
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
     parity_page = (root / "docs" / "parity.md").read_text()
     blocks = {}

@@ -20,8 +20,8 @@ from pytest_triton.server.hosted_env import stub_numpy_problem
 from pytest_triton.server.launcher import wait_until_ready
 from pytest_triton.server.local import LocalServer, server_environment
 from pytest_triton.session.lifecycle import start_deployment
-from tests.raw_models import write_python_model
-from tests.tiny_models import scorer_spec
+from tests.helpers.raw_models import write_python_model
+from tests.helpers.tiny_models import scorer_spec
 
 pytestmark = pytest.mark.triton
 

@@ -1,7 +1,7 @@
 """Drives the load multiplexer against a real server, in a process of its own (gevent's monkey
 patching must not reach pytest's), and prints what test_multiplexer.py checks, as JSON.
 
-    python -m tests.load.multiplexer_probe HTTP_HOSTPORT GRPC_HOSTPORT
+    python -m tests.helpers.multiplexer_probe HTTP_HOSTPORT GRPC_HOSTPORT
 """
 
 from gevent import monkey
@@ -23,7 +23,7 @@ import psutil  # noqa: E402
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient  # noqa: E402
 from pytest_triton.load.locust.multiplexer import multiplexer  # noqa: E402
 
-MODEL = "sleepy"  # tests/load/probe_models.py: x FP32 [8] -> y FP32 [4], 20 ms a request
+MODEL = "sleepy"  # tests/helpers/probe_models.py: x FP32 [8] -> y FP32 [4], 20 ms a request
 GOOD = {"x": np.ones((1, 8), np.float32)}
 BAD = {"x": np.ones((1, 3), np.float32)}  # Triton rejects the shape
 

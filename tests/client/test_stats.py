@@ -10,7 +10,7 @@ from pytest_triton import ModelStats, Repository, StatsWindow, assert_dynamic_ba
 from pytest_triton.base.config import resolve
 from pytest_triton.session.deployment import Deployment
 from pytest_triton.session.lifecycle import start_deployment
-from tests.tiny_models import scorer_spec
+from tests.helpers.tiny_models import scorer_spec
 
 pytestmark = pytest.mark.triton
 

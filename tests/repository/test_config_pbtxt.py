@@ -9,7 +9,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton import DynamicBatching, InstanceGroup, Repository
 from pytest_triton.repository import pbtxt
-from tests.tiny_models import scorer_spec
+from tests.helpers.tiny_models import scorer_spec
 
 
 def _config(tmp_path: Path, backends: list[str], fmt: str, **overrides: object) -> mc.ModelConfig:

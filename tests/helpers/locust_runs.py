@@ -1,0 +1,175 @@
+"""Running Locust from the tests: always a subprocess (importing locust would monkey-patch
+pytest's own process with gevent), always under a hard timeout, never leaving processes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "probe.py"
+LOCUSTFILES = REPO / "locustfiles"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """This environment without any TRITON_* setting (tests must not inherit targets), with
+    the checkout importable (the probe locustfile imports tests.load)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "LOCUST_"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # Runs of a few seconds hold too few measurement windows to be stable: only the tests of
+    # stability itself (test_measurement.py) ask for it.
+    env["TRITON_ALLOW_UNSTABLE"] = "true"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Finished:
+    code: int
+    stdout: str
+    stderr: str
+    wall_s: float
+    report: dict[str, Any] | None = None
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+
+@dataclass
+class Locust:
+    """A running locust (or triton-perf) subprocess whose output is drained as it comes."""
+
+    args: Sequence[str]
+    report_path: Path | None = None
+    env: dict[str, str] = field(default_factory=subprocess_env)
+    proc: subprocess.Popen[str] = field(init=False)
+    started: float = field(init=False)
+    _out: list[str] = field(default_factory=list, init=False)
+    _err: list[str] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.started = time.monotonic()
+        # Own session: a timeout can kill the whole tree.
+        self.proc = subprocess.Popen(
+            list(self.args),
+            cwd=REPO,
+            env=self.env,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        for stream, sink in ((self.proc.stdout, self._out), (self.proc.stderr, self._err)):
+            threading.Thread(target=self._drain, args=(stream, sink), daemon=True).start()
+
+    @staticmethod
+    def _drain(stream: Any, sink: list[str]) -> None:
+        for line in stream:
+            sink.append(line)
+
+    @property
+    def stderr_so_far(self) -> str:
+        return "".join(self._err)
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.stderr_so_far + "".join(self._out):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"{text!r} never appeared:\n{self.finish(5).tail()}")
+            time.sleep(0.1)
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill(self) -> None:
+        """SIGTERM the tree, SIGKILL what is left after 20 s (the hard timeout's last step)."""
+        procs = self.descendants()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.insert(0, psutil.Process(self.proc.pid))
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=20)
+        for p in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+
+    def finish(self, timeout: float) -> Finished:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            out = "".join(self._out) + "".join(self._err)
+            pytest.fail(
+                f"{' '.join(map(str, self.args[:6]))} ... did not finish within "
+                f"{timeout:.0f}s (hung?); killed it. Output tail:\n"
+                + "\n".join(out.splitlines()[-60:])
+            )
+        time.sleep(0.1)  # let the drain threads catch the last lines
+        report = None
+        if self.report_path is not None and self.report_path.exists():
+            report = json.loads(self.report_path.read_text())
+        return Finished(
+            code, "".join(self._out), "".join(self._err), time.monotonic() - self.started, report
+        )
+
+
+def locust_args(locustfile: Path, *args: str, report: Path | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "locust", "-f", str(locustfile), *args]
+    if report is not None:
+        cmd += ["--triton-report-json", str(report)]
+    return cmd
+
+
+def run_locust(
+    locustfile: Path,
+    *args: str,
+    tmp_path: Path,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+) -> Finished:
+    report = tmp_path / f"report-{time.monotonic_ns()}.json"
+    run = Locust(locust_args(locustfile, *args, report=report), report, env or subprocess_env())
+    return run.finish(timeout)
+
+
+def tritonservers(processes: Sequence[psutil.Process]) -> list[psutil.Process]:
+    found = []
+    for p in processes:
+        try:
+            if p.name() == "tritonserver":
+                found.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return found
