@@ -27,7 +27,7 @@ from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
 from pytest_triton.base import watched_servers as health
-from pytest_triton.base.dtypes import TYPES, tensor_type
+from pytest_triton.base.dtypes import TYPES, Array, tensor_type
 from pytest_triton.base.errors import (
     InferenceError,
     ServerError,
@@ -55,7 +55,7 @@ from pytest_triton.client.wire.shm import (
 
 PROTOCOLS: tuple[Protocol, ...] = ("http", "grpc")
 __all__ = ["PROTOCOLS", "PreparedRequest", "Protocol", "ServerHealth", "Transport", "TritonClient"]
-Tensors = Mapping[str, np.ndarray]
+Tensors = Mapping[str, Array]
 T = TypeVar("T")
 
 
@@ -413,7 +413,7 @@ class TritonClient:
             model, lambda: self._prepare_in_memory(model, batches, outputs, version), version
         )
 
-    def _wire_ready(self, model: str, inputs: Tensors) -> dict[str, np.ndarray]:
+    def _wire_ready(self, model: str, inputs: Tensors) -> dict[str, Array]:
         """Contiguous arrays Triton has a datatype for (numpy str arrays travel as BYTES,
         UTF-8 encoded); any other dtype is refused naming the input."""
         ready = {}
@@ -464,7 +464,7 @@ class TritonClient:
             raise
         return built
 
-    def send(self, request: PreparedRequest) -> dict[str, np.ndarray]:
+    def send(self, request: PreparedRequest) -> dict[str, Array]:
         """Send a prepared request; every output it asked for, by name."""
         http = self._http
         if http is not None:
@@ -535,7 +535,7 @@ class TritonClient:
                     self._h2 = grpc_h2.GrpcConnections(self.url, self.timeout_s)
         return self._h2
 
-    def _read_answer(self, request: PreparedRequest, call: Any) -> dict[str, np.ndarray]:
+    def _read_answer(self, request: PreparedRequest, call: Any) -> dict[str, Array]:
         """The outputs of a gRPC request in flight, its failure in tritonclient's form."""
         try:
             answer: bytes = call.result()
@@ -545,7 +545,7 @@ class TritonClient:
 
     def infer(
         self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None, version: str = ""
-    ) -> dict[str, np.ndarray]:
+    ) -> dict[str, Array]:
         """One request; returns every requested output (all the model's outputs by default,
         in the order its metadata lists them)."""
         names = list(outputs) if outputs is not None else self.output_names(model, version)
@@ -558,7 +558,7 @@ class TritonClient:
         requests: Sequence[Tensors],
         outputs: Sequence[str] | None = None,
         version: str = "",
-    ) -> list[dict[str, np.ndarray]]:
+    ) -> list[dict[str, Array]]:
         """Send all requests at once (so the dynamic batcher can combine them); answers in
         request order."""
         names = list(outputs) if outputs is not None else self.output_names(model, version)
@@ -584,7 +584,7 @@ class TritonClient:
 
     def _infer_many_threads(
         self, model: str, requests: Sequence[Tensors], names: list[str], version: str
-    ) -> list[dict[str, np.ndarray]]:
+    ) -> list[dict[str, Array]]:
         """One thread and connection per request in flight (HTTP/1.1, or HTTP/2 with one
         stream per connection), all prepared before the first is sent."""
         built = self.prepare_all(model, requests, names, version)

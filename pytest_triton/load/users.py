@@ -33,6 +33,7 @@ import torch
 from locust import User, constant, task
 from locust.exception import StopUser
 
+from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryError
 from pytest_triton.base.urls import check_host
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient
@@ -63,7 +64,7 @@ _refused: set[str] = set()
 __all__ = ["GrpcTritonUser", "HttpTritonUser", "TritonUser", "default_targets", "zoo_model"]
 
 
-def _numpy(value: Any) -> np.ndarray:
+def _numpy(value: Any) -> Array:
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     return np.ascontiguousarray(value)

@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import DeployedModelError, InferenceError, ModelLoadError
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stats import ModelStats, StatsWindow
@@ -228,29 +227,27 @@ class ServedModel:
     def __repr__(self) -> str:
         return f"ServedModel({self.id} as {self.name!r})"
 
-    def inputs(self, batch_size: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+    def inputs(self, batch_size: int = 2, seed: int = 0) -> dict[str, Array]:
         """A batch as this variant takes it on the wire (fp16 variants take half floats)."""
         native = self.deployment.repository.native(self.variant)
         return native.cast_inputs(self.variant.spec.make_inputs(batch_size, seed))
 
-    def native(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def native(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         return self.deployment.repository.native(self.variant)(inputs)
 
-    def infer(
-        self, client: TritonClient, inputs: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
+    def infer(self, client: TritonClient, inputs: Mapping[str, Array]) -> dict[str, Array]:
         served = client.infer(self.name, inputs, self.variant.spec.output_names)
         return self._unreshape(served)
 
     def infer_many(
-        self, client: TritonClient, requests: Sequence[Mapping[str, np.ndarray]]
-    ) -> list[dict[str, np.ndarray]]:
+        self, client: TritonClient, requests: Sequence[Mapping[str, Array]]
+    ) -> list[dict[str, Array]]:
         """All requests in flight together (the dynamic batcher may combine them); answers in
         request order."""
         answers = client.infer_many(self.name, requests, self.variant.spec.output_names)
         return [self._unreshape(answer) for answer in answers]
 
-    def _unreshape(self, served: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _unreshape(self, served: dict[str, Array]) -> dict[str, Array]:
         """Per-row scalars travel as [batch, 1] (Triton's dims [1] + empty reshape); give them
         back the shape PyTorch returns."""
         if not self.variant.spec.batched:
@@ -269,8 +266,8 @@ class ServedModel:
     def _compare(
         self,
         client: TritonClient,
-        native: Mapping[str, np.ndarray],
-        served: Mapping[str, np.ndarray],
+        native: Mapping[str, Array],
+        served: Mapping[str, Array],
         rtol: float | None,
         atol: float | None,
         tolerances: Mapping[str, Tolerance] | None,
@@ -334,7 +331,7 @@ class ServedModel:
     def assert_parity(
         self,
         client: TritonClient,
-        inputs: Mapping[str, np.ndarray] | None = None,
+        inputs: Mapping[str, Array] | None = None,
         *,
         batch_size: int = 2,
         seed: int = 0,

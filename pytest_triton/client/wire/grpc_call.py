@@ -43,7 +43,8 @@ class GrpcInfer:
 
     def exchange(self, message: bytes, timeout_s: float | None) -> bytes:
         try:
-            return self._infer(message, timeout=timeout_s)
+            answer: bytes = self._infer(message, timeout=timeout_s)
+            return answer
         except grpc.RpcError as exc:
             raise rpc_error(exc) from None
 
