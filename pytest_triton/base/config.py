@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS, PRECISIONS
+from pytest_triton.base.security import parse_header
 
 Front = Literal["pytest", "locust", "perf", "deploy"]
 PYTEST: frozenset[Front] = frozenset({"pytest"})
@@ -175,6 +176,14 @@ def parse_ratio(text: str) -> float:
 
 def parse_optional(text: str) -> str | None:
     return text.strip() or None
+
+
+def parse_headers(text: str) -> tuple[str, ...]:
+    """';'-separated 'Name: value' headers, each checked for its form (values stay as written)."""
+    headers = tuple(h.strip() for h in text.split(";") if h.strip())
+    for header in headers:
+        parse_header(header)
+    return headers
 
 
 def parse_shell_words(text: str) -> tuple[str, ...]:
@@ -396,6 +405,44 @@ class TritonConfig:
         PYTEST,
         parse=parse_optional,
         metavar="IMAGE",
+    )
+    tls_ca: str | None = _setting(
+        None,
+        "CA bundle (PEM) that signed the server's certificate, for https:// and grpcs:// URLs "
+        "(default: the system's)",
+        PYTEST,
+        parse=parse_optional,
+        metavar="PATH",
+    )
+    tls_cert: str | None = _setting(
+        None,
+        "client certificate (PEM) for mutual TLS, with --triton-tls-key",
+        PYTEST,
+        parse=parse_optional,
+        metavar="PATH",
+    )
+    tls_key: str | None = _setting(
+        None,
+        "the client certificate's private key (PEM) for mutual TLS",
+        PYTEST,
+        parse=parse_optional,
+        metavar="PATH",
+    )
+    tls_server_name: str | None = _setting(
+        None,
+        "the name the server's certificate must carry, where it differs from the URL's host",
+        PYTEST,
+        parse=parse_optional,
+        metavar="NAME",
+    )
+    headers: tuple[str, ...] = _setting(
+        (),
+        "request headers on every call ('Name: value', ';'-separated); ${VARIABLE}s are read "
+        "from the environment when a client is made and never printed, e.g. "
+        "'Authorization: Bearer ${TRITON_TOKEN}'",
+        PYTEST,
+        parse=parse_headers,
+        metavar="HEADERS",
     )
     replicas: tuple[str, ...] = _setting(
         (),

@@ -35,6 +35,7 @@ from pytest_triton.base.errors import (
     SpecError,
     TritonTestError,
 )
+from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.watched_servers import ServerHealth
 from pytest_triton.client import failures as request_errors
 from pytest_triton.client.failures import request_problem
@@ -42,7 +43,7 @@ from pytest_triton.client.wire import grpc_h2
 from pytest_triton.client.wire import request as wire
 from pytest_triton.client.wire.grpc_call import GrpcInfer, rpc_error
 from pytest_triton.client.wire.http_conn import HttpConnections, raise_for_status
-from pytest_triton.client.wire.http_control import PerThreadControl
+from pytest_triton.client.wire.http_control import PerThreadControl, WithHeaders
 from pytest_triton.client.wire.lane import GrpcLane, HttpLane, Lane
 from pytest_triton.client.wire.request import PreparedRequest, Protocol
 from pytest_triton.client.wire.shm import (
@@ -124,6 +125,7 @@ class TritonClient:
         server: ServerHealth | None = None,
         shared_memory: Transport = "none",
         output_shared_memory_size: int = DEFAULT_OUTPUT_BYTES,
+        security: Security = PLAIN,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
@@ -138,6 +140,8 @@ class TritonClient:
         )
         self.url = url
         self.protocol: Protocol = protocol
+        self.security = security
+        self._headers = security.header_values()  # values for the wire only; never printed
         self.shared_memory: Transport = shared_memory
         self.output_shared_memory_size = output_shared_memory_size
         self.timeout_s = timeout_s
@@ -157,13 +161,45 @@ class TritonClient:
                     concurrency=concurrency,
                     connection_timeout=timeout_s,
                     network_timeout=timeout_s,
+                    **self._http_tls(),
                 )
             )
-            self._http = HttpConnections(url, timeout_s)
+            if self._headers:
+                self._client = WithHeaders(self._client, self._headers)
+            self._http = HttpConnections(url, timeout_s, security)
         else:
-            self._client = grpcclient.InferenceServerClient(url)
-            self._grpc = GrpcInfer(url)
+            self._client = self._grpc_control()
+            self._grpc = GrpcInfer(url, security)
         _LIVE.add(self)
+
+    def _http_tls(self) -> dict[str, Any]:
+        """tritonclient.http's TLS arguments: our context (CA bundle, client certificate)."""
+        security = self.security
+        if not security.tls:
+            return {}
+        options = {"server_hostname": security.server_name} if security.server_name else {}
+        return {
+            "ssl": True,
+            "ssl_options": options,
+            "ssl_context_factory": lambda **_: security.ssl_context(),
+        }
+
+    def _grpc_control(self) -> Any:
+        security = self.security
+        client: Any
+        if security.tls:
+            name = security.server_name
+            client = grpcclient.InferenceServerClient(
+                self.url,
+                ssl=True,
+                root_certificates=security.ca_file,
+                private_key=security.key_file,
+                certificate_chain=security.cert_file,
+                channel_args=[("grpc.ssl_target_name_override", name)] if name else None,
+            )
+        else:
+            client = grpcclient.InferenceServerClient(self.url)
+        return WithHeaders(client, self._headers) if self._headers else client
 
     @property
     def id(self) -> str:
@@ -189,7 +225,7 @@ class TritonClient:
         if self.protocol == "http":
             self._client.close()  # PerThreadControl: a thread's next call makes a new one
         else:
-            control, self._client = self._client, grpcclient.InferenceServerClient(self.url)
+            control, self._client = self._client, self._grpc_control()
             control.close()
 
     def close(self) -> None:
@@ -406,7 +442,9 @@ class TritonClient:
         batches = [self._wire_ready(model, b) for b in batches]
         if self.shared_memory == "none":
             return [
-                wire.build_request(self.protocol, self.url, model, b, outputs, version)
+                wire.build_request(
+                    self.protocol, self.url, model, b, outputs, version, headers=self._headers
+                )
                 for b in batches
             ]
         return self._call(
@@ -456,6 +494,7 @@ class TritonClient:
                         version,
                         memory=memory,
                         output_sizes=size,
+                        headers=self._headers,
                     )
                 )
         except BaseException:
@@ -509,6 +548,8 @@ class TritonClient:
         def failure(request: PreparedRequest, exc: Exception) -> Exception:
             return self._failure(request.model, exc, request.version, request)
 
+        if self.security.tls:
+            return None  # the multiplexer reads raw sockets: TLS stays on the blocking path
         if self._http is not None:
             return HttpLane(self.url, self.timeout_s, failure)
         lean = self._lean_grpc()
@@ -532,7 +573,7 @@ class TritonClient:
                 return None
             with self._lock:
                 if self._h2 is None:
-                    self._h2 = grpc_h2.GrpcConnections(self.url, self.timeout_s)
+                    self._h2 = grpc_h2.GrpcConnections(self.url, self.timeout_s, self.security)
         return self._h2
 
     def _read_answer(self, request: PreparedRequest, call: Any) -> dict[str, Array]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.security import security_from
 from pytest_triton.server.docker_engine import docker_sdk
 from pytest_triton.server.external import ExternalLauncher
 from pytest_triton.server.launcher import Launcher
@@ -46,6 +47,13 @@ def make_launcher(config: TritonConfig) -> Launcher:
             gpu=config.gpu,
             numerics=config.numerics,
             deployed=config.deployed,
+            security=security_from(
+                config.tls_ca,
+                config.tls_cert,
+                config.tls_key,
+                config.tls_server_name,
+                config.headers,
+            ),
         )
     if name == "container":
         docker_sdk()  # names a missing SDK (or a `docker/` folder) before testcontainers fails

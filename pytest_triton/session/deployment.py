@@ -83,13 +83,15 @@ class Deployment:
         key = (protocol, shared_memory)
         with self._lock:
             if key not in self._clients:
+                endpoints = self.server.endpoints
                 self._clients[key] = TritonClient(
-                    self.server.endpoints.url(protocol),
+                    endpoints.url(protocol),
                     protocol,
                     timeout_s=self.timeout_s,
                     server=self.server,
                     shared_memory=shared_memory,
                     output_shared_memory_size=self.output_shared_memory_size,
+                    security=self.server.security.for_protocol(protocol in endpoints.tls),
                 )
             return self._clients[key]
 
@@ -98,7 +100,12 @@ class Deployment:
         with self._lock:
             if self.replicas and not self._replica_clients:
                 self._replica_clients = [
-                    TritonClient(parse_url(url)[1], "http", timeout_s=self.timeout_s)
+                    TritonClient(
+                        parse_url(url)[1],
+                        "http",
+                        timeout_s=self.timeout_s,
+                        security=self.server.security.for_protocol(parse_url(url)[0] == "https"),
+                    )
                     for url in self.replicas
                 ]
             return list(self._replica_clients)

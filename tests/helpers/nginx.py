@@ -23,7 +23,13 @@ MISSING = (
 )
 
 
-def _config(prefix: Path, port: int, upstreams: Sequence[str]) -> str:
+def _config(
+    prefix: Path,
+    port: int,
+    upstreams: Sequence[str],
+    tls: tuple[Path, Path] | None = None,
+    token: str | None = None,
+) -> str:
     servers = "".join(f"    server {u};\n" for u in upstreams)
     temp = "".join(
         f"  {kind}_temp_path {prefix / kind};\n"
@@ -35,21 +41,30 @@ def _config(prefix: Path, port: int, upstreams: Sequence[str]) -> str:
         f"error_log {prefix / 'error.log'};\nevents {{ worker_connections 256; }}\n"
         f"http {{\n  access_log {prefix / 'access.log'};\n{temp}"
         f"  upstream triton {{\n{servers}    keepalive 16;\n  }}\n"
-        f"  server {{\n    listen 127.0.0.1:{port};\n"
-        "    location / {\n      proxy_pass http://triton;\n      proxy_http_version 1.1;\n"
+        f"  server {{\n    listen 127.0.0.1:{port}{' ssl' if tls else ''};\n"
+        + (f"    ssl_certificate {tls[0]};\n    ssl_certificate_key {tls[1]};\n" if tls else "")
+        + (f'    if ($http_authorization != "Bearer {token}") {{ return 401; }}\n' if token else "")
+        + "    location / {\n      proxy_pass http://triton;\n      proxy_http_version 1.1;\n"
         '      proxy_set_header Connection "";\n    }\n  }\n}\n'
     )
 
 
 @contextmanager
-def round_robin(upstreams: Sequence[str], prefix: Path) -> Iterator[str]:
+def round_robin(
+    upstreams: Sequence[str],
+    prefix: Path,
+    *,
+    tls: tuple[Path, Path] | None = None,
+    token: str | None = None,
+) -> Iterator[str]:
     """nginx on an ephemeral loopback port spreading requests over `upstreams` (HOST:PORT);
-    yields its HOST:PORT."""
+    with `tls` (certificate, key) it terminates TLS, with `token` it answers 401 to a request
+    without `Authorization: Bearer TOKEN`. Yields its HOST:PORT."""
     assert NGINX is not None, MISSING
     prefix.mkdir(parents=True, exist_ok=True)
     port = free_port()
     conf = prefix / "nginx.conf"
-    conf.write_text(_config(prefix, port, upstreams))
+    conf.write_text(_config(prefix, port, upstreams, tls, token))
     proc = subprocess.Popen(
         [NGINX, "-c", str(conf), "-p", str(prefix), "-e", str(prefix / "error.log")],
         stdin=subprocess.DEVNULL,

@@ -108,9 +108,11 @@ def build_request(
     *,
     memory: SharedMemory | None = None,
     output_sizes: Mapping[str, int] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> PreparedRequest:
     """The request for `inputs`. With `memory`, inputs are written to its blocks and every
-    output in `outputs` (required then, with `output_sizes`) gets a block to be answered in."""
+    output in `outputs` (required then, with `output_sizes`) gets a block to be answered in.
+    `headers` go into an HTTP request (gRPC's travel in each connection's HEADERS block)."""
     module: Any = httpclient if protocol == "http" else grpcclient
     request = PreparedRequest(
         model, version, protocol, b"", list(outputs) if outputs is not None else None, memory=memory
@@ -128,7 +130,9 @@ def build_request(
             body, json_size = httpclient.InferenceServerClient.generate_request_body(
                 infer_inputs, outputs=requested
             )
-            request.wire = request_bytes(hostport, infer_path(model, version), body, json_size)
+            request.wire = request_bytes(
+                hostport, infer_path(model, version), body, json_size, headers
+            )
         else:
             message = _get_inference_request(
                 model, infer_inputs, version, "", requested, 0, False, False, 0, None, None
