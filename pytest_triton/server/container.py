@@ -202,7 +202,7 @@ class TritonReady(WaitStrategy):
         raise TimeoutError(f"{url or 'the container'} not ready after {self._startup_timeout:.0f}s")
 
 
-class ContainerExited(Exception):
+class ContainerExited(ServerError):
     """The container stopped before it was ready."""
 
     def __init__(self, code: int) -> None:
