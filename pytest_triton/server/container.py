@@ -88,18 +88,18 @@ class ContainerSettings:
 
     @classmethod
     def from_config(cls, config: TritonConfig) -> ContainerSettings:
-        image = config.image or (NGC_IMAGE if config.gpu else CPU_IMAGE)
-        if config.backends:
-            backends = frozenset(config.backends)
+        image = config.server.image or (NGC_IMAGE if config.server.gpu else CPU_IMAGE)
+        if config.server.backends:
+            backends = frozenset(config.server.backends)
         elif image.startswith("nvcr.io/nvidia/tritonserver:"):
             backends = NGC_BACKENDS
         else:
             backends = CPU_IMAGE_BACKENDS
         return cls(
             image=image,
-            gpus=config.gpus if config.gpu else None,
+            gpus=config.server.gpus if config.server.gpu else None,
             backends=backends,
-            numerics=config.numerics,
+            numerics=config.server.numerics,
         )
 
     @property

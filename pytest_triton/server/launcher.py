@@ -15,15 +15,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from pytest_triton.base import watched_servers as health
+from pytest_triton.base.config import ModelControl
 from pytest_triton.base.errors import ModelLoadError, ServerError
 from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.base.urls import Endpoints
 
-ModelControl = Literal["none", "explicit", "poll"]
 LOG_TAIL_LINES = 60
 
 

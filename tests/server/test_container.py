@@ -94,14 +94,14 @@ def test_server_command_inside_the_container() -> None:
 
 
 def test_gpu_mode_adds_tensorrt_formats_unless_formats_are_given() -> None:
-    assert resolve(gpu=True).formats == (
+    assert resolve(gpu=True).serving.formats == (
         "torchscript-script",
         "torchscript-trace",
         "onnx",
         "tensorrt",
         "onnx-trt",
     )
-    assert resolve(gpu=True, formats="onnx").formats == ("onnx",)
+    assert resolve(gpu=True, formats="onnx").serving.formats == ("onnx",)
 
 
 def _gpu_config(tmp_path: Path, fmt: str, **spec: Any) -> str:

@@ -5,6 +5,7 @@ load spread. Two real tritonservers behind Debian's nginx, round-robin."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,9 +78,10 @@ triton_repository = factories.repository(
 
 
 def test_the_batching_proof_sums_over_replicas_in_deployed_mode(
-    pytester: pytest.Pytester, replicated: tuple[str, list[str]]
+    pytester: pytest.Pytester, replicated: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ingress, replicas = replicated
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # tests.helpers
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(
         test_gate=f"""
