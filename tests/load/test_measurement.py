@@ -27,6 +27,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
     root = tmp_path_factory.mktemp("repo")
     write_sleepy(root, "stall", source=STALL_MODEL)
     write_sleepy(root, "slowing", source=SLOWING_MODEL)
+    # a second one: the first stays slow after its test (it slows from its first request)
+    write_sleepy(root, "slowing_too", source=SLOWING_MODEL)
     write_sleepy(root, "sleepy")
     with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
         yield server.endpoints
@@ -126,7 +128,7 @@ def test_without_a_speed_target_instability_is_a_warning_with_advice(
     """A newcomer's first short run sets no target: it is reported, not failed."""
     run = rate_run(
         models,
-        "slowing",
+        "slowing_too",
         "OpenUser",
         *UNSETTLED,
         tmp_path=tmp_path,
