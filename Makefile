@@ -13,7 +13,7 @@ BASELINE ?=
 SAVE_BASELINE ?=
 GATE_ARGS ?=
 
-.PHONY: gate test test-cpu test-container lint install clean bench bench-loadgen \
+.PHONY: gate test test-deps test-cpu test-container lint install clean bench bench-loadgen \
 	bench-serving chromium screenshots
 
 # An editable install leaves out setup.py's pytest_triton_locust.pth (it puts our options into
@@ -36,10 +36,9 @@ gate: $(STAMP)
 		$(if $(BASELINE),--triton-baseline $(BASELINE)) \
 		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
-# tests/load/test_web_ui.py drives Locust's web UI in headless Chromium: `make test` first
-# installs Debian's package where it is missing (as root, or through password-less sudo;
-# otherwise it stops and says to run `sudo make chromium`).
-test: $(STAMP) chromium
+# The suite, after the Debian packages it drives (test-deps: chromium for the web UI test,
+# nginx for the replica tests).
+test: $(STAMP) test-deps
 	$(BIN)/pytest
 
 # The suite without Docker (CI's CPU job)
@@ -52,15 +51,24 @@ test-container: $(STAMP)
 	images/build-cpu-image
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/pytest -m container
 
-chromium:
-	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+# Debian packages the suite drives as real parts: chromium (the web UI test) and nginx (the
+# ingress in front of Triton replicas). Installed where missing, as root or through
+# password-less sudo; otherwise make stops and says what to run.
+test-deps:
+	@missing=; \
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+		missing="$$missing chromium"; \
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
+	[ -z "$$missing" ] || { \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; \
 		elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
-		else echo "make: chromium is missing and installing it needs root:" \
-			"run 'sudo make chromium' (the web UI test fails without it)" >&2; exit 1; fi; \
-		echo "make: installing Debian's chromium for the web UI test"; \
+		else echo "make: the suite needs Debian's$$missing and installing needs root:" \
+			"run 'sudo make test-deps'" >&2; exit 1; fi; \
+		echo "make: installing Debian's$$missing for the suite"; \
 		$$SUDO apt-get update -q </dev/null && DEBIAN_FRONTEND=noninteractive \
-			$$SUDO apt-get install -y -q --no-install-recommends chromium </dev/null; }
+			$$SUDO apt-get install -y -q --no-install-recommends $$missing </dev/null; }
+
+chromium: test-deps
 
 # The README's screenshots of the web UI's Triton tab, taken by its browser test
 screenshots: $(STAMP) chromium

@@ -49,7 +49,7 @@ def test_dlrm_meets_its_load_targets(
     triton_server: Deployment, triton_config: TritonConfig, tmp_path: Path
 ) -> None:
     model = triton_server.model(dlrm_variant(triton_server))  # a variant id or a Triton name
-    out = Path(triton_config.report) if triton_config.report else tmp_path
+    out = Path(triton_config.gate.report) if triton_config.gate.report else tmp_path
     out.mkdir(parents=True, exist_ok=True)
     report = out / "load-dlrm.json"
     report.unlink(missing_ok=True)  # never let an earlier run's verdict stand in for this one

@@ -149,7 +149,7 @@ def test_the_gate_report_reads_documents_only() -> None:
     server, no pytest and no locust, so any front end (or a script) can use it."""
     gate = [m for m in GRAPH if m.startswith("pytest_triton.gate")]
     assert gate
-    allowed = set(gate)
+    allowed = {*gate, "pytest_triton.base.errors"}
     assert not [(m, d) for m in gate for d in GRAPH[m] if d not in allowed]
     for module in gate:
         roots = import_roots(module)
@@ -232,3 +232,41 @@ def test_tests_are_laid_out_like_the_package() -> None:
         and p.name not in {"__init__.py", "conftest.py"}
     )
     assert stray == [], f"helpers outside tests/helpers/: {stray}"
+
+
+def test_every_error_is_a_package_error() -> None:
+    """A caller catches TritonTestError and gets every failure the package raises. Read from
+    the source (importing the Locust modules here would patch pytest's process with gevent)."""
+    import builtins
+
+    bases: dict[str, list[str]] = {}
+    where: dict[str, str] = {}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names = [
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                ]
+                bases[node.name] = names
+                where[node.name] = module
+
+    def derives(name: str, root: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name == root:
+            return True
+        return any(derives(b, root, seen | {name}) for b in bases.get(name, []) if b not in seen)
+
+    def is_exception(name: str) -> bool:
+        builtin = getattr(builtins, name, None)
+        if isinstance(builtin, type) and issubclass(builtin, BaseException):
+            return True
+        return any(is_exception(b) for b in bases.get(name, []))
+
+    outside = sorted(
+        f"{where[name]}.{name}"
+        for name in bases
+        if not name.startswith("_")
+        and is_exception(name)
+        and not derives(name, "TritonTestError")
+        and name != "TritonTestError"
+    )
+    assert outside == []

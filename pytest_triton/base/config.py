@@ -18,10 +18,18 @@ import math
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS, PRECISIONS
+from pytest_triton.base.security import parse_header
+
+# Choice settings: each declared once here; their choices are read from these types.
+LauncherName = Literal["auto", "local", "container", "external"]
+ModelControl = Literal["explicit", "none", "poll"]
+Numerics = Literal["strict", "production"]
+Distribution = Literal["constant", "poisson"]
+MeasurementMode = Literal["time_windows", "count_windows"]
 
 Front = Literal["pytest", "locust", "perf", "deploy"]
 PYTEST: frozenset[Front] = frozenset({"pytest"})
@@ -177,6 +185,14 @@ def parse_optional(text: str) -> str | None:
     return text.strip() or None
 
 
+def parse_headers(text: str) -> tuple[str, ...]:
+    """';'-separated 'Name: value' headers, each checked for its form (values stay as written)."""
+    headers = tuple(h.strip() for h in text.split(";") if h.strip())
+    for header in headers:
+        parse_header(header)
+    return headers
+
+
 def parse_shell_words(text: str) -> tuple[str, ...]:
     return tuple(shlex.split(text))
 
@@ -255,18 +271,17 @@ def _setting(default: Any, help: str, fronts: frozenset[Front], **info: Any) -> 
 
 
 @dataclass(frozen=True)
-class TritonConfig:
-    """Every setting, resolved; `origins` says where each value came from."""
+class ServerSettings:
+    """Where and how the server runs, and which running server is gated."""
 
-    # -- where and how the server runs -------------------------------------------------------
-    launcher: str = _setting(
+    launcher: LauncherName = _setting(
         "auto",
         "where tritonserver runs: local child process, container (testcontainers), or "
         "external (--triton-url); auto = external with a URL, else with --triton-gpu a GPU "
         "container when Docker's nvidia runtime answers, else a local server on the visible "
         "GPU; else local",
         PYTEST,
-        choices=("auto", "local", "container", "external"),
+        choices=get_args(LauncherName),
     )
     url: str | None = _setting(
         None,
@@ -292,6 +307,101 @@ class TritonConfig:
         parse=parse_optional,
         metavar="PATH",
     )
+    startup_timeout: float = _setting(
+        120.0,
+        "seconds to wait for the server to become ready",
+        SERVER,
+        parse=parse_positive_float,
+        metavar="SECONDS",
+    )
+    server_args: tuple[str, ...] = _setting(
+        (),
+        'extra tritonserver arguments, shell-quoted (e.g. "--log-info=true '
+        '--pinned-memory-pool-byte-size=0")',
+        PYTEST | LOAD,
+        parse=parse_shell_words,
+        metavar="ARGS",
+    )
+    model_control: ModelControl = _setting(
+        "explicit",
+        "tritonserver --model-control-mode; explicit loads each model when a test "
+        "first needs it, so one broken model fails only its tests",
+        PYTEST,
+        choices=get_args(ModelControl),
+    )
+    log_verbose: int = _setting(
+        0, "tritonserver --log-verbose level", PYTEST | LOAD, parse=parse_int, metavar="N"
+    )
+    gpu: bool = _setting(
+        False,
+        "serve on NVIDIA GPUs (KIND_GPU instances, PyTorch reference on CUDA) with any "
+        "launcher; stops at once naming what the chosen launcher lacks (a GPU, the Docker SDK, "
+        "the engine, its nvidia runtime, CUDA in torch)",
+        PYTEST,
+        parse=parse_bool,
+        flag=True,
+    )
+    gpus: str = _setting(
+        "all",
+        "GPUs for --triton-gpu: all or a comma list of ordinals (0,1): a container's "
+        "device request, a local server's CUDA_VISIBLE_DEVICES",
+        PYTEST,
+        parse=parse_gpus,
+        metavar="all|0,1",
+    )
+    numerics: Numerics = _setting(
+        "strict",
+        "fp32 numerics on a GPU: strict = TF32 off in the server "
+        "(NVIDIA_TF32_OVERRIDE=0) and the reference, torch.testing's tolerances; production = "
+        "TF32 as the backends ship it, with the measured tolerances in parity.py",
+        PYTEST,
+        choices=get_args(Numerics),
+    )
+    image: str | None = _setting(
+        None,
+        "container image (default: the NGC image with --triton-gpu, else the offline "
+        "CPU image built by images/build-cpu-image)",
+        PYTEST,
+        parse=parse_optional,
+        metavar="IMAGE",
+    )
+    replicas: tuple[str, ...] = _setting(
+        (),
+        "HTTP URLs of each server replica behind --triton-url's load balancer "
+        "(comma-separated): statistics and batching proofs sum over them, with a table of "
+        "how the load spread",
+        PYTEST,
+        parse=parse_list,
+        metavar="URL,...",
+    )
+    deployed: bool = _setting(
+        False,
+        "gate the models a running server already serves (--triton-url; model control none, "
+        "poll or explicit): nothing is uploaded or unloaded, each model must be READY at its "
+        "spec's version and its served config must match the spec",
+        PYTEST,
+        parse=parse_bool,
+        flag=True,
+    )
+    backends: tuple[str, ...] | None = _setting(
+        None,
+        "backends the external server has (comma-separated; default python), deciding "
+        "native or python-hosted variants",
+        PYTEST,
+        parse=parse_list,
+        metavar="LIST",
+    )
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How clients reach the server: protocols, transports, timeouts, TLS and headers."""
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        """The protocols asked for; both when none was named."""
+        return self.protocol or ("http", "grpc")
+
     protocol: tuple[str, ...] | None = _setting(
         None,
         "protocols: http, grpc or both (pytest parametrizes the client fixture over "
@@ -323,13 +433,6 @@ class TritonConfig:
         metavar="BYTES",
         aliases=("--output-shared-memory-size",),
     )
-    startup_timeout: float = _setting(
-        120.0,
-        "seconds to wait for the server to become ready",
-        SERVER,
-        parse=parse_positive_float,
-        metavar="SECONDS",
-    )
     request_timeout: float = _setting(
         120.0,
         "client network timeout in seconds",
@@ -337,75 +440,57 @@ class TritonConfig:
         parse=parse_positive_float,
         metavar="SECONDS",
     )
-    server_args: tuple[str, ...] = _setting(
-        (),
-        'extra tritonserver arguments, shell-quoted (e.g. "--log-info=true '
-        '--pinned-memory-pool-byte-size=0")',
-        PYTEST | LOAD,
-        parse=parse_shell_words,
-        metavar="ARGS",
-    )
-    model_control: str = _setting(
-        "explicit",
-        "tritonserver --model-control-mode; explicit loads each model when a test "
-        "first needs it, so one broken model fails only its tests",
-        PYTEST,
-        choices=("explicit", "none", "poll"),
-    )
-    log_verbose: int = _setting(
-        0, "tritonserver --log-verbose level", PYTEST | LOAD, parse=parse_int, metavar="N"
-    )
-    gpu: bool = _setting(
-        False,
-        "serve on NVIDIA GPUs (KIND_GPU instances, PyTorch reference on CUDA) with any "
-        "launcher; stops at once naming what the chosen launcher lacks (a GPU, the Docker SDK, "
-        "the engine, its nvidia runtime, CUDA in torch)",
-        PYTEST,
-        parse=parse_bool,
-        flag=True,
-    )
-    gpus: str = _setting(
-        "all",
-        "GPUs for --triton-gpu: all or a comma list of ordinals (0,1): a container's "
-        "device request, a local server's CUDA_VISIBLE_DEVICES",
-        PYTEST,
-        parse=parse_gpus,
-        metavar="all|0,1",
-    )
-    numerics: str = _setting(
-        "strict",
-        "fp32 numerics on a GPU: strict = TF32 off in the server "
-        "(NVIDIA_TF32_OVERRIDE=0) and the reference, torch.testing's tolerances; production = "
-        "TF32 as the backends ship it, with the measured tolerances in parity.py",
-        PYTEST,
-        choices=("strict", "production"),
-    )
-    warmup: int | None = _setting(
+    tls_ca: str | None = _setting(
         None,
-        "Triton model_warmup runs per sample before a model serves (0 = off; a "
-        "ModelSpec's warmup wins)",
-        PYTEST,
-        parse=parse_count,
-        metavar="N",
-        shown_default="5 on a GPU server, else 0",
-    )
-    image: str | None = _setting(
-        None,
-        "container image (default: the NGC image with --triton-gpu, else the offline "
-        "CPU image built by images/build-cpu-image)",
+        "CA bundle (PEM) that signed the server's certificate, for https:// and grpcs:// URLs "
+        "(default: the system's)",
         PYTEST,
         parse=parse_optional,
-        metavar="IMAGE",
+        metavar="PATH",
     )
-    backends: tuple[str, ...] | None = _setting(
+    tls_cert: str | None = _setting(
         None,
-        "backends the external server has (comma-separated; default python), deciding "
-        "native or python-hosted variants",
+        "client certificate (PEM) for mutual TLS, with --triton-tls-key",
         PYTEST,
-        parse=parse_list,
-        metavar="LIST",
+        parse=parse_optional,
+        metavar="PATH",
     )
-    # -- what is served ------------------------------------------------------------------
+    tls_key: str | None = _setting(
+        None,
+        "the client certificate's private key (PEM) for mutual TLS",
+        PYTEST,
+        parse=parse_optional,
+        metavar="PATH",
+    )
+    tls_server_name: str | None = _setting(
+        None,
+        "the name the server's certificate must carry, where it differs from the URL's host",
+        PYTEST,
+        parse=parse_optional,
+        metavar="NAME",
+    )
+    headers: tuple[str, ...] = _setting(
+        (),
+        "request headers on every call ('Name: value', ';'-separated); ${VARIABLE}s are read "
+        "from the environment when a client is made and never printed, e.g. "
+        "'Authorization: Bearer ${TRITON_TOKEN}'",
+        PYTEST,
+        parse=parse_headers,
+        metavar="HEADERS",
+    )
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """What is served: the specs, their export formats and precisions, warm-up, repository."""
+
+    specs: str | None = _setting(
+        None,
+        "MODULE:CALLABLE returning the ModelSpecs of the default triton_repository fixture",
+        PYTEST,
+        parse=parse_optional,
+        metavar="MODULE:CALLABLE",
+    )
     formats: tuple[str, ...] = _setting(
         FORMATS,
         "export formats to serve, comma-separated",
@@ -422,21 +507,6 @@ class TritonConfig:
         metavar="LIST",
         shown_default="each spec's: fp32, and fp16 when ModelSpec.fp16",
     )
-    repository_dir: str | None = _setting(
-        None,
-        "build the model repository here and keep it (default: a temporary directory "
-        "removed at the end)",
-        PYTEST,
-        parse=parse_optional,
-        metavar="DIR",
-    )
-    specs: str | None = _setting(
-        None,
-        "MODULE:CALLABLE returning the ModelSpecs of the default triton_repository fixture",
-        PYTEST,
-        parse=parse_optional,
-        metavar="MODULE:CALLABLE",
-    )
     format: str | None = _setting(
         None,
         "export format the embedded server of a load test serves",
@@ -446,56 +516,29 @@ class TritonConfig:
         metavar="FORMAT",
         aliases=("--format",),
     )
-    # -- the gate report and baselines ---------------------------------------------------
-    report: str | None = _setting(
+    warmup: int | None = _setting(
         None,
-        "write the gate report here: report.json, report.md, plots and junit.xml, with "
-        "every load-*.json found in the directory (Locust --triton-report-json, triton-perf "
-        "--json)",
+        "Triton model_warmup runs per sample before a model serves (0 = off; a "
+        "ModelSpec's warmup wins)",
+        PYTEST,
+        parse=parse_count,
+        metavar="N",
+        shown_default="5 on a GPU server, else 0",
+    )
+    repository_dir: str | None = _setting(
+        None,
+        "build the model repository here and keep it (default: a temporary directory "
+        "removed at the end)",
         PYTEST,
         parse=parse_optional,
         metavar="DIR",
     )
-    baseline: str | None = _setting(
-        None,
-        "compare this run with a stored gate report and fail on a regression beyond the "
-        "--triton-baseline-* limits",
-        PYTEST,
-        parse=parse_optional,
-        metavar="FILE",
-    )
-    save_baseline: str | None = _setting(
-        None,
-        "write this run's gate report as a baseline (only when the gate passes)",
-        PYTEST,
-        parse=parse_optional,
-        metavar="FILE",
-    )
-    baseline_throughput_drop: float = _setting(
-        10.0,
-        "baseline: fail when a load point's throughput (median over its windows) drops "
-        "by more than this percentage",
-        PYTEST,
-        parse=parse_limit,
-        metavar="PERCENT",
-    )
-    baseline_p99_rise: float = _setting(
-        20.0,
-        "baseline: fail when a load point's p99 latency (median over its windows) rises "
-        "by more than this percentage",
-        PYTEST,
-        parse=parse_limit,
-        metavar="PERCENT",
-    )
-    baseline_headroom: float = _setting(
-        80.0,
-        "baseline: fail when a parity row uses more than this percentage of its "
-        "tolerance allowance",
-        PYTEST,
-        parse=parse_limit,
-        metavar="PERCENT",
-    )
-    # -- load ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How load is sent: the model and batch, request bounds, open-loop rate, hosts."""
+
     model: str | None = _setting(
         None,
         "Triton model name to send load to (default: the locustfile's model)",
@@ -539,7 +582,6 @@ class TritonConfig:
         parse=parse_optional,
         internal=True,
     )
-    # -- how load is sent and measured (perf_analyzer's names) -------------------------------
     request_rate: float | None = _setting(
         None,
         "open loop: send this many requests per second in total, whatever the server "
@@ -550,11 +592,11 @@ class TritonConfig:
         metavar="R",
         aliases=("--request-rate",),
     )
-    request_distribution: str = _setting(
+    request_distribution: Distribution = _setting(
         "constant",
         "open loop: gaps between sends, constant or poisson (exponential gaps of the same mean)",
         LOAD,
-        choices=("constant", "poisson"),
+        choices=get_args(Distribution),
         aliases=("--request-distribution",),
     )
     max_in_flight: int = _setting(
@@ -565,6 +607,12 @@ class TritonConfig:
         parse=parse_positive_int,
         metavar="N",
     )
+
+
+@dataclass(frozen=True)
+class MeasurementSettings:
+    """How a load test is measured: warm-up, windows and their stability (perf_analyzer's names)."""
+
     load_warmup: float = _setting(
         1000.0,
         "load sent before the first measurement window, not measured",
@@ -574,12 +622,12 @@ class TritonConfig:
         metavar="MS",
         aliases=("--warmup",),
     )
-    measurement_mode: str = _setting(
+    measurement_mode: MeasurementMode = _setting(
         "time_windows",
         "measurement windows by time (--triton-measurement-interval) or by "
         "request count (--triton-measurement-request-count, for slow models)",
         LOAD,
-        choices=("time_windows", "count_windows"),
+        choices=get_args(MeasurementMode),
         aliases=("--measurement-mode",),
     )
     measurement_interval: float = _setting(
@@ -628,7 +676,12 @@ class TritonConfig:
         flag=True,
         aliases=("--allow-unstable",),
     )
-    # -- targets (model_analyzer's names) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """What decides a release: targets (model_analyzer's names), the report, baselines."""
+
     perf_latency_avg: float | None = _setting(
         None,
         "average client latency must stay at or below this",
@@ -678,18 +731,78 @@ class TritonConfig:
         bound="max",
         metavar="R",
     )
+    report: str | None = _setting(
+        None,
+        "write the gate report here: report.json, report.md, plots and junit.xml, with "
+        "every load-*.json found in the directory (Locust --triton-report-json, triton-perf "
+        "--json)",
+        PYTEST,
+        parse=parse_optional,
+        metavar="DIR",
+    )
+    baseline: str | None = _setting(
+        None,
+        "compare this run with a stored gate report and fail on a regression beyond the "
+        "--triton-baseline-* limits",
+        PYTEST,
+        parse=parse_optional,
+        metavar="FILE",
+    )
+    save_baseline: str | None = _setting(
+        None,
+        "write this run's gate report as a baseline (only when the gate passes)",
+        PYTEST,
+        parse=parse_optional,
+        metavar="FILE",
+    )
+    baseline_throughput_drop: float = _setting(
+        10.0,
+        "baseline: fail when a load point's throughput (median over its windows) drops "
+        "by more than this percentage",
+        PYTEST,
+        parse=parse_limit,
+        metavar="PERCENT",
+    )
+    baseline_p99_rise: float = _setting(
+        20.0,
+        "baseline: fail when a load point's p99 latency (median over its windows) rises "
+        "by more than this percentage",
+        PYTEST,
+        parse=parse_limit,
+        metavar="PERCENT",
+    )
+    baseline_headroom: float = _setting(
+        80.0,
+        "baseline: fail when a parity row uses more than this percentage of its "
+        "tolerance allowance",
+        PYTEST,
+        parse=parse_limit,
+        metavar="PERCENT",
+    )
 
+
+@dataclass(frozen=True)
+class TritonConfig:
+    """Every setting, resolved, in small groups by job; `origins` says where each value came
+    from. The settings table (SETTINGS) is read from the groups' fields: one declaration per
+    setting, for every front end."""
+
+    server: ServerSettings
+    client: ClientSettings
+    serving: ServingSettings
+    load: LoadSettings
+    measurement: MeasurementSettings
+    gate: GateSettings
     origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
-    @property
-    def protocols(self) -> tuple[str, ...]:
-        """The protocols asked for; both when none was named."""
-        return self.protocol or ("http", "grpc")
+    def value(self, name: str) -> Any:
+        """A setting's value by its name in the table (e.g. "perf_latency_p99")."""
+        return getattr(getattr(self, GROUP_OF[name]), name)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> TritonConfig:
         """Factory arguments on top of this config; re-derives the launcher."""
         check_names(overrides)
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values = {s.name: self.value(s.name) for s in SETTINGS}
         origins = dict(self.origins)
         for name, raw in overrides.items():
             origin = f"factory argument {name}="
@@ -701,13 +814,25 @@ class TritonConfig:
         return _finish(values)
 
 
+GROUPS: dict[str, type] = {
+    "server": ServerSettings,
+    "client": ClientSettings,
+    "serving": ServingSettings,
+    "load": LoadSettings,
+    "measurement": MeasurementSettings,
+    "gate": GateSettings,
+}
+GROUP_OF: dict[str, str] = {
+    f.name: group for group, cls in GROUPS.items() for f in dataclasses.fields(cls)
+}
+
+
 def _rows() -> tuple[Setting, ...]:
     rows = []
-    for f in dataclasses.fields(TritonConfig):
-        if "setting" not in f.metadata:
-            continue
-        help_text, fronts, info = f.metadata["setting"]
-        rows.append(Setting(f.name, f.default, help_text, fronts, **info))
+    for cls in GROUPS.values():
+        for f in dataclasses.fields(cls):
+            help_text, fronts, info = f.metadata["setting"]
+            rows.append(Setting(f.name, f.default, help_text, fronts, **info))
     return tuple(rows)
 
 
@@ -801,7 +926,7 @@ def from_environ(environ: Mapping[str, str], front: Front) -> Source:
 def as_values(config: TritonConfig) -> dict[str, Any]:
     """Every setting's value, JSON-friendly (to hand a config to another process)."""
     return {
-        s.name: list(v) if isinstance(v := getattr(config, s.name), tuple) else v for s in SETTINGS
+        s.name: list(v) if isinstance(v := config.value(s.name), tuple) else v for s in SETTINGS
     }
 
 
@@ -843,6 +968,20 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
             "the external launcher needs --triton-url (or triton_url in ini), "
             "e.g. --triton-url http://127.0.0.1:8000"
         )
+    if values["replicas"] and values["launcher"] != "external":
+        raise ConfigError(
+            "--triton-replicas names the replicas behind a running service's address: give "
+            "that address with --triton-url"
+        )
+    if values["deployed"] and values["launcher"] != "external":
+        raise ConfigError(
+            "--triton-deployed gates the models a running server already serves: give its "
+            "address with --triton-url (e.g. --triton-url https://triton.staging:8000)"
+        )
     if values["gpu"] and origins.get("formats") == "default":
         values["formats"] = FORMATS + GPU_FORMATS  # TensorRT and ORT-TensorRT join on a GPU
-    return TritonConfig(**values)
+    groups = {
+        group: cls(**{f.name: values[f.name] for f in dataclasses.fields(cls)})
+        for group, cls in GROUPS.items()
+    }
+    return TritonConfig(**groups, origins=values["origins"])

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from pytest_triton.base.errors import SpecError
+
+Array: TypeAlias = npt.NDArray[Any]
+"""A tensor as numpy holds it: any element type (the dtype tables below say which)."""
 
 
 @dataclass(frozen=True)
@@ -15,7 +20,7 @@ class TensorType:
     """A tensor element type as every layer names it."""
 
     torch: torch.dtype | None  # None for BYTES: PyTorch has no string tensors
-    numpy: np.dtype
+    numpy: np.dtype[Any]
     wire: str  # the KServe v2 datatype ("FP32"), used by tritonclient
 
     @property

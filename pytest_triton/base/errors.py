@@ -60,3 +60,17 @@ class InferenceError(TritonTestError):
 class SharedMemoryError(TritonTestError):
     """A shared memory region that could not be made, registered or used; says which and
     what the server needs to map it."""
+
+
+class DeployedModelError(TritonTestError):
+    """A deployed model that is not what its spec says: not ready, another version, or a
+    served config whose signature differs; names every difference."""
+
+    def __init__(self, model: str, problems: list[str]) -> None:
+        self.model = model
+        self.problems = problems
+        listed = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(
+            f"deployed model {model!r} does not match its spec:\n{listed}\n"
+            "(the server's config is what it serves; fix the deployment or the ModelSpec)"
+        )

@@ -4,9 +4,12 @@ so the variants a repository holds and the test ids can be listed at collection.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
+
+from pytest_triton.base.config import Numerics
 
 NO_TENSORRT = "TensorRT plans need a GPU server with the tensorrt backend: run with --triton-gpu"
-NUMERICS = ("strict", "production")
+NUMERICS = get_args(Numerics)
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,9 @@ class ServerTarget:
     tensorrt_problem: str | None = NO_TENSORRT
     numerics: str = "strict"
     onnx_gpu_problem: str | None = None
+    # The server already serves the models (--triton-deployed): one variant per spec, named
+    # as the spec, checked against what is served rather than exported and loaded.
+    deployed: bool = False
 
     @property
     def gpu(self) -> bool:

@@ -16,39 +16,45 @@ from pytest_triton.base.errors import ConfigError
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
+TLS_SCHEMES = {"https": "http", "grpcs": "grpc"}  # scheme -> the protocol it secures
+
+
 @dataclass(frozen=True)
 class Endpoints:
     http: str  # host:port, as tritonclient takes it
     grpc: str
     metrics: str | None = None
+    tls: frozenset[str] = frozenset()  # protocols reached over TLS (https://, grpcs://)
 
     def url(self, protocol: str) -> str:
         return self.http if protocol == "http" else self.grpc
 
     def encode(self) -> str:
         """As one option value (a Locust master hands its options to its workers)."""
-        return f"http={self.http},grpc={self.grpc}"
+        tls = "".join(f",tls={p}" for p in sorted(self.tls))
+        return f"http={self.http},grpc={self.grpc}{tls}"
 
     @classmethod
     def decode(cls, text: str) -> Endpoints:
-        parts: Mapping[str, str] = dict(p.split("=", 1) for p in text.split(",") if "=" in p)
+        pairs = [p.split("=", 1) for p in text.split(",") if "=" in p]
+        parts: Mapping[str, str] = {k: v for k, v in pairs if k != "tls"}
         if "http" not in parts or "grpc" not in parts:
             raise ConfigError(f"malformed endpoints {text!r}; expected http=H:P,grpc=H:P")
-        return cls(parts["http"], parts["grpc"])
+        return cls(parts["http"], parts["grpc"], tls=frozenset(v for k, v in pairs if k == "tls"))
 
 
 def parse_url(url: str, default_scheme: str = "http") -> tuple[str, str]:
-    """(scheme, host:port) from 'http://h:p', 'grpc://h:p' or 'h:p'."""
+    """(scheme, host:port) from 'http://h:p', 'grpc://h:p' (or https://, grpcs://) or 'h:p'."""
     text = url if "://" in url else f"{default_scheme}://{url}"
     parts = urlsplit(text)
     try:
         port = parts.port
     except ValueError:
         port = None
-    if parts.scheme not in ("http", "grpc") or not parts.hostname or port is None:
+    if parts.scheme not in ("http", "grpc", *TLS_SCHEMES) or not parts.hostname or port is None:
         raise ConfigError(
             f"Triton URL {url!r} is not of the form http://HOST:PORT or grpc://HOST:PORT "
-            "(e.g. http://127.0.0.1:8000)"
+            "(https:// and grpcs:// over TLS; e.g. http://127.0.0.1:8000)"
         )
     return parts.scheme, f"{parts.hostname}:{port}"
 
@@ -58,13 +64,18 @@ def endpoints_from(url: str, grpc_url: str | None = None) -> Endpoints:
     (gRPC = HTTP port + 1, as 8000/8001)."""
     scheme, hostport = parse_url(url)
     host, port = hostport.rsplit(":", 1)
-    if scheme == "http":
+    tls = {TLS_SCHEMES[scheme]} if scheme in TLS_SCHEMES else set()
+    if scheme in ("http", "https"):
         http = hostport
-        grpc = parse_url(grpc_url, "grpc")[1] if grpc_url else f"{host}:{int(port) + 1}"
+        if grpc_url:
+            grpc_scheme, grpc = parse_url(grpc_url, "grpc")
+            tls |= {"grpc"} if grpc_scheme == "grpcs" else set()
+        else:
+            grpc = f"{host}:{int(port) + 1}"
     else:
         grpc = hostport
         http = f"{host}:{int(port) - 1}"
-    return Endpoints(http, grpc)
+    return Endpoints(http, grpc, tls=frozenset(tls))
 
 
 def is_loopback(url: str) -> bool:

@@ -8,7 +8,7 @@ reach what the caller expects (or stop moving).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -131,8 +131,36 @@ def read_stats(client: TritonClient, model: str, version: str = "") -> ModelStat
     return ModelStats.from_response(client.statistics(model, version), version)
 
 
+def read_replica_stats(
+    clients: Sequence[TritonClient], model: str, version: str = ""
+) -> dict[str, ModelStats]:
+    """Each replica's counters, by its URL: behind a load balancer one statistics call
+    answers from one replica only."""
+    return {client.url: read_stats(client, model, version) for client in clients}
+
+
+def replica_table(per_replica: Mapping[str, ModelStats]) -> str:
+    """How the load spread over the replicas, as a markdown table."""
+    total = sum((s.requests for s in per_replica.values()), 0)
+    lines = [
+        "| replica | requests | share | executions | avg batch |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for url, stats in per_replica.items():
+        share = 100.0 * stats.requests / total if total else 0.0
+        lines.append(
+            f"| {url} | {stats.requests} | {share:.0f}% | {stats.execution_count} | "
+            f"{stats.avg_batch_size:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 class StatsWindow:
-    """`with StatsWindow(client, model) as w: ...` then `w.delta` holds what the block did."""
+    """`with StatsWindow(client, model) as w: ...` then `w.delta` holds what the block did.
+
+    With `replicas` (a client per server replica behind the client's load balancer) the
+    counters are read from each replica and summed; `per_replica` keeps each one's delta.
+    """
 
     def __init__(
         self,
@@ -143,15 +171,25 @@ class StatsWindow:
         expect_requests: int | None = None,
         settle_s: float = 3.0,
         poll_s: float = 0.05,
+        replicas: Sequence[TritonClient] = (),
     ) -> None:
         self.client, self.model, self.version = client, model, version
         self.expect_requests = expect_requests
         self.settle_s, self.poll_s = settle_s, poll_s
+        self.sources = list(replicas) or [client]
+        self._before: dict[str, ModelStats] = {}
         self.before = ModelStats()
         self.delta = ModelStats()
+        self.per_replica: dict[str, ModelStats] = {}
+
+    def _read(self) -> ModelStats:
+        now = read_replica_stats(self.sources, self.model, self.version)
+        self.per_replica = {url: now[url] - self._before.get(url, ModelStats()) for url in now}
+        return sum(self.per_replica.values(), ModelStats())
 
     def __enter__(self) -> StatsWindow:
-        self.before = read_stats(self.client, self.model, self.version)
+        self._before = read_replica_stats(self.sources, self.model, self.version)
+        self.before = sum(self._before.values(), ModelStats())
         return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
@@ -161,12 +199,12 @@ class StatsWindow:
     def settle(self) -> ModelStats:
         """Read until the expected request count shows (or two reads agree), within the window."""
         deadline = time.monotonic() + self.settle_s
-        last = read_stats(self.client, self.model, self.version) - self.before
+        last = self._read()
         while time.monotonic() < deadline:
             if self.expect_requests is not None and last.requests >= self.expect_requests:
                 return last
             time.sleep(self.poll_s)
-            now = read_stats(self.client, self.model, self.version) - self.before
+            now = self._read()
             if self.expect_requests is None and now == last:
                 return now
             last = now

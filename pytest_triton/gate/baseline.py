@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_triton.base.errors import TritonTestError
 from pytest_triton.gate.document import SCHEMA
 from pytest_triton.gate.load_results import figure, fmt
 
 
-class BaselineError(ValueError):
+class BaselineError(TritonTestError, ValueError):
     """A baseline file that cannot be used, with how to make one."""
 
 

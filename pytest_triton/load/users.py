@@ -33,6 +33,7 @@ import torch
 from locust import User, constant, task
 from locust.exception import StopUser
 
+from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryError
 from pytest_triton.base.urls import check_host
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient
@@ -63,7 +64,7 @@ _refused: set[str] = set()
 __all__ = ["GrpcTritonUser", "HttpTritonUser", "TritonUser", "default_targets", "zoo_model"]
 
 
-def _numpy(value: Any) -> np.ndarray:
+def _numpy(value: Any) -> Array:
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     return np.ascontiguousarray(value)
@@ -105,7 +106,7 @@ class TritonUser(User):
                     "no host to send load to: pass --host URL, or give the user "
                     "class a `served` model so an embedded server starts"
                 )
-            check_host(host, config.allow_remote)
+            check_host(host, config.load.allow_remote)
             self._model = user_model(cls, config)
             self._batch = user_batch_size(cls, config)
             self._protocol = user_protocol(cls, host, config, number)
@@ -122,14 +123,14 @@ class TritonUser(User):
                 for i in range(self.distinct_inputs)
             ]
             self._open_loop = open_loop(self.environment, config, number)
-            in_flight = config.max_in_flight if self._open_loop else 1
+            in_flight = config.load.max_in_flight if self._open_loop else 1
             self._client = TritonClient(
                 url,
                 self._protocol,
                 timeout_s=self.timeout_s,
                 concurrency=in_flight,
                 shared_memory=user_shared_memory(config),
-                output_shared_memory_size=config.output_shared_memory_size,
+                output_shared_memory_size=config.client.output_shared_memory_size,
             )
             prepared = self._client.prepare_all(self._model, batches, self.outputs, self.version)
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)

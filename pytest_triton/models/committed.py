@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tritonclient.grpc import model_config_pb2 as mc
+
 from pytest_triton.base.dtypes import tensor_type
 from pytest_triton.models import ZOO, TensorInfo
 from pytest_triton.models.specs import zoo_spec
@@ -33,7 +35,7 @@ def zoo_signature(name: str) -> Signature:
     return Signature(served(inputs), served(outputs))
 
 
-def committed_config(name: str) -> pbtxt.mc.ModelConfig:
+def committed_config(name: str) -> mc.ModelConfig:
     entry = ZOO[name]
     spec = zoo_spec(
         name,

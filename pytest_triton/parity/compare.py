@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_triton.base.dtypes import tensor_type
+from pytest_triton.base.dtypes import Array, tensor_type
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ class OutputDiff:
 
 
 def compare_output(
-    name: str, native: np.ndarray, served: np.ndarray | None, tolerance: Tolerance
+    name: str, native: Array, served: Array | None, tolerance: Tolerance
 ) -> OutputDiff:
     def problem(text: str) -> OutputDiff:
         return OutputDiff(
@@ -236,7 +236,7 @@ def compare_output(
     )
 
 
-def _compare_bytes(name: str, native: np.ndarray, served: np.ndarray) -> OutputDiff:
+def _compare_bytes(name: str, native: Array, served: Array) -> OutputDiff:
     """BYTES tensors (numpy object or bytes arrays) must be identical, element by element."""
     bad = np.array(
         [a != b for a, b in zip(served.ravel(), native.ravel(), strict=True)], dtype=bool
@@ -284,8 +284,8 @@ class ParityReport:
 
 
 def compare_outputs(
-    native: Mapping[str, np.ndarray],
-    served: Mapping[str, np.ndarray],
+    native: Mapping[str, Array],
+    served: Mapping[str, Array],
     *,
     fmt: str = "",
     context: str = "",
@@ -314,8 +314,8 @@ def compare_outputs(
 
 
 def assert_parity(
-    native: Mapping[str, np.ndarray],
-    served: Mapping[str, np.ndarray],
+    native: Mapping[str, Array],
+    served: Mapping[str, Array],
     *,
     model: str = "?",
     backend: str = "?",

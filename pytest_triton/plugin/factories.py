@@ -89,11 +89,11 @@ def repository(
     ) -> Iterator[Repository]:
         repo = Repository.create(
             role.resolve_specs(triton_config),
-            triton_config.repository_dir,
-            formats=role.formats or triton_config.formats,
+            triton_config.serving.repository_dir,
+            formats=role.formats or triton_config.serving.formats,
             progress=_progress_writer(request.config),
-            precisions=triton_config.precisions,
-            warmup=triton_config.warmup,
+            precisions=triton_config.serving.precisions,
+            warmup=triton_config.serving.warmup,
         )
         try:
             yield repo

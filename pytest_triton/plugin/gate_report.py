@@ -57,7 +57,7 @@ def record_server(config: pytest.Config, deployment: Deployment) -> None:
 
 
 def junit_path(triton: TritonConfig) -> str | None:
-    return str(Path(triton.report) / JUNIT_NAME) if triton.report else None
+    return str(Path(triton.gate.report) / JUNIT_NAME) if triton.gate.report else None
 
 
 class GateReporter:
@@ -75,13 +75,13 @@ class GateReporter:
         self.notes: list[str] = []
         self.baseline: dict[str, Any] | None = None
         self.wanted = (
-            bool(triton.report or triton.baseline or triton.save_baseline)
+            bool(triton.gate.report or triton.gate.baseline or triton.gate.save_baseline)
             and not config.option.collectonly
         )
         self.controller = not hasattr(config, "workerinput")
-        if self.wanted and self.controller and triton.baseline:
+        if self.wanted and self.controller and triton.gate.baseline:
             try:  # a missing or broken baseline stops the session before any test runs
-                self.baseline = gate_baseline.read_baseline(Path(triton.baseline))
+                self.baseline = gate_baseline.read_baseline(Path(triton.gate.baseline))
             except gate_baseline.BaselineError as exc:
                 raise pytest.UsageError(f"pytest-triton --triton-baseline: {exc}") from None
 
@@ -130,7 +130,7 @@ class GateReporter:
         if not (self.wanted and self.controller):
             return
         triton = self.triton
-        directory = Path(triton.report) if triton.report else None
+        directory = Path(triton.gate.report) if triton.gate.report else None
         runs, problems = (
             read_load_files(directory) if directory and directory.is_dir() else ([], [])
         )
@@ -145,28 +145,30 @@ class GateReporter:
             duration_s=time.monotonic() - self.started,
             junit=getattr(self.config.option, "xmlpath", None),
         )
-        if self.baseline is not None and triton.baseline:
+        if self.baseline is not None and triton.gate.baseline:
             limits = gate_baseline.Limits(
-                triton.baseline_throughput_drop, triton.baseline_p99_rise, triton.baseline_headroom
+                triton.gate.baseline_throughput_drop,
+                triton.gate.baseline_p99_rise,
+                triton.gate.baseline_headroom,
             )
             document["baseline"] = gate_baseline.compare_with_baseline(
-                document, self.baseline, limits, triton.baseline
+                document, self.baseline, limits, triton.gate.baseline
             )
         gate_document.decide(document)
         if directory is not None:
             self.written = write_report(
                 document,
                 directory,
-                headroom_limit_pct=triton.baseline_headroom if triton.baseline else None,
+                headroom_limit_pct=triton.gate.baseline_headroom if triton.gate.baseline else None,
                 step_summary=os.environ.get("GITHUB_STEP_SUMMARY") or None,
             )
-        if triton.save_baseline:
+        if triton.gate.save_baseline:
             if document["verdict"]["passed"]:
-                save_baseline(document, Path(triton.save_baseline))
-                self.notes.append(f"baseline saved to {triton.save_baseline}")
+                save_baseline(document, Path(triton.gate.save_baseline))
+                self.notes.append(f"baseline saved to {triton.gate.save_baseline}")
             else:
                 self.notes.append(
-                    f"baseline NOT saved to {triton.save_baseline}: the gate "
+                    f"baseline NOT saved to {triton.gate.save_baseline}: the gate "
                     "failed, and a failed run must not become the reference"
                 )
         self.document = document

@@ -93,7 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
         triton = config.stash[CONFIG] = resolve(*sources(config))
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-triton: {exc}") from None
-    if triton.report and hasattr(config.option, "xmlpath") and not config.option.xmlpath:
+    if triton.gate.report and hasattr(config.option, "xmlpath") and not config.option.xmlpath:
         config.option.xmlpath = reporting.junit_path(triton)  # unless -p no:junitxml
     config.pluginmanager.register(reporting.GateReporter(config, triton), "pytest-triton-gate")
 
@@ -102,12 +102,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """With --triton-gpu, choose the launcher and check what it needs now: a GPU run that
     cannot happen stops the session at once, naming what is missing."""
     triton = session.config.stash[CONFIG]
-    if triton.gpu:
+    if triton.server.gpu:
         try:
             launcher_for(triton)
         except ConfigError as exc:
             raise pytest.UsageError(f"pytest-triton --triton-gpu: {exc}") from None
-    if "cuda" in triton.shared_memory:
+    if "cuda" in triton.client.shared_memory:
         problem = cuda_problem()  # what the server offers is checked when a client is made
         if problem is not None:
             raise pytest.UsageError(f"pytest-triton --triton-shared-memory cuda: {problem}")
@@ -117,24 +117,28 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     triton = config.stash.get(CONFIG, None)
     if triton is None:
         return []
-    launcher = triton.launcher
-    if triton.gpu:
+    launcher: str = triton.server.launcher
+    if triton.server.gpu:
         with contextlib.suppress(ConfigError):  # sessionstart reports it
             launcher = launcher_for(triton).name
-    gpu = f", gpu {triton.gpus}, {triton.numerics} numerics" if triton.gpu else ""
+    gpu = (
+        f", gpu {triton.server.gpus}, {triton.server.numerics} numerics"
+        if triton.server.gpu
+        else ""
+    )
     shm = (
-        f", shared memory={','.join(triton.shared_memory)}"
-        if triton.shared_memory != ("none",)
+        f", shared memory={','.join(triton.client.shared_memory)}"
+        if triton.client.shared_memory != ("none",)
         else ""
     )
     return [
-        f"triton: launcher={launcher}, protocols={','.join(triton.protocols)}, "
-        f"formats={','.join(triton.formats)}{gpu}{shm}"
+        f"triton: launcher={launcher}, protocols={','.join(triton.client.protocols)}, "
+        f"formats={','.join(triton.serving.formats)}{gpu}{shm}"
     ]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.stash[CONFIG].gpu:
+    if config.stash[CONFIG].server.gpu:
         return
     skip = pytest.mark.skip(
         reason="GPU test: run with --triton-gpu on a machine with an NVIDIA GPU (docs/gpu.md)"
@@ -222,9 +226,9 @@ def variant_params(roles: dict[str, factories.Role], base: TritonConfig, server:
         )
     plan = plan_variants(
         specs,
-        repo_role.formats or config.formats,
+        repo_role.formats or config.serving.formats,
         server_target(config),
-        precisions=config.precisions,
+        precisions=config.serving.precisions,
     )
     return [pytest.param(v.id, id=v.id) for v in plan.variants] + [
         pytest.param(u.id, id=u.id, marks=pytest.mark.skip(reason=u.reason))
@@ -238,8 +242,8 @@ def client_params(
     """(protocol, transport) pairs: ids `http`, `grpc` without shared memory (as ever),
     `http-shm`, `grpc-cuda-shm` with it."""
     server_config = _server_config(roles, base, role.server)[0]
-    protocols: Sequence[str] = role.protocols or server_config.protocols
-    transports: Sequence[str] = role.shared_memory or server_config.shared_memory
+    protocols: Sequence[str] = role.protocols or server_config.client.protocols
+    transports: Sequence[str] = role.shared_memory or server_config.client.shared_memory
     return [pytest.param((p, t), id=p + ID_SUFFIX[t]) for t in transports for p in protocols]
 
 
@@ -271,10 +275,10 @@ def _specs_target(reference: str) -> Any:
 
 def specs_from_config(config: TritonConfig) -> list[ModelSpec]:
     """Specs named by --triton-specs MODULE:CALLABLE (none by default)."""
-    if not config.specs:
+    if not config.serving.specs:
         return []
     try:
-        target = _specs_target(config.specs)
+        target = _specs_target(config.serving.specs)
     except ConfigError as exc:
         raise ConfigError(f"--triton-specs: {exc}") from None
     return list(target() if callable(target) else target)

@@ -5,9 +5,9 @@ Rule: imports only `base`, `client` and `parity`; never a launcher (what a serve
 in as `base.server_offer.ServerTarget`).
 """
 
+from pytest_triton.base.formats import FORMATS
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.spec import (
-    FORMATS,
     DynamicBatching,
     InstanceGroup,
     ModelSpec,

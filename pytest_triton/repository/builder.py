@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from tritonclient.grpc import model_config_pb2 as mc
+
 from pytest_triton.base.errors import SpecError
 from pytest_triton.base.formats import FORMATS
 from pytest_triton.base.processes import reap_orphaned
@@ -193,7 +195,7 @@ class Repository:
     def model_dir(self, variant: Variant) -> Path:
         return self.root / variant.model_name
 
-    def config(self, variant: Variant) -> pbtxt.mc.ModelConfig:
+    def config(self, variant: Variant) -> mc.ModelConfig:
         return pbtxt.model_config(variant, self.signature(variant.spec))
 
     def ensure(self, variant: Variant) -> Path:

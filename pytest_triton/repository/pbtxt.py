@@ -77,12 +77,12 @@ def _param(config: mc.ModelConfig, key: str, value: str) -> None:
 
 
 def to_text(config: mc.ModelConfig) -> str:
-    return text_format.MessageToString(config)
+    return str(text_format.MessageToString(config))
 
 
 def to_json(config: mc.ModelConfig) -> str:
     """The form Triton's load API takes as a config override."""
-    return json_format.MessageToJson(config, preserving_proto_field_name=True)
+    return str(json_format.MessageToJson(config, preserving_proto_field_name=True))
 
 
 def write_config(directory: Path, config: mc.ModelConfig) -> Path:

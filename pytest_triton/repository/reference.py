@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import SpecError
 from pytest_triton.repository.spec import ModelSpec
 
@@ -90,7 +91,7 @@ class NativeModel:
             module = module.to(self.device)
         self.module = module
 
-    def cast_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def cast_inputs(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         """Inputs as the served variant receives them (floating inputs in half for fp16)."""
         if self.precision != "fp16":
             return dict(inputs)
@@ -100,7 +101,7 @@ class NativeModel:
         }
 
     @torch.inference_mode()
-    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def __call__(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         cast = self.cast_inputs(inputs)
         args = [
             torch.from_numpy(np.ascontiguousarray(cast[n])).to(self.device)

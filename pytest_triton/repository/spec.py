@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from pytest_triton.base.dtypes import TensorType, tensor_type
+from pytest_triton.base.dtypes import Array, TensorType, tensor_type
 from pytest_triton.base.errors import SpecError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS
 
@@ -124,7 +124,7 @@ class ModelSpec:
             self._module = mod.eval()
         return self._module
 
-    def make_inputs(self, batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    def make_inputs(self, batch_size: int, seed: int = 0) -> dict[str, Array]:
         """A batch of inputs as numpy arrays (what goes on the wire): `input_factory`'s, else
         rows `seed, seed+1, ...` of the example batch, cycled, where a row used a second time
         gets a seeded nudge (floating inputs) so that no two requests are identical."""
@@ -325,7 +325,7 @@ class ModelSpec:
         return None
 
 
-def _to_numpy(value: torch.Tensor | np.ndarray) -> np.ndarray:
+def _to_numpy(value: torch.Tensor | Array) -> Array:
     if isinstance(value, np.ndarray):
         return value
     return value.detach().cpu().contiguous().numpy()

@@ -44,6 +44,7 @@ class Variant:
     hosted: bool
     instance_kind: str = "KIND_CPU"
     warmup: int = 0  # Triton model_warmup runs per sample before the model serves
+    deployed: bool = False  # served by someone else under the spec's own name
 
     @property
     def gpu(self) -> bool:
@@ -58,6 +59,8 @@ class Variant:
     def model_name(self) -> str:
         if self.spec.triton_name:
             return self.spec.triton_name
+        if self.deployed:
+            return self.spec.name
         suffix = "_fp16" if self.precision == "fp16" else ""
         return f"{self.spec.name}_{self.format.replace('-', '_')}{suffix}"
 
@@ -65,6 +68,8 @@ class Variant:
     def id(self) -> str:
         """Test id: model, format, precision, who serves it and, on a GPU, where, e.g.
         mnist-onnx-hosted or resnet50-torchscript-trace-fp16-native-gpu."""
+        if self.deployed:
+            return f"{self.spec.name}-{self.format}-deployed"
         return variant_id(self.spec.name, self.format, self.precision, self.hosted, self.gpu)
 
     @property
@@ -144,6 +149,9 @@ def plan_variants(
             raise SpecError(f"two specs are named {spec.name!r}; model names must be unique")
         seen.add(spec.name)
         kind = spec.instance_group.kind or target.instance_kind
+        if target.deployed:
+            variants.append(deployed_variant(spec, formats, target, kind, precisions))
+            continue
         for fmt in spec.formats or formats:
             if fmt not in NATIVE_BACKEND:
                 raise SpecError(
@@ -162,6 +170,32 @@ def plan_variants(
                 else:
                     variants.append(Variant(spec, fmt, precision, not native, kind, runs))
     return Plan(variants, unavailable)
+
+
+def deployed_variant(
+    spec: ModelSpec,
+    formats: Sequence[str],
+    target: ServerTarget,
+    kind: str,
+    precisions: Sequence[str] | None,
+) -> Variant:
+    """The one variant a deployed server serves for a spec: its format is the user's to say
+    (the reference's tolerances depend on it), its precision the first asked for."""
+    declared = list(spec.formats or formats)
+    if len(declared) != 1:
+        raise SpecError(
+            f"model {spec.name!r}: a deployed server serves one format under the name "
+            f"{spec.triton_name or spec.name!r}; say which with ModelSpec(formats=['onnx']) or "
+            f"--triton-formats onnx (asked for: {', '.join(declared) or 'none'})"
+        )
+    fmt = declared[0]
+    if fmt not in NATIVE_BACKEND:
+        raise SpecError(
+            f"unknown export format {fmt!r}; choose from {', '.join(FORMATS + GPU_FORMATS)}"
+        )
+    precision = precisions_of(spec, fmt, precisions)[0]
+    native = NATIVE_BACKEND[fmt][0] in target.backends
+    return Variant(spec, fmt, precision, not native, kind, 0, deployed=True)
 
 
 DEFAULT_GPU_WARMUP = 5

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pytest_triton.base.dtypes import Array
 from pytest_triton.repository.signature import Signature
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import Variant
@@ -30,7 +31,7 @@ def batch_sizes(spec: ModelSpec) -> tuple[int, ...]:
     return tuple(sorted({1, min(int(example), spec.max_batch_size)}))
 
 
-def sample(variant: Variant, signature: Signature) -> dict[str, np.ndarray]:
+def sample(variant: Variant, signature: Signature) -> dict[str, Array]:
     """One sample per input (no batch axis), at the variant's wire types (half for fp16)."""
     rows = variant.spec.make_inputs(1, seed=SAMPLE_SEED)
     sig = signature.with_precision(variant.precision)

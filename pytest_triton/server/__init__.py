@@ -5,8 +5,9 @@ Rule: imports `base`, `client`, `parity`, `repository` and `models` only where a
 needs them; never `session` or a front end.
 """
 
+from pytest_triton.base.urls import Endpoints
 from pytest_triton.server.external import ExternalLauncher
-from pytest_triton.server.launcher import Endpoints, Launcher, RunningServer, ServerArgs
+from pytest_triton.server.launcher import Launcher, RunningServer, ServerArgs
 from pytest_triton.server.local import LocalLauncher
 
 __all__ = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.security import security_from
 from pytest_triton.server.docker_engine import docker_sdk
 from pytest_triton.server.external import ExternalLauncher
 from pytest_triton.server.launcher import Launcher
@@ -12,39 +13,49 @@ from pytest_triton.server.local import LocalLauncher
 
 
 def launcher_name(config: TritonConfig) -> str:
-    """The launcher that will run: config.launcher, or for auto with --triton-gpu the one this
+    """The launcher that will run: the configured one, or for auto with --triton-gpu the one this
     machine can run a GPU server with (checked as it is chosen)."""
-    if not config.gpu:
-        return config.launcher
+    if not config.server.gpu:
+        return config.server.launcher
     from pytest_triton.server import gpu
 
-    if config.launcher == "auto":
+    if config.server.launcher == "auto":
         visible = gpu.visible_gpus()
         name = gpu.choose_launcher(
             visible, None if visible.count == 0 else gpu.docker_gpu_problem()
         )
         gpu.preflight(config, name, visible)
         return name
-    gpu.preflight(config, config.launcher)
-    return config.launcher
+    gpu.preflight(config, config.server.launcher)
+    return config.server.launcher
 
 
 def make_launcher(config: TritonConfig) -> Launcher:
     name = launcher_name(config)
     if name == "local":
         launcher = LocalLauncher(
-            config.executable, gpus=config.gpus if config.gpu else None, numerics=config.numerics
+            config.server.executable,
+            gpus=config.server.gpus if config.server.gpu else None,
+            numerics=config.server.numerics,
         )
         launcher.check_environment()  # the stub's numpy: at collection, before any load
         return launcher
     if name == "external":
-        assert config.url is not None  # checked when the config was resolved
+        assert config.server.url is not None  # checked when the config was resolved
         return ExternalLauncher(
-            config.url,
-            config.grpc_url,
-            config.backends or ("python",),
-            gpu=config.gpu,
-            numerics=config.numerics,
+            config.server.url,
+            config.server.grpc_url,
+            config.server.backends or ("python",),
+            gpu=config.server.gpu,
+            numerics=config.server.numerics,
+            deployed=config.server.deployed,
+            security=security_from(
+                config.client.tls_ca,
+                config.client.tls_cert,
+                config.client.tls_key,
+                config.client.tls_server_name,
+                config.client.headers,
+            ),
         )
     if name == "container":
         docker_sdk()  # names a missing SDK (or a `docker/` folder) before testcontainers fails

@@ -53,7 +53,7 @@ REPOSITORY_MOUNT = "/models"
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 # The examples' `docker run` flags: --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864
 SHM_SIZE = "1g"
-HOST_SHM = "/dev/shm"  # mounted over the container's own for --triton-shared-memory system
+HOST_SHM = "/dev/shm"  # mounted over the container's own: the system shared memory transport
 STACK_BYTES = 67108864
 _CONTAINER_NUMBERS = itertools.count()
 
@@ -81,23 +81,25 @@ class ContainerSettings:
     shm_size: str = SHM_SIZE
     labels: dict[str, str] = field(default_factory=dict)
     numerics: str = "strict"
-    host_shm: bool = False  # mount this machine's /dev/shm (system shared memory transport)
+    # Mount this machine's /dev/shm, so that system shared memory works as with a local
+    # server: on for every container pytest-triton starts (its python backend's own regions
+    # get a per-container prefix and are removed at stop).
+    host_shm: bool = True
 
     @classmethod
     def from_config(cls, config: TritonConfig) -> ContainerSettings:
-        image = config.image or (NGC_IMAGE if config.gpu else CPU_IMAGE)
-        if config.backends:
-            backends = frozenset(config.backends)
+        image = config.server.image or (NGC_IMAGE if config.server.gpu else CPU_IMAGE)
+        if config.server.backends:
+            backends = frozenset(config.server.backends)
         elif image.startswith("nvcr.io/nvidia/tritonserver:"):
             backends = NGC_BACKENDS
         else:
             backends = CPU_IMAGE_BACKENDS
         return cls(
             image=image,
-            gpus=config.gpus if config.gpu else None,
+            gpus=config.server.gpus if config.server.gpu else None,
             backends=backends,
-            numerics=config.numerics,
-            host_shm="system" in config.shared_memory,
+            numerics=config.server.numerics,
         )
 
     @property
@@ -200,7 +202,7 @@ class TritonReady(WaitStrategy):
         raise TimeoutError(f"{url or 'the container'} not ready after {self._startup_timeout:.0f}s")
 
 
-class ContainerExited(Exception):
+class ContainerExited(ServerError):
     """The container stopped before it was ready."""
 
     def __init__(self, code: int) -> None:

@@ -144,7 +144,7 @@ def preflight(config: TritonConfig, launcher: str, gpus: GpuVisibility | None = 
                 raise ConfigError(problem)
         if gpus.count == 0:
             raise ConfigError(no_gpu_message(gpus))
-        check_gpu_ordinals(config.gpus, gpus)
+        check_gpu_ordinals(config.server.gpus, gpus)
     problem = torch_cuda_problem()
     if problem:
         raise ConfigError(problem)

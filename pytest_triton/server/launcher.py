@@ -15,14 +15,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from pytest_triton.base import watched_servers as health
+from pytest_triton.base.config import ModelControl
 from pytest_triton.base.errors import ModelLoadError, ServerError
+from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.base.urls import Endpoints
 
-ModelControl = Literal["none", "explicit", "poll"]
 LOG_TAIL_LINES = 60
 
 
@@ -94,6 +95,8 @@ class RunningServer(ABC):
     gpu: bool = False
     model_control_mode: ModelControl = "explicit"
     repository_path: Path | None = None  # where the server reads models; None for external
+    deployed: bool = False  # it serves its own models: nothing is uploaded or unloaded
+    security: Security = PLAIN  # TLS files and request headers its clients use
     # Whether the server maps this machine's /dev/shm and its CUDA memory (shared memory
     # transports); None when that cannot be known here (an external server).
     host_memory: bool | None = None

@@ -9,18 +9,19 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from pytest_triton.base.errors import InferenceError, ModelLoadError
+from pytest_triton.base.dtypes import Array
+from pytest_triton.base.errors import DeployedModelError, InferenceError, ModelLoadError
+from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stats import ModelStats, StatsWindow
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
 from pytest_triton.parity.compare import ParityReport, Tolerance, compare_outputs
 from pytest_triton.parity.results import Check, ParityResult, transport_of
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.served_config import config_differences
 from pytest_triton.repository.variants import Variant
 from pytest_triton.server.launcher import RunningServer, load_failures
 
@@ -37,9 +38,12 @@ class Deployment:
         *,
         timeout_s: float = 120.0,
         output_shared_memory_size: int = 100 * 1024,
+        replicas: Sequence[str] = (),
     ) -> None:
         self.server = server
         self.repository = repository
+        self.replicas = tuple(replicas)  # HTTP URLs of the replicas behind the server's address
+        self._replica_clients: list[TritonClient] = []
         self.timeout_s = timeout_s
         self.output_shared_memory_size = output_shared_memory_size
         self._clients: dict[tuple[str, str], TritonClient] = {}
@@ -79,15 +83,32 @@ class Deployment:
         key = (protocol, shared_memory)
         with self._lock:
             if key not in self._clients:
+                endpoints = self.server.endpoints
                 self._clients[key] = TritonClient(
-                    self.server.endpoints.url(protocol),
+                    endpoints.url(protocol),
                     protocol,
                     timeout_s=self.timeout_s,
                     server=self.server,
                     shared_memory=shared_memory,
                     output_shared_memory_size=self.output_shared_memory_size,
+                    security=self.server.security.for_protocol(protocol in endpoints.tls),
                 )
             return self._clients[key]
+
+    def replica_clients(self) -> list[TritonClient]:
+        """A statistics client per replica (none without --triton-replicas)."""
+        with self._lock:
+            if self.replicas and not self._replica_clients:
+                self._replica_clients = [
+                    TritonClient(
+                        parse_url(url)[1],
+                        "http",
+                        timeout_s=self.timeout_s,
+                        security=self.server.security.for_protocol(parse_url(url)[0] == "https"),
+                    )
+                    for url in self.replicas
+                ]
+            return list(self._replica_clients)
 
     @property
     def serves_repository_directly(self) -> bool:
@@ -97,6 +118,11 @@ class Deployment:
     def load(self, variant: Variant) -> None:
         """Export (if needed) and load a variant once; a failure names the model and reason."""
         with self._lock:
+            if self.server.deployed:  # one served name may be two specs (two versions)
+                if variant.id not in self._loaded:
+                    self._check_deployed(variant)
+                    self._loaded.add(variant.id)
+                return
             if variant.model_name in self._loaded:
                 return
             self.server.check_alive()  # a dead server says so before a minute of export
@@ -128,9 +154,32 @@ class Deployment:
                 raise ModelLoadError(variant.model_name, reason, self.server.log_tail()) from None
             self._loaded.add(variant.model_name)
 
+    def _check_deployed(self, variant: Variant) -> None:
+        """A deployed model is READY at the spec's version and serves the spec's config."""
+        client = self.client("http")
+        name, version = variant.model_name, str(variant.spec.version)
+        if not client.is_model_ready(name, version):
+            ready = client.is_model_ready(name)
+            raise DeployedModelError(
+                name,
+                [
+                    f"version {version} is not ready (another version is)"
+                    if ready
+                    else f"it is not READY on {self.server.endpoints.http} (not loaded, still "
+                    "loading, or failed: the server's log says which)"
+                ],
+            )
+        problems = config_differences(
+            variant, self.repository.config(variant), client.model_config(name)
+        )
+        if problems:
+            raise DeployedModelError(name, problems)
+
     def unload(self, variant: Variant) -> None:
+        """Unload a variant this deployment loaded (a deployed server's models stay)."""
         with self._lock:
-            self.client("http").unload_model(variant.model_name)
+            if not self.server.deployed:
+                self.client("http").unload_model(variant.model_name)
             self._loaded.discard(variant.model_name)
 
     def owns(self, value: object) -> bool:
@@ -152,11 +201,12 @@ class Deployment:
         """Close every client handed out (their shared memory goes with them); later calls of
         client() make new ones."""
         with self._lock:
-            for client in self._clients.values():
+            for client in [*self._clients.values(), *self._replica_clients]:
                 # closing a client of a dead server must not mask teardown
                 with contextlib.suppress(Exception):
                     client.close()
             self._clients.clear()
+            self._replica_clients.clear()
 
     def close(self) -> None:
         self.close_clients()
@@ -169,6 +219,9 @@ class ServedModel:
 
     variant: Variant
     deployment: Deployment
+    # requests, executions and batch sizes per replica in the last batching proof (with
+    # --triton-replicas); replica_table() prints them
+    replica_spread: dict[str, ModelStats] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -181,29 +234,27 @@ class ServedModel:
     def __repr__(self) -> str:
         return f"ServedModel({self.id} as {self.name!r})"
 
-    def inputs(self, batch_size: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+    def inputs(self, batch_size: int = 2, seed: int = 0) -> dict[str, Array]:
         """A batch as this variant takes it on the wire (fp16 variants take half floats)."""
         native = self.deployment.repository.native(self.variant)
         return native.cast_inputs(self.variant.spec.make_inputs(batch_size, seed))
 
-    def native(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def native(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         return self.deployment.repository.native(self.variant)(inputs)
 
-    def infer(
-        self, client: TritonClient, inputs: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
+    def infer(self, client: TritonClient, inputs: Mapping[str, Array]) -> dict[str, Array]:
         served = client.infer(self.name, inputs, self.variant.spec.output_names)
         return self._unreshape(served)
 
     def infer_many(
-        self, client: TritonClient, requests: Sequence[Mapping[str, np.ndarray]]
-    ) -> list[dict[str, np.ndarray]]:
+        self, client: TritonClient, requests: Sequence[Mapping[str, Array]]
+    ) -> list[dict[str, Array]]:
         """All requests in flight together (the dynamic batcher may combine them); answers in
         request order."""
         answers = client.infer_many(self.name, requests, self.variant.spec.output_names)
         return [self._unreshape(answer) for answer in answers]
 
-    def _unreshape(self, served: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _unreshape(self, served: dict[str, Array]) -> dict[str, Array]:
         """Per-row scalars travel as [batch, 1] (Triton's dims [1] + empty reshape); give them
         back the shape PyTorch returns."""
         if not self.variant.spec.batched:
@@ -216,13 +267,14 @@ class ServedModel:
         return served
 
     def stats(self, client: TritonClient, **kwargs: object) -> StatsWindow:
-        return StatsWindow(client, self.name, **kwargs)  # type: ignore[arg-type]
+        replicas = self.deployment.replica_clients()
+        return StatsWindow(client, self.name, replicas=replicas, **kwargs)  # type: ignore[arg-type]
 
     def _compare(
         self,
         client: TritonClient,
-        native: Mapping[str, np.ndarray],
-        served: Mapping[str, np.ndarray],
+        native: Mapping[str, Array],
+        served: Mapping[str, Array],
         rtol: float | None,
         atol: float | None,
         tolerances: Mapping[str, Tolerance] | None,
@@ -286,7 +338,7 @@ class ServedModel:
     def assert_parity(
         self,
         client: TritonClient,
-        inputs: Mapping[str, np.ndarray] | None = None,
+        inputs: Mapping[str, Array] | None = None,
         *,
         batch_size: int = 2,
         seed: int = 0,
@@ -323,8 +375,10 @@ class ServedModel:
             raise ValueError(f"{self.id} has max_batch_size 0: nothing to batch")
         rows = self.inputs(requests, seed)
         singles = [{n: a[i : i + 1] for n, a in rows.items()} for i in range(requests)]
-        with StatsWindow(client, self.name, expect_requests=requests) as window:
+        replicas = self.deployment.replica_clients()
+        with StatsWindow(client, self.name, expect_requests=requests, replicas=replicas) as window:
             served = self.infer_many(client, singles)
+        self.replica_spread = dict(window.per_replica) if replicas else {}
         reports = [
             self._compare(client, self.native(single), answer, rtol, atol, tolerances)
             for single, answer in zip(singles, served, strict=False)

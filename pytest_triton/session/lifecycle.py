@@ -32,18 +32,19 @@ def start_deployment(config: TritonConfig, repo: Repository) -> Deployment:
     """Plan the repository for the launcher's server and start a server on it."""
     launcher = launcher_for(config)
     repo.plan(launcher.target())
-    if config.model_control != "explicit":
+    if config.server.model_control != "explicit" and not config.server.deployed:
         repo.ensure_all()  # none/poll modes load everything present at start
     args = ServerArgs(
         model_repository=repo.root,
-        model_control_mode=config.model_control,  # type: ignore[arg-type]
-        log_verbose=config.log_verbose,
-        startup_timeout_s=config.startup_timeout,
-        extra_args=config.server_args,
+        model_control_mode=config.server.model_control,
+        log_verbose=config.server.log_verbose,
+        startup_timeout_s=config.server.startup_timeout,
+        extra_args=config.server.server_args,
     )
     return Deployment(
         launcher.start(args),
         repo,
-        timeout_s=config.request_timeout,
-        output_shared_memory_size=config.output_shared_memory_size,
+        timeout_s=config.client.request_timeout,
+        output_shared_memory_size=config.client.output_shared_memory_size,
+        replicas=config.server.replicas,
     )

@@ -416,9 +416,9 @@ def test_baseline_limits_are_settings_with_checked_values() -> None:
 
     config = resolve()
     assert (
-        config.baseline_throughput_drop,
-        config.baseline_p99_rise,
-        config.baseline_headroom,
+        config.gate.baseline_throughput_drop,
+        config.gate.baseline_p99_rise,
+        config.gate.baseline_headroom,
     ) == (10.0, 20.0, 80.0)
     with pytest.raises(ConfigError, match="expected a number >= 0, got '-5'"):
         resolve(from_mapping({"baseline_throughput_drop": "-5"}, "ini"))

@@ -139,7 +139,7 @@ def test_hosted_torchscript_runs_on_the_gpu_and_matches(
         assert variant.id == "scorer-torchscript-trace-hosted-gpu" and variant.warmup > 0
         served = deployment.model(variant)
         assert "(GPU device" in deployment.server.log_text(), deployment.server.log_tail()
-        for protocol in config.protocols:
+        for protocol in config.client.protocols:
             served.assert_parity(deployment.client(protocol), batch_size=4)
             served.assert_batched_parity(deployment.client(protocol))
     finally:

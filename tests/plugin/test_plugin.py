@@ -93,8 +93,8 @@ def test_precedence_cli_over_ini_over_default(
         test_cfg="""
 def test_show(triton_config):
     o = triton_config.origins
-    print("CFG", triton_config.startup_timeout, o["startup_timeout"],
-          triton_config.log_verbose, o["log_verbose"])
+    print("CFG", triton_config.server.startup_timeout, o["startup_timeout"],
+          triton_config.server.log_verbose, o["log_verbose"])
 """
     )
     result = run(pytester, "-s", *cli)

@@ -305,15 +305,21 @@ def test_gpu_settings_parse_and_no_longer_force_a_container() -> None:
     config = resolve(
         gpu=True, gpus=" 1, 0 ", numerics="production", warmup="2", precisions="fp16,fp32"
     )
-    assert (config.launcher, config.gpus, config.numerics, config.warmup, config.precisions) == (
+    assert (
+        config.server.launcher,
+        config.server.gpus,
+        config.server.numerics,
+        config.serving.warmup,
+        config.serving.precisions,
+    ) == (
         "auto",
         "1,0",
         "production",
         2,
         ("fp16", "fp32"),
     )
-    assert resolve(gpu=True, launcher="local").launcher == "local"
-    assert resolve().launcher == "local" and resolve().warmup is None
+    assert resolve(gpu=True, launcher="local").server.launcher == "local"
+    assert resolve().server.launcher == "local" and resolve().serving.warmup is None
     for bad, message in (
         (dict(gpus="first"), "expected all or a comma list of GPU ordinals"),
         (dict(numerics="fast"), "'fast' is not one of strict, production"),

@@ -14,6 +14,8 @@ import grpc
 from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
 from tritonclient.utils import InferenceServerException
 
+from pytest_triton.base.security import PLAIN, Security
+
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
@@ -28,28 +30,35 @@ def rpc_error(error: grpc.RpcError) -> InferenceServerException:
 class GrpcInfer:
     """One channel to one server for prepared ModelInfer requests."""
 
-    def __init__(self, hostport: str) -> None:
+    def __init__(self, hostport: str, security: Security = PLAIN) -> None:
         self.hostport = hostport
-        self.channel = grpc.insecure_channel(
-            hostport,
-            options=[
-                ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
-                ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
-            ],
-        )
+        options = [
+            ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ]
+        if security.tls:
+            if security.server_name:
+                options.append(("grpc.ssl_target_name_override", security.server_name))
+            ca, key, cert = security.pem()
+            credentials = grpc.ssl_channel_credentials(ca, key, cert)
+            self.channel = grpc.secure_channel(hostport, credentials, options=options)
+        else:
+            self.channel = grpc.insecure_channel(hostport, options=options)
+        self.metadata = tuple((k.lower(), v) for k, v in security.header_values().items())
         # No serializers: the request is bytes already and the answer stays bytes.
         self._infer = self.channel.unary_unary(MODEL_INFER, _registered_method=True)
         self.closed = False
 
     def exchange(self, message: bytes, timeout_s: float | None) -> bytes:
         try:
-            return self._infer(message, timeout=timeout_s)
+            answer: bytes = self._infer(message, timeout=timeout_s, metadata=self.metadata)
+            return answer
         except grpc.RpcError as exc:
             raise rpc_error(exc) from None
 
     def start(self, message: bytes, timeout_s: float | None) -> grpc.Future:
         """A request in flight; its result() is the answer's bytes or raises grpc.RpcError."""
-        return self._infer.future(message, timeout=timeout_s)
+        return self._infer.future(message, timeout=timeout_s, metadata=self.metadata)
 
     def close(self) -> None:
         if not self.closed:

@@ -28,6 +28,7 @@ import contextlib
 import functools
 import socket
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import unquote
@@ -35,6 +36,7 @@ from urllib.parse import unquote
 import grpc
 from tritonclient.utils import InferenceServerException
 
+from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.client.wire.grpc_call import MODEL_INFER
 from pytest_triton.client.wire.idle import IdleConnections
 
@@ -102,14 +104,20 @@ def grpc_timeout(seconds: float) -> str:
     return f"{millis}m" if millis < 10**8 else f"{min(round(seconds), 10**8 - 1)}S"
 
 
-def request_headers(hostport: str, timeout_s: float | None) -> bytes:
-    """The HEADERS block of every ModelInfer of one client. Fields are never indexed, so the
-    block needs no state of the server's decoder and is the same on every stream."""
+def request_headers(
+    hostport: str,
+    timeout_s: float | None,
+    extra: Mapping[str, str] | None = None,
+    scheme: str = "http",
+) -> bytes:
+    """The HEADERS block of every ModelInfer of one client (with its extra headers, lower-
+    cased as HTTP/2 wants them). Fields are never indexed, so the block needs no state of the
+    server's decoder and is the same on every stream."""
     from hpack import Encoder, NeverIndexedHeaderTuple
 
     fields = [
         (":method", "POST"),
-        (":scheme", "http"),
+        (":scheme", scheme),
         (":path", MODEL_INFER),
         (":authority", hostport),
         ("content-type", "application/grpc"),
@@ -118,6 +126,7 @@ def request_headers(hostport: str, timeout_s: float | None) -> bytes:
     ]
     if timeout_s is not None:
         fields.append(("grpc-timeout", grpc_timeout(timeout_s)))
+    fields += [(name.lower(), value) for name, value in (extra or {}).items()]
     return bytes(Encoder().encode([NeverIndexedHeaderTuple(k, v) for k, v in fields]))
 
 
@@ -174,12 +183,14 @@ class _Server:
     headers_head: bytes
     headers_block: bytes
     known_blocks: dict[bytes, dict[str, str]]
+    security: Security = PLAIN
 
     @classmethod
-    def at(cls, hostport: str, timeout_s: float | None) -> _Server:
-        block = request_headers(hostport, timeout_s)
+    def at(cls, hostport: str, timeout_s: float | None, security: Security = PLAIN) -> _Server:
+        scheme = "https" if security.tls else "http"
+        block = request_headers(hostport, timeout_s, security.header_values(), scheme)
         head = len(block).to_bytes(3, "big") + bytes((HEADERS, END_HEADERS))
-        return cls(hostport, timeout_s, head, block, {})
+        return cls(hostport, timeout_s, head, block, {}, security)
 
 
 class Http2Connection:
@@ -190,10 +201,9 @@ class Http2Connection:
 
         host, port = server.hostport.rsplit(":", 1)
         self.server = server
-        self.sock = socket.create_connection(
-            (host.strip("[]"), int(port)), timeout=server.timeout_s
-        )
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=server.timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = server.security.wrap(sock, host.strip("[]"), alpn=("h2",))
         self.decoder = Decoder()
         self.buffer = bytearray(RECV_BYTES)
         self.start = self.end = 0  # unread bytes: buffer[start:end]
@@ -483,9 +493,9 @@ def grpc_status_error(code: str, message: str, hostport: str) -> InferenceServer
 class GrpcConnections(IdleConnections[Http2Connection]):
     """HTTP/2 connections to one server, one per request in flight."""
 
-    def __init__(self, hostport: str, timeout_s: float | None) -> None:
+    def __init__(self, hostport: str, timeout_s: float | None, security: Security = PLAIN) -> None:
         super().__init__()
-        self.server = _Server.at(hostport, timeout_s)
+        self.server = _Server.at(hostport, timeout_s, security)
 
     def exchange(self, frames: GrpcFrames) -> bytes:
         """One request, its answer's message. A request the server did not take (a kept-alive

@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from tritonclient.utils import InferenceServerException
 
+from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.client.wire.idle import IdleConnections
 
 HEADER_END = b"\r\n\r\n"
@@ -43,13 +45,21 @@ class Head(NamedTuple):
     keep_alive: bool
 
 
-def request_bytes(hostport: str, path: str, body: bytes, json_size: int | None) -> bytes:
-    """The whole HTTP/1.1 request, as tritonclient's infer() would send it."""
+def request_bytes(
+    hostport: str,
+    path: str,
+    body: bytes,
+    json_size: int | None,
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    """The whole HTTP/1.1 request, as tritonclient's infer() would send it (with the
+    client's extra headers, an auth token say)."""
     lines = [
         f"POST {path} HTTP/1.1",
         f"Host: {hostport}",
         "Content-Type: application/octet-stream",
         f"Content-Length: {len(body)}",
+        *(f"{name}: {value}" for name, value in (headers or {}).items()),
     ]
     if json_size is not None:
         lines.append(f"Inference-Header-Content-Length: {json_size}")
@@ -98,10 +108,11 @@ class HttpConnection:
     has arrived, reply() reads the whole answer. exchange() runs the three in a row; a load
     driver waiting on many sockets at once calls advance() when this one is readable."""
 
-    def __init__(self, hostport: str, timeout_s: float) -> None:
+    def __init__(self, hostport: str, timeout_s: float, security: Security = PLAIN) -> None:
         host, port = hostport.rsplit(":", 1)
-        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = security.wrap(sock, host.strip("[]"))
         self.buffer = bytearray(RECV_BYTES)  # reused: what a reply's first reads land in
         self.view = memoryview(self.buffer)
         self.reused = False  # came back from the idle list: the server may have closed it
@@ -184,10 +195,11 @@ class HttpConnection:
 class HttpConnections(IdleConnections[HttpConnection]):
     """Keep-alive connections to one server, one per request in flight."""
 
-    def __init__(self, hostport: str, timeout_s: float) -> None:
+    def __init__(self, hostport: str, timeout_s: float, security: Security = PLAIN) -> None:
         super().__init__()
         self.hostport = hostport
         self.timeout_s = timeout_s
+        self.security = security
 
     def exchange(self, data: bytes) -> HttpReply:
         """One request, one reply; a kept-alive connection the server has closed meanwhile
@@ -195,7 +207,7 @@ class HttpConnections(IdleConnections[HttpConnection]):
         return self.exchange_on(self._connect, lambda c: c.exchange(data), _not_answered)
 
     def _connect(self) -> HttpConnection:
-        return HttpConnection(self.hostport, self.timeout_s)
+        return HttpConnection(self.hostport, self.timeout_s, self.security)
 
 
 def _not_answered(connection: HttpConnection, _: Exception) -> bool:

@@ -10,9 +10,25 @@ on first use, so that one TritonClient serves every thread, as its requests alre
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+
+
+class WithHeaders:
+    """Stands in for a tritonclient client: every call but close() gets the client's extra
+    headers (tritonclient takes them per call)."""
+
+    def __init__(self, client: Any, headers: Mapping[str, str]) -> None:
+        self._inner = client
+        self._headers = dict(headers)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._inner, name)
+        if name == "close" or not callable(attribute):
+            return attribute
+        return functools.partial(attribute, headers=self._headers)
 
 
 class PerThreadControl:

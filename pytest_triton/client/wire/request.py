@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
-from pytest_triton.base.dtypes import tensor_type
+from pytest_triton.base.dtypes import Array, tensor_type
 from pytest_triton.client.wire.grpc_h2 import GrpcFrames
 from pytest_triton.client.wire.http_conn import HttpReply, raise_for_status, request_bytes
 from pytest_triton.client.wire.shm import ALIGNMENT, Block, SharedMemory
@@ -89,7 +89,7 @@ def output_bytes(
     return sizes
 
 
-def _payload(array: np.ndarray, wire_type: str) -> tuple[np.ndarray, int]:
+def _payload(array: Array, wire_type: str) -> tuple[Array, int]:
     """What a tensor puts in shared memory, and its size (BYTES: tritonclient's
     length-prefixed serialization)."""
     if wire_type == "BYTES":
@@ -102,15 +102,17 @@ def build_request(
     protocol: Protocol,
     hostport: str,
     model: str,
-    inputs: Mapping[str, np.ndarray],
+    inputs: Mapping[str, Array],
     outputs: Sequence[str] | None,
     version: str = "",
     *,
     memory: SharedMemory | None = None,
     output_sizes: Mapping[str, int] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> PreparedRequest:
     """The request for `inputs`. With `memory`, inputs are written to its blocks and every
-    output in `outputs` (required then, with `output_sizes`) gets a block to be answered in."""
+    output in `outputs` (required then, with `output_sizes`) gets a block to be answered in.
+    `headers` go into an HTTP request (gRPC's travel in each connection's HEADERS block)."""
     module: Any = httpclient if protocol == "http" else grpcclient
     request = PreparedRequest(
         model, version, protocol, b"", list(outputs) if outputs is not None else None, memory=memory
@@ -128,7 +130,9 @@ def build_request(
             body, json_size = httpclient.InferenceServerClient.generate_request_body(
                 infer_inputs, outputs=requested
             )
-            request.wire = request_bytes(hostport, infer_path(model, version), body, json_size)
+            request.wire = request_bytes(
+                hostport, infer_path(model, version), body, json_size, headers
+            )
         else:
             message = _get_inference_request(
                 model, infer_inputs, version, "", requested, 0, False, False, 0, None, None
@@ -142,7 +146,7 @@ def build_request(
 
 
 def _input(
-    module: Any, protocol: Protocol, name: str, array: np.ndarray, request: PreparedRequest
+    module: Any, protocol: Protocol, name: str, array: Array, request: PreparedRequest
 ) -> Any:
     wire_type = tensor_type(array.dtype).wire
     item = module.InferInput(name, list(array.shape), wire_type)
@@ -187,7 +191,7 @@ def _output(
 
 def reserve(
     memory: SharedMemory,
-    inputs: Sequence[Mapping[str, np.ndarray]],
+    inputs: Sequence[Mapping[str, Array]],
     output_sizes: Mapping[str, int] | None,
     count: int | None = None,
 ) -> None:
@@ -206,7 +210,7 @@ def reserve(
 
 
 # -- answers ---------------------------------------------------------------------------------
-def read_http(request: PreparedRequest, reply: HttpReply) -> dict[str, np.ndarray]:
+def read_http(request: PreparedRequest, reply: HttpReply) -> dict[str, Array]:
     """Every output of an HTTP answer (an error answer raises InferenceServerException)."""
     raise_for_status(reply)
     result = httpclient.InferenceServerClient.parse_response_body(
@@ -220,7 +224,7 @@ def read_http(request: PreparedRequest, reply: HttpReply) -> dict[str, np.ndarra
     return _outputs(request, result, described)
 
 
-def read_grpc(request: PreparedRequest, answer: bytes) -> dict[str, np.ndarray]:
+def read_grpc(request: PreparedRequest, answer: bytes) -> dict[str, Array]:
     response = service_pb2.ModelInferResponse.FromString(answer)
     result = grpcclient.InferResult(response)
     described = {o.name: (o.datatype, list(o.shape)) for o in response.outputs}
@@ -229,9 +233,9 @@ def read_grpc(request: PreparedRequest, answer: bytes) -> dict[str, np.ndarray]:
 
 def _outputs(
     request: PreparedRequest, result: Any, described: Mapping[str, tuple[str, list[int]]]
-) -> dict[str, np.ndarray]:
+) -> dict[str, Array]:
     names = request.output_names if request.output_names is not None else list(described)
-    found: dict[str, np.ndarray] = {}
+    found: dict[str, Array] = {}
     for name in names:
         block = request.shm_outputs.get(name)
         if block is not None and request.memory is not None and name in described:
@@ -242,12 +246,13 @@ def _outputs(
     return found
 
 
-def _as_numpy(result: Any, name: str) -> np.ndarray:
+def _as_numpy(result: Any, name: str) -> Array:
     """An output as numpy; an output that came back with no data at all (the bundled python
     stub under numpy >= 2 answers so) is returned empty for parity to name, instead of
     tritonclient's "cannot reshape array of size 0"."""
     try:
-        return result.as_numpy(name)
+        array: Array = result.as_numpy(name)
+        return array
     except ValueError:
         output = result.get_output(name)
         if output is None:

@@ -26,6 +26,7 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 from tritonclient.utils import shared_memory as system_shm
 
+from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError, SharedMemoryError
 from pytest_triton.base.processes import reap_orphaned
 from pytest_triton.base.urls import is_loopback
@@ -133,10 +134,10 @@ class _SystemMemory:
     def unregister(self, control: Any, name: str, **kw: Any) -> None:
         control.unregister_system_shared_memory(name, **kw)
 
-    def write(self, handle: Any, data: np.ndarray, offset: int) -> None:
+    def write(self, handle: Any, data: Array, offset: int) -> None:
         system_shm.set_shared_memory_region(handle, [data], offset=offset)
 
-    def read(self, handle: Any, dtype: Any, shape: list[int], offset: int) -> np.ndarray:
+    def read(self, handle: Any, dtype: Any, shape: list[int], offset: int) -> Array:
         # A copy: the block is written again by the next answer.
         return np.array(system_shm.get_contents_as_numpy(handle, dtype, shape, offset=offset))
 
@@ -166,11 +167,11 @@ class _CudaMemory:
     def unregister(self, control: Any, name: str, **kw: Any) -> None:
         control.unregister_cuda_shared_memory(name, **kw)
 
-    def write(self, handle: Any, data: np.ndarray, offset: int) -> None:
+    def write(self, handle: Any, data: Array, offset: int) -> None:
         assert offset == 0, "CUDA blocks are regions of their own"
         self.cuda.set_shared_memory_region(handle, [data])
 
-    def read(self, handle: Any, dtype: Any, shape: list[int], offset: int) -> np.ndarray:
+    def read(self, handle: Any, dtype: Any, shape: list[int], offset: int) -> Array:
         return np.array(self.cuda.get_contents_as_numpy(handle, dtype, shape))
 
     def destroy(self, handle: Any) -> None:
@@ -275,10 +276,10 @@ class SharedMemory:
             if region.live <= 0 and region is not self._current and region in self._regions:
                 self._destroy(region)
 
-    def write(self, block: Block, data: np.ndarray) -> None:
+    def write(self, block: Block, data: Array) -> None:
         self.memory.write(block.region.handle, data, block.offset)
 
-    def read(self, block: Block, dtype: Any, shape: list[int]) -> np.ndarray:
+    def read(self, block: Block, dtype: Any, shape: list[int]) -> Array:
         return self.memory.read(block.region.handle, dtype, shape, block.offset)
 
     # -- regions ---------------------------------------------------------------------------

@@ -13,9 +13,9 @@ import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
 
-Distribution = Literal["constant", "poisson"]
+from pytest_triton.base.config import Distribution
+
 DISTRIBUTIONS: tuple[Distribution, ...] = ("constant", "poisson")
 LATE_MS = 2.0
 """A send more than this (or one gap, when gaps are longer) after its scheduled time is late."""

@@ -13,9 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-
 from pytest_triton.base.config import TritonConfig, resolve
+from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS
 from pytest_triton.base.importing import load_object
@@ -60,7 +59,7 @@ class EmbeddedModel:
         """The Triton model name the embedded server gives this spec (hosted or native alike)."""
         return self.variant(fmt).model_name
 
-    def inputs(self, batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    def inputs(self, batch_size: int, seed: int = 0) -> dict[str, Array]:
         return self.spec.make_inputs(batch_size, seed)
 
 

@@ -71,9 +71,9 @@ class RunMonitor:
         if isinstance(runner, MasterRunner):
             self.cpu_warning = self.cpu_warning or runner.worker_cpu_warning_emitted
             samples = self.worker_samples
-            return sum(samples) / len(samples) if samples else None
+            return float(sum(samples)) / len(samples) if samples else None
         times = psutil.Process().cpu_times()
         cpu, wall = times.user + times.system, time.monotonic()
         if wall <= self._cpu_start[1]:
             return None
-        return 100 * (cpu - self._cpu_start[0]) / (wall - self._cpu_start[1])
+        return float(100 * (cpu - self._cpu_start[0]) / (wall - self._cpu_start[1]))

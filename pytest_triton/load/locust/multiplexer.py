@@ -52,7 +52,8 @@ def multiplexer_available() -> bool:
 def _original_epoll() -> type | None:
     """select.epoll as it was before gevent's monkey patching took it out."""
     try:
-        return monkey.get_original("select", "epoll")
+        epoll: type = monkey.get_original("select", "epoll")
+        return epoll
     except (AttributeError, ImportError):
         return None
 

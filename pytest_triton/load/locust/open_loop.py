@@ -10,9 +10,9 @@ from typing import Any
 import gevent
 import gevent.pool
 
-from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config import Distribution, TritonConfig
 from pytest_triton.load.locust import recording
-from pytest_triton.load.locust.arrivals import Distribution, Lag, schedule
+from pytest_triton.load.locust.arrivals import Lag, schedule
 
 SendDue = Callable[[float], None]
 """Sends one request that was due at the given perf_counter() time, and reports it."""
@@ -20,15 +20,15 @@ SendDue = Callable[[float], None]
 
 def open_loop(environment: Any, config: TritonConfig, user_number: int) -> OpenLoop | None:
     """The open loop of one user (its share of --triton-request-rate), or None when closed."""
-    if not config.request_rate:
+    if not config.load.request_rate:
         return None
-    rate = config.request_rate / users_in_run(environment)
+    rate = config.load.request_rate / users_in_run(environment)
     lag = recording.schedule_lag(environment, rate)
     assert lag is not None
     return OpenLoop(
         rate,
-        config.request_distribution,  # type: ignore[arg-type]
-        config.max_in_flight,
+        config.load.request_distribution,
+        config.load.max_in_flight,
         lag,
         seed=user_number,
     )

@@ -64,7 +64,7 @@ def run_config(environment: Any) -> TritonConfig:
     """The run's settings: Locust's parsed options (the master's, on a worker) over the
     locustfile's default targets over the table's defaults."""
     attached = getattr(environment, CONFIG_ATTRIBUTE, None)
-    if attached is not None:
+    if isinstance(attached, TritonConfig):
         return attached
     sources = [from_mapping(_locustfile_targets, "locustfile default_targets()")]
     if environment.parsed_options is not None:

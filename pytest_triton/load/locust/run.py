@@ -111,7 +111,7 @@ class LoadRun:
         if transport != "none":
             log.info("pytest-triton: tensors travel through %s shared memory", transport)
         if host:
-            check_host(host, self.config.allow_remote)
+            check_host(host, self.config.load.allow_remote)
         elif len(_user_hosts(self.environment)) <= 1:
             self.start_server()
         # several explicit class hosts: each is checked when its users start
@@ -121,7 +121,7 @@ class LoadRun:
         options = environment.parsed_options
         assert options is not None
         server = EmbeddedServer(
-            served_models(environment.user_classes), self.config.format, config=self.config
+            served_models(environment.user_classes), self.config.serving.format, config=self.config
         )
         self.server = server
         log.info(
@@ -130,7 +130,7 @@ class LoadRun:
         )
         started = time.monotonic()
         endpoints = server.start()
-        protocol = (self.config.protocol or ("http",))[0]
+        protocol = (self.config.client.protocol or ("http",))[0]
         environment.host = self.embedded_host = f"{protocol}://{endpoints.url(protocol)}"
         options.host = environment.host
         options.triton_endpoints = endpoints.encode()  # workers get the master's options
@@ -166,7 +166,7 @@ class LoadRun:
         if host is None:
             return
         self.config = config = run_config(environment)
-        check_host(host, config.allow_remote)
+        check_host(host, config.load.allow_remote)
         models = [user_model(c, config) for c in environment.user_classes]
         protocol = stats_protocol(host, config)
         if self.tracker is not None:
@@ -175,7 +175,9 @@ class LoadRun:
         self.tracker.start()
         for error in self.tracker.errors:
             log.warning("pytest-triton: %s", error)
-        self.monitor = RunMonitor(environment, config.max_requests, self.end, self.server_death)
+        self.monitor = RunMonitor(
+            environment, config.load.max_requests, self.end, self.server_death
+        )
         self.monitor.start()
 
     def server_death(self) -> str | None:

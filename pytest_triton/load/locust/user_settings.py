@@ -19,18 +19,18 @@ EMBEDDED = "127.0.0.1:0"  # where an embedded server runs, for the loopback rule
 
 
 def embedded_endpoints(config: TritonConfig) -> Endpoints | None:
-    return Endpoints.decode(config.endpoints) if config.endpoints else None
+    return Endpoints.decode(config.load.endpoints) if config.load.endpoints else None
 
 
 def user_model(user_class: Any, config: TritonConfig) -> str:
     """--triton-model, else the class's `model`, else the name its served spec gets."""
-    if config.model:
-        return config.model
+    if config.load.model:
+        return config.load.model
     if getattr(user_class, "model", None):
         return str(user_class.model)
     served: EmbeddedModel | None = getattr(user_class, "served", None)
     if served is not None:
-        return served.model_name(config.format)
+        return served.model_name(config.serving.format)
     raise ConfigError(
         f"{user_class.__name__} names no model: set its `model` (a Triton model "
         "name) or `served` attribute, or pass --triton-model"
@@ -38,7 +38,7 @@ def user_model(user_class: Any, config: TritonConfig) -> str:
 
 
 def user_batch_size(user_class: Any, config: TritonConfig) -> int:
-    batch = config.batch_size or int(getattr(user_class, "batch_size", 1))
+    batch = config.load.batch_size or int(getattr(user_class, "batch_size", 1))
     if batch < 1:
         raise ConfigError(f"{user_class.__name__}.batch_size must be >= 1, got {batch}")
     return batch
@@ -52,8 +52,12 @@ def user_protocol(user_class: Any, host: str, config: TritonConfig, index: int =
         if fixed not in ("http", "grpc"):
             raise ConfigError(f"{user_class.__name__}.protocol must be 'http' or 'grpc'")
         return "grpc" if fixed == "grpc" else "http"
-    if config.protocol:
-        return "grpc" if config.protocol[index % len(config.protocol)] == "grpc" else "http"
+    if config.client.protocol:
+        return (
+            "grpc"
+            if config.client.protocol[index % len(config.client.protocol)] == "grpc"
+            else "http"
+        )
     scheme, _ = parse_url(host)
     return "grpc" if scheme == "grpc" else "http"
 
@@ -67,7 +71,7 @@ def user_endpoint(protocol: Protocol, host: str, config: TritonConfig) -> str:
         return known.url(protocol)
     if scheme == protocol:
         return hostport
-    return endpoints_from(host, config.grpc_url).url(protocol)
+    return endpoints_from(host, config.server.grpc_url).url(protocol)
 
 
 def stats_protocol(host: str, config: TritonConfig) -> Protocol:
@@ -89,7 +93,7 @@ def checked_shared_memory(config: TritonConfig, host: str | None) -> Transport:
 
 def user_shared_memory(config: TritonConfig) -> Transport:
     """--triton-shared-memory: one transport for every user of a run."""
-    transports = config.shared_memory
+    transports = config.client.shared_memory
     if len(transports) != 1:
         raise ConfigError(
             f"a load test uses one --triton-shared-memory transport, got "

@@ -51,12 +51,14 @@ def stability_of(run: LoadRun) -> Stability | None:
     windows = log.windows(
         begun,
         run.stopped_at or time.time(),
-        warmup_s=c.load_warmup / 1e3,
-        interval_s=c.measurement_interval / 1e3,
-        mode=c.measurement_mode,  # type: ignore[arg-type]
-        request_count=c.measurement_request_count,
+        warmup_s=c.measurement.load_warmup / 1e3,
+        interval_s=c.measurement.measurement_interval / 1e3,
+        mode=c.measurement.measurement_mode,
+        request_count=c.measurement.measurement_request_count,
     )
-    return assess(windows, Criterion(c.stability_windows, c.stability_percentage))
+    return assess(
+        windows, Criterion(c.measurement.stability_windows, c.measurement.stability_percentage)
+    )
 
 
 def stability_check(stability: Stability, allowed: bool) -> tg.Check:
@@ -89,19 +91,19 @@ def judge_run(run: LoadRun) -> None:
         basis = stability.measurement
     checks = tg.evaluate(tg.Targets.from_config(run.config), basis, figures)
     if stability is not None:
-        checks.append(stability_check(stability, run.config.allow_unstable))
+        checks.append(stability_check(stability, run.config.measurement.allow_unstable))
     failed = tg.failures(checks)
     warnings = generator_warnings(
         cpu_percent=run.cpu_percent, cpu_warning=run.cpu_warning, reports=run.reports
     )
     loop = "closed loop"
-    if run.config.request_rate:
+    if run.config.load.request_rate:
         loop = (
-            f"open loop at {run.config.request_rate:g} req/s "
-            f"({run.config.request_distribution} arrivals)"
+            f"open loop at {run.config.load.request_rate:g} req/s "
+            f"({run.config.load.request_distribution} arrivals)"
         )
         sent = (basis.requests / basis.duration_s) if basis.duration_s else 0.0
-        warning = rate_warning(run.config.request_rate, sent, schedule_lag(environment))
+        warning = rate_warning(run.config.load.request_rate, sent, schedule_lag(environment))
         warnings += [warning] if warning else []
     run.summary = "\n\n".join(
         [
@@ -161,7 +163,7 @@ def report(run: LoadRun, exit_code: int) -> None:
     if run.summary and not run.printed:
         run.printed = True
         print("\n" + run.summary + "\n", flush=True)
-    if run.config.report_json and run.result:
-        path = Path(run.config.report_json)
+    if run.config.load.report_json and run.result:
+        path = Path(run.config.load.report_json)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({**run.result, "exit_code": exit_code}, indent=2, default=str))

@@ -40,7 +40,7 @@ class Targets:
 
     @classmethod
     def from_config(cls, config: TritonConfig) -> Targets:
-        return cls(**{t.name: getattr(config, t.name) for t in TARGET_DEFS})
+        return cls(**{t.name: config.value(t.name) for t in TARGET_DEFS})
 
     def __getattr__(self, name: str) -> float | None:
         if name in BY_NAME:

@@ -16,13 +16,13 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from pytest_triton.base.config import MeasurementMode
 from pytest_triton.load.measure.windows import PERCENTILES, Window, histogram_percentile
 
 SLICE_S = 0.25
 REPORT_KEY = "pytest_triton_requests"
-MeasurementMode = Literal["time_windows", "count_windows"]
 
 
 def rounded_ms(latency_ms: float) -> int:

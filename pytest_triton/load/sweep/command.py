@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
 def perf_config(args: argparse.Namespace) -> TritonConfig:
     """Command line over TRITON_* variables over the table's defaults."""
     config = resolve(from_arguments(args, "perf"), from_environ(os.environ, "perf"))
-    if config.protocol is not None and len(config.protocol) > 1:
+    if config.client.protocol is not None and len(config.client.protocol) > 1:
         raise ConfigError(
             "triton-perf measures one protocol per run: pass --triton-protocol http or grpc"
         )
@@ -188,29 +188,29 @@ def run(args: argparse.Namespace) -> int:
     rates = (
         parse_rate_range(args.request_rate_range)
         if args.request_rate_range is not None
-        else [config.request_rate]
-        if config.request_rate
+        else [config.load.request_rate]
+        if config.load.request_rate
         else None
     )
-    fmt = config.format or DEFAULT_FORMAT
+    fmt = config.serving.format or DEFAULT_FORMAT
     chosen: Protocol | None = None
-    if config.protocol:
-        chosen = "grpc" if config.protocol[0] == "grpc" else "http"
+    if config.client.protocol:
+        chosen = "grpc" if config.client.protocol[0] == "grpc" else "http"
     server: EmbeddedServer | None = None
     generator: GeneratorProcess | None = None
     points: list[Point] = []
     try:
         served = model_source(args.model, args.size, fmt)
-        transport = checked_shared_memory(config, config.url)
+        transport = checked_shared_memory(config, config.server.url)
         if transport != "none":
             print(
                 f"[triton-perf] tensors travel through {transport} shared memory", file=sys.stderr
             )
-        if config.url:
-            check_host(config.url, config.allow_remote)
-            scheme, _ = parse_url(config.url)
+        if config.server.url:
+            check_host(config.server.url, config.load.allow_remote)
+            scheme, _ = parse_url(config.server.url)
             protocol: Protocol = chosen or ("grpc" if scheme == "grpc" else "http")
-            endpoints = endpoints_from(config.url, config.grpc_url)
+            endpoints = endpoints_from(config.server.url, config.server.grpc_url)
             stats_protocol: Protocol = "http" if scheme == "http" else "grpc"
         else:
             server = EmbeddedServer(

@@ -97,13 +97,17 @@ class Generator:
         deadline = time.monotonic() + 30
         while runner.user_count != users and time.monotonic() < deadline:
             gevent.sleep(0.02)
-        gevent.sleep(c.load_warmup / 1e3)
+        gevent.sleep(c.measurement.load_warmup / 1e3)
         before = read_stats(self.stats_client, self.model_name)
         cpu0 = sum(self.process.cpu_times()[:2])
         self.log.clear()
         start, started = time.time(), time.monotonic()
-        criterion = Criterion(c.stability_windows, c.stability_percentage, percentile)
-        give_up = started + c.max_trials * (c.measurement_interval / 1e3 + WINDOW_GRACE_S)
+        criterion = Criterion(
+            c.measurement.stability_windows, c.measurement.stability_percentage, percentile
+        )
+        give_up = started + c.measurement.max_trials * (
+            c.measurement.measurement_interval / 1e3 + WINDOW_GRACE_S
+        )
         windows: list[Window] = []
         while time.monotonic() < give_up:
             gevent.sleep(0.1)
@@ -111,14 +115,14 @@ class Generator:
                 start,
                 time.time(),
                 warmup_s=0,
-                interval_s=c.measurement_interval / 1e3,
-                mode=c.measurement_mode,  # type: ignore[arg-type]
-                request_count=c.measurement_request_count,
+                interval_s=c.measurement.measurement_interval / 1e3,
+                mode=c.measurement.measurement_mode,
+                request_count=c.measurement.measurement_request_count,
             )
             if len(now) == len(windows):
                 continue
-            windows = now[: c.max_trials]
-            if assess(windows, criterion).stable or len(windows) >= c.max_trials:
+            windows = now[: c.measurement.max_trials]
+            if assess(windows, criterion).stable or len(windows) >= c.measurement.max_trials:
                 break
         runner.stop()
         elapsed = time.monotonic() - started
@@ -129,7 +133,7 @@ class Generator:
         if figures is None:
             raise TimeoutError(
                 f"no measurement window completed in {elapsed:.0f}s "
-                f"(--triton-measurement-mode {c.measurement_mode})"
+                f"(--triton-measurement-mode {c.measurement.measurement_mode})"
             )
         b = delta.latency_breakdown_us()
         return {

@@ -1,0 +1,278 @@
+"""The part of a client every other part stands on: what it shares, every call with its
+failure mapped to the package's errors (a rejection becomes an InferenceError naming model,
+protocol and Triton's message, a transport failure one naming the server, any failure against
+a dead server that ServerError), and model control, health, metadata and statistics through
+tritonclient's own clients (over TLS and with the client's headers where asked)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import tritonclient.grpc as grpcclient
+from google.protobuf import json_format
+from tritonclient.utils import InferenceServerException
+
+from pytest_triton.base.dtypes import Array
+from pytest_triton.base.errors import (
+    ServerError,
+    SharedMemoryError,
+    TritonTestError,
+)
+from pytest_triton.base.security import Security
+from pytest_triton.base.watched_servers import ServerHealth
+from pytest_triton.client import failures as request_errors
+from pytest_triton.client.failures import request_problem
+from pytest_triton.client.wire import grpc_h2
+from pytest_triton.client.wire.grpc_call import GrpcInfer
+from pytest_triton.client.wire.http_conn import HttpConnections
+from pytest_triton.client.wire.http_control import WithHeaders
+from pytest_triton.client.wire.request import PreparedRequest, Protocol
+from pytest_triton.client.wire.shm import (
+    SharedMemory,
+    Transport,
+)
+
+Tensors = Mapping[str, Array]
+T = TypeVar("T")
+
+NOT_NUMBERS = frozenset(
+    {
+        "name",
+        "version",
+        "versions",
+        "platform",
+        "backend",
+        "datatype",
+        "data_type",
+        "reason",
+        "key",
+        "string_value",
+    }
+)
+
+
+def _as_dict(message: Any) -> dict[str, Any]:
+    """A gRPC answer as the HTTP API writes the same answer: fields left at their defaults
+    included (protobuf's JSON drops them), 64-bit integers as ints."""
+    return dict(
+        _intify(
+            json_format.MessageToDict(
+                message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            )
+        )
+    )
+
+
+def _intify(value: Any, key: str = "") -> Any:
+    """gRPC's JSON form writes 64-bit integers (counters, shapes) as strings; HTTP writes
+    numbers. Names and versions stay strings on both."""
+    if isinstance(value, dict):
+        return {k: _intify(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_intify(v, key) for v in value]
+    if isinstance(value, str) and key not in NOT_NUMBERS and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+class Control:
+    """The state every part of a client shares, its failures mapped to the package's errors,
+    and the control calls: readiness, load/unload, metadata, config, statistics, outputs."""
+
+    # What every part of a client shares (set in TritonClient.__init__).
+    url: str
+    protocol: Protocol
+    timeout_s: float
+    server: ServerHealth | None
+    security: Security
+    shared_memory: Transport
+    output_shared_memory_size: int
+    _headers: dict[str, str]
+    _client: Any
+    _lock: threading.Lock
+    _outputs: dict[tuple[str, str], list[str]]
+    _signatures: dict[tuple[str, str], tuple[list[dict[str, Any]], bool]]
+    _memory: SharedMemory | None
+    _http: HttpConnections | None
+    _grpc: GrpcInfer | None
+    _h2: grpc_h2.GrpcConnections | None
+
+    def _call(
+        self,
+        model: str,
+        fn: Callable[[], T],
+        version: str = "",
+        request: PreparedRequest | None = None,
+        *,
+        named: bool = True,
+    ) -> T:
+        problem = request_problem(model, version) if named else None
+        if problem is not None:
+            raise request_errors.refused(self, model, problem)
+        try:
+            if self.server is not None:
+                self.server.raise_if_dead()
+            return fn()
+        except Exception as exc:  # sockets and gRPC raise their own transport errors
+            failure = self._failure(model, exc, version, request)
+            if failure is exc:  # already ours: keep its traceback
+                raise
+            raise failure from None
+
+    def _failure(
+        self, model: str, exc: Exception, version: str = "", request: PreparedRequest | None = None
+    ) -> Exception:
+        """What a request's failure means: Triton's rejection, the server's death, or where
+        and how the connection failed."""
+        if isinstance(exc, InferenceServerException):
+            return self._rejected(model, exc, version, request)
+        if isinstance(exc, ServerError):
+            return request_errors.died(self, model, exc)
+        if isinstance(exc, TritonTestError):
+            return exc
+        return request_errors.unexpected(self, model, exc)
+
+    def _rejected(
+        self,
+        model: str,
+        exc: InferenceServerException,
+        version: str = "",
+        request: PreparedRequest | None = None,
+    ) -> Exception:
+        message = exc.message() or str(exc)
+        if self.shared_memory != "none" and "shared memory size specified" in message:
+            return SharedMemoryError(
+                f"{self.protocol} request to model {model!r}: {message} (raise "
+                "--triton-output-shared-memory-size, the bytes each output gets when the "
+                "model's metadata does not fix its size)"
+            )
+        shapes = request.input_shapes if request is not None else None
+        return request_errors.rejected(
+            self, model, exc, version, shapes, self._versions_of, self._repository_state
+        )
+
+    def _versions_of(self, model: str) -> list[str] | None:
+        """The versions the server has of a model, to name them after a version error."""
+        try:
+            return [str(v) for v in self.model_metadata(model).get("versions", [])]
+        except TritonTestError:
+            return None
+
+    def _repository_state(self, model: str) -> str | None:
+        """How the server's repository index lists a model it does not serve ('' for a model
+        never loaded), or None when the repository has no such model."""
+        try:
+            if self.protocol == "http":
+                index = self._call(model, self._client.get_model_repository_index)
+            else:
+                index = self._call(
+                    model, lambda: self._client.get_model_repository_index(as_json=True)
+                ).get("models", [])
+        except TritonTestError:
+            return None
+        for entry in index:
+            if entry.get("name") == model:
+                return ", ".join(str(entry[k]) for k in ("state", "reason") if entry.get(k))
+        return None
+
+    # -- health and model control ---------------------------------------------------------
+
+    def _http_tls(self) -> dict[str, Any]:
+        """tritonclient.http's TLS arguments: our context (CA bundle, client certificate)."""
+        security = self.security
+        if not security.tls:
+            return {}
+        options = {"server_hostname": security.server_name} if security.server_name else {}
+        return {
+            "ssl": True,
+            "ssl_options": options,
+            "ssl_context_factory": lambda **_: security.ssl_context(),
+        }
+
+    def _grpc_control(self) -> Any:
+        security = self.security
+        client: Any
+        if security.tls:
+            name = security.server_name
+            client = grpcclient.InferenceServerClient(
+                self.url,
+                ssl=True,
+                root_certificates=security.ca_file,
+                private_key=security.key_file,
+                certificate_chain=security.cert_file,
+                channel_args=[("grpc.ssl_target_name_override", name)] if name else None,
+            )
+        else:
+            client = grpcclient.InferenceServerClient(self.url)
+        return WithHeaders(client, self._headers) if self._headers else client
+
+    def is_server_ready(self) -> bool:
+        return bool(self._call("-", self._client.is_server_ready, named=False))
+
+    def is_model_ready(self, model: str, version: str = "") -> bool:
+        return bool(self._call(model, lambda: self._client.is_model_ready(model, version), version))
+
+    def load_model(
+        self, model: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        self._call(
+            model,
+            lambda: self._client.load_model(
+                model, config=config, files=dict(files) if files else None
+            ),
+        )
+
+    def unload_model(self, model: str) -> None:
+        self._call(model, lambda: self._client.unload_model(model))
+
+    def server_metadata(self) -> dict[str, Any]:
+        """Triton's name, version and extensions (the same keys on both protocols)."""
+        if self.protocol == "http":
+            return dict(self._call("-", self._client.get_server_metadata, named=False))
+        return dict(
+            self._call("-", lambda: self._client.get_server_metadata(as_json=True), named=False)
+        )
+
+    def model_config(self, model: str) -> dict[str, Any]:
+        """The model's configuration as the server completed it (the same on both
+        protocols)."""
+        if self.protocol == "http":
+            return dict(self._call(model, lambda: self._client.get_model_config(model)))
+        got = self._call(model, lambda: self._client.get_model_config(model))
+        return _as_dict(got.config)
+
+    def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        """Name, versions, platform, inputs and outputs (shapes as ints on both protocols)."""
+        if self.protocol == "http":
+            return dict(
+                self._call(model, lambda: self._client.get_model_metadata(model, version), version)
+            )
+        got = self._call(model, lambda: self._client.get_model_metadata(model, version), version)
+        return _as_dict(got)
+
+    def statistics(self, model: str, version: str = "") -> dict[str, Any]:
+        """The statistics API's answer for one model, counters as ints on both protocols."""
+        got = self._call(
+            model, lambda: self._client.get_inference_statistics(model, version), version
+        )
+        return dict(_intify(got)) if self.protocol == "http" else _as_dict(got)
+
+    # -- inference -----------------------------------------------------------------------
+
+    def output_names(self, model: str, version: str = "") -> list[str]:
+        key = (model, version)
+        if key not in self._outputs:
+            meta = self.model_metadata(model, version)
+            self._outputs[key] = [o["name"] for o in meta.get("outputs", [])]
+        return self._outputs[key]
+
+    def _signature(self, model: str, version: str) -> tuple[list[dict[str, Any]], bool]:
+        """The model's outputs (metadata) and whether it batches (config), asked once."""
+        key = (model, version)
+        if key not in self._signatures:
+            outputs = self.model_metadata(model, version).get("outputs", [])
+            batched = int(self.model_config(model).get("max_batch_size", 0) or 0) > 0
+            self._signatures[key] = (list(outputs), batched)
+        return self._signatures[key]

@@ -1,0 +1,219 @@
+"""Inference: a request prepared once, then sent for every output (parity) or only its status
+(load), one at a time or many in flight; over HTTP/1.1, the direct HTTP/2 gRPC path or gRPC's
+channel, and as a lane a load driver waits on."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import numpy as np
+
+from pytest_triton.base.dtypes import TYPES, Array, tensor_type
+from pytest_triton.base.errors import (
+    SpecError,
+)
+from pytest_triton.client import failures as request_errors
+from pytest_triton.client.control import Tensors
+from pytest_triton.client.failures import request_problem
+from pytest_triton.client.memory_regions import MemoryRegions
+from pytest_triton.client.wire import grpc_h2
+from pytest_triton.client.wire import request as wire
+from pytest_triton.client.wire.grpc_call import rpc_error
+from pytest_triton.client.wire.http_conn import raise_for_status
+from pytest_triton.client.wire.lane import GrpcLane, HttpLane, Lane
+from pytest_triton.client.wire.request import PreparedRequest
+
+
+class Inference(MemoryRegions):
+    """Inference calls: prepare, send, send_status, infer, infer_many, lane."""
+
+    def prepare(
+        self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None, version: str = ""
+    ) -> PreparedRequest:
+        """Build a request once; outputs None asks for all the model has (over shared memory
+        that takes the model's metadata, asked once per model)."""
+        return self.prepare_all(model, [inputs], outputs, version)[0]
+
+    def prepare_all(
+        self,
+        model: str,
+        batches: Sequence[Tensors],
+        outputs: Sequence[str] | None = None,
+        version: str = "",
+    ) -> list[PreparedRequest]:
+        """Several requests of one model; over shared memory their blocks share one
+        registered region (a load user's distinct batches)."""
+        problem = request_problem(model, version)
+        if problem is not None:
+            raise request_errors.refused(self, model, problem)
+        batches = [self._wire_ready(model, b) for b in batches]
+        if self.shared_memory == "none":
+            return [
+                wire.build_request(
+                    self.protocol, self.url, model, b, outputs, version, headers=self._headers
+                )
+                for b in batches
+            ]
+        return self._call(
+            model, lambda: self._prepare_in_memory(model, batches, outputs, version), version
+        )
+
+    def _wire_ready(self, model: str, inputs: Tensors) -> dict[str, Array]:
+        """Contiguous arrays Triton has a datatype for (numpy str arrays travel as BYTES,
+        UTF-8 encoded); any other dtype is refused naming the input."""
+        ready = {}
+        for name, array in inputs.items():
+            array = np.ascontiguousarray(array)
+            if array.dtype.kind == "U":
+                array = array.astype(object)
+            try:
+                tensor_type(array.dtype)
+            except SpecError:
+                raise request_errors.refused(
+                    self,
+                    model,
+                    (
+                        f"input {name!r} has numpy dtype {array.dtype}, which no Triton datatype "
+                        f"matches ({', '.join(t.wire for t in TYPES)}): convert it first, e.g. "
+                        "array.astype(np.float32)"
+                    ),
+                ) from None
+            ready[name] = array
+        return ready
+
+    def send(self, request: PreparedRequest) -> dict[str, Array]:
+        """Send a prepared request; every output it asked for, by name."""
+        http = self._http
+        if http is not None:
+            reply = self._call(
+                request.model, lambda: http.exchange(request.wire), request.version, request
+            )
+            return self._call(
+                request.model, lambda: wire.read_http(request, reply), request.version, request
+            )
+        answer = self._call(
+            request.model, lambda: self._grpc_exchange(request), request.version, request
+        )
+        return self._call(
+            request.model, lambda: wire.read_grpc(request, answer), request.version, request
+        )
+
+    def send_status(self, request: PreparedRequest) -> int:
+        """Send a prepared request and read no more of the answer than whether it succeeded
+        (the HTTP status and Triton's error, or the gRPC status): what a load generator's
+        verdict needs. Returns the answer's size in bytes as it came over the wire (the HTTP
+        body, the gRPC message; over shared memory the outputs are not in it). Failures raise
+        as send()'s do."""
+        http = self._http
+        if http is not None:
+            reply = self._call(
+                request.model, lambda: http.exchange(request.wire), request.version, request
+            )
+            if not reply.ok:
+                self._call(request.model, lambda: raise_for_status(reply), request.version, request)
+            return len(reply.body)
+        answer = self._call(
+            request.model, lambda: self._grpc_exchange(request), request.version, request
+        )
+        return len(answer)
+
+    def lane(self) -> Lane[Any] | None:
+        """A connection of its own for a driver that waits on many sockets at once (the load
+        multiplexer), sending prepared requests as send_status() does and failing as it
+        does; None where that path is not available (gRPC without `hpack`, or over CUDA
+        shared memory: those go through the gRPC channel). The caller closes it."""
+
+        def failure(request: PreparedRequest, exc: Exception) -> Exception:
+            return self._failure(request.model, exc, request.version, request)
+
+        if self.security.tls:
+            return None  # the multiplexer reads raw sockets: TLS stays on the blocking path
+        if self._http is not None:
+            return HttpLane(self.url, self.timeout_s, failure)
+        lean = self._lean_grpc()
+        return GrpcLane(lean, failure) if lean is not None else None
+
+    def _grpc_exchange(self, request: PreparedRequest) -> bytes:
+        """The answer's message: over HTTP/2 spoken directly (grpc_h2, a third of grpcio's CPU
+        per request under gevent) where `hpack` (the load extra) is installed and the
+        transport is none or system shared memory, else through the gRPC channel."""
+        lean = self._lean_grpc() if request.frames is not None else None
+        if lean is not None:
+            assert request.frames is not None
+            return lean.exchange(request.frames)
+        assert self._grpc is not None
+        return self._grpc.exchange(request.wire, self.timeout_s)
+
+    def _lean_grpc(self) -> grpc_h2.GrpcConnections | None:
+        if self._h2 is None:
+            # CUDA regions stay on the channel: no GPU here to prove the direct path with them.
+            if self.shared_memory == "cuda" or not grpc_h2.h2_available():
+                return None
+            with self._lock:
+                if self._h2 is None:
+                    self._h2 = grpc_h2.GrpcConnections(self.url, self.timeout_s, self.security)
+        return self._h2
+
+    def _read_answer(self, request: PreparedRequest, call: Any) -> dict[str, Array]:
+        """The outputs of a gRPC request in flight, its failure in tritonclient's form."""
+        try:
+            answer: bytes = call.result()
+        except grpc.RpcError as exc:
+            raise rpc_error(exc) from None
+        return wire.read_grpc(request, answer)
+
+    def infer(
+        self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None, version: str = ""
+    ) -> dict[str, Array]:
+        """One request; returns every requested output (all the model's outputs by default,
+        in the order its metadata lists them)."""
+        names = list(outputs) if outputs is not None else self.output_names(model, version)
+        with self.prepare(model, inputs, names, version) as request:
+            return self.send(request)
+
+    def infer_many(
+        self,
+        model: str,
+        requests: Sequence[Tensors],
+        outputs: Sequence[str] | None = None,
+        version: str = "",
+    ) -> list[dict[str, Array]]:
+        """Send all requests at once (so the dynamic batcher can combine them); answers in
+        request order."""
+        names = list(outputs) if outputs is not None else self.output_names(model, version)
+        if self.protocol == "http" or self._lean_grpc() is not None:
+            return self._infer_many_threads(model, requests, names, version)
+        built = self.prepare_all(model, requests, names, version)
+        channel = self._grpc
+        assert channel is not None
+        try:
+            calls = [
+                self._call(model, functools.partial(channel.start, r.wire, self.timeout_s), version)
+                for r in built
+            ]
+            return [
+                self._call(
+                    model, functools.partial(self._read_answer, request, call), version, request
+                )
+                for request, call in zip(built, calls, strict=True)
+            ]
+        finally:
+            for request in built:
+                request.release()
+
+    def _infer_many_threads(
+        self, model: str, requests: Sequence[Tensors], names: list[str], version: str
+    ) -> list[dict[str, Array]]:
+        """One thread and connection per request in flight (HTTP/1.1, or HTTP/2 with one
+        stream per connection), all prepared before the first is sent."""
+        built = self.prepare_all(model, requests, names, version)
+        try:
+            with ThreadPoolExecutor(max_workers=min(len(built), 64) or 1) as pool:
+                return list(pool.map(self.send, built))
+        finally:
+            for request in built:
+                request.release()
