@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS, PRECISIONS
-from pytest_triton.base.security import parse_header
+from pytest_triton.base.security import Security, parse_header, security_from
 
 # Choice settings: each declared once here; their choices are read from these types.
 LauncherName = Literal["auto", "local", "container", "external"]
@@ -444,28 +444,28 @@ class ClientSettings:
         None,
         "CA bundle (PEM) that signed the server's certificate, for https:// and grpcs:// URLs "
         "(default: the system's)",
-        PYTEST,
+        PYTEST | LOAD | {"perf"},
         parse=parse_optional,
         metavar="PATH",
     )
     tls_cert: str | None = _setting(
         None,
         "client certificate (PEM) for mutual TLS, with --triton-tls-key",
-        PYTEST,
+        PYTEST | LOAD | {"perf"},
         parse=parse_optional,
         metavar="PATH",
     )
     tls_key: str | None = _setting(
         None,
         "the client certificate's private key (PEM) for mutual TLS",
-        PYTEST,
+        PYTEST | LOAD | {"perf"},
         parse=parse_optional,
         metavar="PATH",
     )
     tls_server_name: str | None = _setting(
         None,
         "the name the server's certificate must carry, where it differs from the URL's host",
-        PYTEST,
+        PYTEST | LOAD | {"perf"},
         parse=parse_optional,
         metavar="NAME",
     )
@@ -474,7 +474,7 @@ class ClientSettings:
         "request headers on every call ('Name: value', ';'-separated); ${VARIABLE}s are read "
         "from the environment when a client is made and never printed, e.g. "
         "'Authorization: Bearer ${TRITON_TOKEN}'",
-        PYTEST,
+        PYTEST | LOAD | {"perf"},
         parse=parse_headers,
         metavar="HEADERS",
     )
@@ -985,3 +985,11 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
         for group, cls in GROUPS.items()
     }
     return TritonConfig(**groups, origins=values["origins"])
+
+
+def client_security(config: TritonConfig, tls: bool = False) -> Security:
+    """The TLS files and request headers of the config, with TLS on or off for one protocol
+    (whether its URL is https:// or grpcs://)."""
+    c = config.client
+    settings = security_from(c.tls_ca, c.tls_cert, c.tls_key, c.tls_server_name, c.headers)
+    return settings.for_protocol(tls)

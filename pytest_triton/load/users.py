@@ -47,6 +47,7 @@ from pytest_triton.load.locust.user_settings import (
     user_endpoint,
     user_model,
     user_protocol,
+    user_security,
     user_shared_memory,
 )
 
@@ -131,6 +132,7 @@ class TritonUser(User):
                 concurrency=in_flight,
                 shared_memory=user_shared_memory(config),
                 output_shared_memory_size=config.client.output_shared_memory_size,
+                security=user_security(self._protocol, host, config),
             )
             prepared = self._client.prepare_all(self._model, batches, self.outputs, self.version)
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)

@@ -3,9 +3,8 @@ run a GPU server here (launchers.gpu), after checking that it has what it needs.
 
 from __future__ import annotations
 
-from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config import TritonConfig, client_security
 from pytest_triton.base.errors import ConfigError
-from pytest_triton.base.security import security_from
 from pytest_triton.server.docker_engine import docker_sdk
 from pytest_triton.server.external import ExternalLauncher
 from pytest_triton.server.launcher import Launcher
@@ -49,13 +48,7 @@ def make_launcher(config: TritonConfig) -> Launcher:
             gpu=config.server.gpu,
             numerics=config.server.numerics,
             deployed=config.server.deployed,
-            security=security_from(
-                config.client.tls_ca,
-                config.client.tls_cert,
-                config.client.tls_key,
-                config.client.tls_server_name,
-                config.client.headers,
-            ),
+            security=client_security(config),
         )
     if name == "container":
         docker_sdk()  # names a missing SDK (or a `docker/` folder) before testcontainers fails

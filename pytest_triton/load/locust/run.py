@@ -27,6 +27,7 @@ from pytest_triton.load.locust.user_settings import (
     stats_protocol,
     user_endpoint,
     user_model,
+    user_security,
 )
 from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
 
@@ -171,7 +172,12 @@ class LoadRun:
         protocol = stats_protocol(host, config)
         if self.tracker is not None:
             self.tracker.close()
-        self.tracker = StatsTracker(user_endpoint(protocol, host, config), protocol, models)
+        self.tracker = StatsTracker(
+            user_endpoint(protocol, host, config),
+            protocol,
+            models,
+            user_security(protocol, host, config),
+        )
         self.tracker.start()
         for error in self.tracker.errors:
             log.warning("pytest-triton: %s", error)

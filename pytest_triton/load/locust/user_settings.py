@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config import TritonConfig, client_security
 from pytest_triton.base.errors import ConfigError
-from pytest_triton.base.urls import Endpoints, endpoints_from, parse_url
+from pytest_triton.base.security import Security
+from pytest_triton.base.urls import TLS_SCHEMES, Endpoints, endpoints_from, parse_url
 from pytest_triton.client.triton_client import Protocol, Transport
 from pytest_triton.client.wire.shm import check_offered
 from pytest_triton.load.locust.embedded import EmbeddedModel
@@ -59,7 +60,7 @@ def user_protocol(user_class: Any, host: str, config: TritonConfig, index: int =
             else "http"
         )
     scheme, _ = parse_url(host)
-    return "grpc" if scheme == "grpc" else "http"
+    return "grpc" if scheme in ("grpc", "grpcs") else "http"
 
 
 def user_endpoint(protocol: Protocol, host: str, config: TritonConfig) -> str:
@@ -69,16 +70,25 @@ def user_endpoint(protocol: Protocol, host: str, config: TritonConfig) -> str:
     known = embedded_endpoints(config)
     if known is not None and hostport in (known.http, known.grpc):
         return known.url(protocol)
-    if scheme == protocol:
+    if TLS_SCHEMES.get(scheme, scheme) == protocol:
         return hostport
     return endpoints_from(host, config.server.grpc_url).url(protocol)
+
+
+def user_security(protocol: Protocol, host: str, config: TritonConfig) -> Security:
+    """TLS (when the host's URL for this protocol is https:// or grpcs://) and headers."""
+    known = embedded_endpoints(config)
+    if known is not None and parse_url(host)[1] in (known.http, known.grpc):
+        return client_security(config)  # the embedded server: plain, headers as asked
+    tls = protocol in endpoints_from(host, config.server.grpc_url).tls
+    return client_security(config, tls)
 
 
 def stats_protocol(host: str, config: TritonConfig) -> Protocol:
     """HTTP for the statistics API wherever its port is known, else the host's protocol."""
     scheme, hostport = parse_url(host)
     known = embedded_endpoints(config)
-    if scheme == "http" or (known is not None and hostport in (known.http, known.grpc)):
+    if scheme in ("http", "https") or (known is not None and hostport in (known.http, known.grpc)):
         return "http"
     return "grpc"
 

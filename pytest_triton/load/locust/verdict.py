@@ -11,6 +11,7 @@ from pathlib import Path
 from locust import log as locust_log
 from locust.env import Environment
 
+from pytest_triton.base.config import TritonConfig
 from pytest_triton.load.locust.arrivals import rate_warning
 from pytest_triton.load.locust.recording import schedule_lag, window_log
 from pytest_triton.load.locust.run import LoadRun, current_host
@@ -61,6 +62,24 @@ def stability_of(run: LoadRun) -> Stability | None:
     )
 
 
+# Targets on speed: an unstable measurement makes them meaningless, so it fails the run; with
+# none set, instability is a warning with advice (a newcomer's first short run is not a gate).
+SPEED_TARGETS = ("perf_latency_avg", "perf_latency_p95", "perf_latency_p99", "perf_throughput")
+
+
+def gates_on_speed(config: TritonConfig) -> bool:
+    return any(config.value(name) is not None for name in SPEED_TARGETS)
+
+
+def unstable_advice(stability: Stability) -> str:
+    return (
+        f"WARNING: the measurement is not stable ({stability.summary()}). No latency or "
+        "throughput target is set, so this does not fail the run; to measure for real, run "
+        "longer (-t), lengthen the windows (--triton-measurement-interval) or the warm-up "
+        "(--triton-load-warmup), then gate with --perf-latency-p99 / --perf-throughput."
+    )
+
+
 def stability_check(stability: Stability, allowed: bool) -> tg.Check:
     spread = max(stability.throughput_spread_pct, stability.latency_spread_pct)
     note = (
@@ -90,12 +109,16 @@ def judge_run(run: LoadRun) -> None:
     if stability is not None and stability.measurement is not None:
         basis = stability.measurement
     checks = tg.evaluate(tg.Targets.from_config(run.config), basis, figures)
+    speed = gates_on_speed(run.config)
     if stability is not None:
-        checks.append(stability_check(stability, run.config.measurement.allow_unstable))
+        allowed = run.config.measurement.allow_unstable or not speed
+        checks.append(stability_check(stability, allowed))
     failed = tg.failures(checks)
     warnings = generator_warnings(
         cpu_percent=run.cpu_percent, cpu_warning=run.cpu_warning, reports=run.reports
     )
+    if stability is not None and not stability.stable and not speed:
+        warnings.append(unstable_advice(stability))
     loop = "closed loop"
     if run.config.load.request_rate:
         loop = (

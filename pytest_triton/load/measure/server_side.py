@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_triton.base.errors import TritonTestError
+from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.client.stats import ModelStats, StatsWindow, read_stats
 from pytest_triton.client.triton_client import Protocol, TritonClient
 
@@ -112,8 +113,10 @@ def generator_warnings(
 class StatsTracker:
     """Statistics of some models from the start of a run to its end."""
 
-    def __init__(self, url: str, protocol: Protocol, models: Sequence[str]) -> None:
-        self.url, self.protocol = url, protocol
+    def __init__(
+        self, url: str, protocol: Protocol, models: Sequence[str], security: Security = PLAIN
+    ) -> None:
+        self.url, self.protocol, self.security = url, protocol, security
         self.models = list(dict.fromkeys(models))
         self._client: TritonClient | None = None
         self._windows: dict[str, StatsWindow] = {}
@@ -121,7 +124,9 @@ class StatsTracker:
 
     def start(self) -> None:
         self.errors = []
-        self._client = self._client or TritonClient(self.url, self.protocol, timeout_s=30)
+        self._client = self._client or TritonClient(
+            self.url, self.protocol, timeout_s=30, security=self.security
+        )
         self._windows = {}
         for model in self.models:
             window = StatsWindow(self._client, model)

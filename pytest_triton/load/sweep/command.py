@@ -209,9 +209,9 @@ def run(args: argparse.Namespace) -> int:
         if config.server.url:
             check_host(config.server.url, config.load.allow_remote)
             scheme, _ = parse_url(config.server.url)
-            protocol: Protocol = chosen or ("grpc" if scheme == "grpc" else "http")
+            protocol: Protocol = chosen or ("grpc" if scheme in ("grpc", "grpcs") else "http")
             endpoints = endpoints_from(config.server.url, config.server.grpc_url)
-            stats_protocol: Protocol = "http" if scheme == "http" else "grpc"
+            stats_protocol: Protocol = "http" if scheme in ("http", "https") else "grpc"
         else:
             server = EmbeddedServer(
                 [served],
@@ -223,7 +223,9 @@ def run(args: argparse.Namespace) -> int:
             protocol = chosen or "http"
             stats_protocol = "http"
         name = args.model_name or served.model_name(fmt)
-        host = f"{protocol}://{endpoints.url(protocol)}"
+        secure = {"http": "https", "grpc": "grpcs"}
+        host = f"{secure[protocol] if protocol in endpoints.tls else protocol}://"
+        host += endpoints.url(protocol)
         generator = GeneratorProcess(
             {
                 "host": host,
@@ -233,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
                 "format": fmt,
                 "stats_url": endpoints.url(stats_protocol),
                 "stats_protocol": stats_protocol,
+                "stats_tls": stats_protocol in endpoints.tls,
                 "config": as_values(config),
             }
         )

@@ -18,7 +18,7 @@ from gevent.fileobject import FileObject
 from locust.env import Environment
 from locust.event import Events
 
-from pytest_triton.base.config import from_values, resolve
+from pytest_triton.base.config import client_security, from_values, resolve
 from pytest_triton.client.stats import ModelStats, read_stats
 from pytest_triton.client.triton_client import TritonClient
 from pytest_triton.load.locust import recording
@@ -42,7 +42,10 @@ class Generator:
         self.config = resolve(from_values(config["config"], "triton-perf"))
         self.served = model_source(config["source"], config["size"], config["format"])
         self.stats_client = TritonClient(
-            config["stats_url"], config["stats_protocol"], timeout_s=30
+            config["stats_url"],
+            config["stats_protocol"],
+            timeout_s=30,
+            security=client_security(self.config, config.get("stats_tls", False)),
         )
         self.env: Environment | None = None
         self.batch_size = 0

@@ -1,0 +1,81 @@
+"""Locust users through a TLS ingress that wants a token (Debian's nginx in
+front of a real tritonserver, certificates made by the test): requests counted by the server
+equal the report's, the token never printed, and without it every request fails."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_triton.server import LocalLauncher, ServerArgs
+from tests.helpers import certificates, nginx
+from tests.helpers.certificates import Pki, make_pki
+from tests.helpers.locust_runs import REPO, run_locust, subprocess_env
+from tests.helpers.raw_models import write_python_model
+
+pytestmark = [
+    pytest.mark.load,
+    pytest.mark.triton,
+    pytest.mark.skipif(certificates.OPENSSL is None, reason=certificates.MISSING),
+    pytest.mark.skipif(nginx.NGINX is None, reason=nginx.MISSING),
+]
+LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "add_one.py"
+TOKEN = "l0cust-t0ken-value"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pki]]:
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    root = tmp_path_factory.mktemp("repo")
+    write_python_model(root, "add_one")
+    args = ServerArgs(root, model_control_mode="none", startup_timeout_s=120)
+    with (
+        LocalLauncher().start(args) as server,
+        nginx.round_robin(
+            [server.endpoints.http],
+            tmp_path_factory.mktemp("nginx"),
+            tls=(pki.server_cert, pki.server_key),
+            token=TOKEN,
+        ) as ingress,
+    ):
+        yield ingress, pki
+
+
+def secure_env(pki: Pki, with_token: bool = True) -> dict[str, str]:
+    extra = {
+        "TRITON_TLS_CA": str(pki.ca),
+        "TRITON_HEADERS": "Authorization: Bearer ${INGRESS_TOKEN}",
+        "TRITON_PROTOCOL": "http",
+    }
+    if with_token:
+        extra["INGRESS_TOKEN"] = TOKEN
+    else:
+        extra["INGRESS_TOKEN"] = "wrong"
+    return subprocess_env(**extra)
+
+
+def test_locust_users_load_through_the_tls_ingress(
+    secured: tuple[str, Pki], tmp_path: Path
+) -> None:
+    ingress, pki = secured
+    args = ("--headless", "-u", "2", "-r", "2", "-t", "4s", "--host", f"https://{ingress}")
+    run = run_locust(LOCUSTFILE, *args, tmp_path=tmp_path, env=secure_env(pki))
+    assert run.code == 0, run.tail()
+    assert run.report is not None
+    measured = run.report["measured"]
+    assert measured["requests"] > 0 and measured["failures"] == 0, run.tail()
+    (server,) = run.report["server"]
+    # statistics read through TLS too: the server counted every request the report did, and at
+    # most one more per user (a request in flight when Locust stopped that user)
+    assert measured["requests"] <= server["success_count"] <= measured["requests"] + 2
+    assert TOKEN not in run.output
+
+
+def test_without_the_token_every_request_fails(secured: tuple[str, Pki], tmp_path: Path) -> None:
+    ingress, pki = secured
+    args = ("--headless", "-u", "1", "-r", "1", "-t", "2s", "--host", f"https://{ingress}")
+    run = run_locust(LOCUSTFILE, *args, tmp_path=tmp_path, env=secure_env(pki, with_token=False))
+    assert run.code != 0
+    assert "401" in run.output or "Unauthorized" in run.output, run.tail()
