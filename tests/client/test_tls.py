@@ -133,16 +133,9 @@ def test_security_refuses_half_of_mutual_tls_and_missing_files(pki: Pki) -> None
 def ingress(repo: Path, pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if nginx.NGINX is None:
         pytest.skip(nginx.MISSING)
-    args = ServerArgs(repo, model_control_mode="none", startup_timeout_s=120)
-    with (
-        LocalLauncher().start(args) as server,
-        nginx.round_robin(
-            [server.endpoints.http],
-            tmp_path_factory.mktemp("nginx-tls"),
-            tls=(pki.server_cert, pki.server_key),
-            token=TOKEN,
-        ) as hostport,
-    ):
+    certificate = (pki.server_cert, pki.server_key)
+    prefix = tmp_path_factory.mktemp("nginx-tls")
+    with nginx.deployed_behind_tls(repo, certificate, TOKEN, prefix) as hostport:
         yield hostport
 
 
@@ -193,16 +186,9 @@ def scorer_ingress(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     repo = Repository(root, [scorer_spec(formats=["torchscript-trace"], triton_name="scorer")])
     repo.plan(ServerTarget())
     repo.ensure_all()
-    args = ServerArgs(root, model_control_mode="none", startup_timeout_s=120)
-    with (
-        LocalLauncher().start(args) as server,
-        nginx.round_robin(
-            [server.endpoints.http],
-            tmp_path_factory.mktemp("nginx-gate"),
-            tls=(pki.server_cert, pki.server_key),
-            token=TOKEN,
-        ) as hostport,
-    ):
+    certificate = (pki.server_cert, pki.server_key)
+    prefix = tmp_path_factory.mktemp("nginx-gate")
+    with nginx.deployed_behind_tls(root, certificate, TOKEN, prefix) as hostport:
         yield hostport
 
 

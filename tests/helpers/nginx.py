@@ -87,3 +87,19 @@ def round_robin(
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the master and its workers
         proc.wait(timeout=10)
+
+
+@contextmanager
+def deployed_behind_tls(
+    repository: Path, certificate: tuple[Path, Path], token: str, prefix: Path
+) -> Iterator[str]:
+    """A tritonserver serving `repository` as deployed (model control none) behind nginx
+    terminating TLS with `certificate` and wanting `token`; yields the ingress's HOST:PORT."""
+    from pytest_triton.server import LocalLauncher, ServerArgs
+
+    args = ServerArgs(repository, model_control_mode="none", startup_timeout_s=120)
+    with (
+        LocalLauncher().start(args) as server,
+        round_robin([server.endpoints.http], prefix, tls=certificate, token=token) as ingress,
+    ):
+        yield ingress

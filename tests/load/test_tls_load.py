@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers import certificates, nginx
 from tests.helpers.certificates import Pki, make_pki
 from tests.helpers.locust_runs import REPO, run_locust, subprocess_env
@@ -30,16 +29,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pki
     pki = make_pki(tmp_path_factory.mktemp("pki"))
     root = tmp_path_factory.mktemp("repo")
     write_python_model(root, "add_one")
-    args = ServerArgs(root, model_control_mode="none", startup_timeout_s=120)
-    with (
-        LocalLauncher().start(args) as server,
-        nginx.round_robin(
-            [server.endpoints.http],
-            tmp_path_factory.mktemp("nginx"),
-            tls=(pki.server_cert, pki.server_key),
-            token=TOKEN,
-        ) as ingress,
-    ):
+    certificate = (pki.server_cert, pki.server_key)
+    prefix = tmp_path_factory.mktemp("nginx")
+    with nginx.deployed_behind_tls(root, certificate, TOKEN, prefix) as ingress:
         yield ingress, pki
 
 
