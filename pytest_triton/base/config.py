@@ -307,6 +307,14 @@ class ServerSettings:
         parse=parse_optional,
         metavar="PATH",
     )
+    serve_address: str = _setting(
+        "127.0.0.1",
+        "address a local tritonserver listens on; give an address of this machine that "
+        "other hosts reach when Locust workers there load an embedded server (their load "
+        "then needs --triton-allow-remote)",
+        SERVER,
+        metavar="ADDRESS",
+    )
     startup_timeout: float = _setting(
         120.0,
         "seconds to wait for the server to become ready",
