@@ -17,7 +17,7 @@ import gevent
 import gevent.lock
 from locust.env import Environment
 
-from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config import TritonConfig, check_replicas_behind
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import check_host
 from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
@@ -127,6 +127,7 @@ class LoadRun:
                 DEFAULT_RUN_TIME_S,
             )
         host = current_host(self.environment)
+        check_replicas_behind(self.config, host, "--host")
         transport = checked_shared_memory(self.config, host)
         if transport != "none":
             log.info("pytest-triton: tensors travel through %s shared memory", transport)
@@ -198,6 +199,7 @@ class LoadRun:
             protocol,
             models,
             user_security(protocol, host, config),
+            replicas=config.server.replicas,
         )
         self.tracker.start()
         for error in self.tracker.errors:
