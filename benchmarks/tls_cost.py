@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from pytest_triton.server import LocalLauncher, ServerArgs  # noqa: E402
 from tests.helpers import nginx  # noqa: E402
-from tests.helpers.certificates import make_pki  # noqa: E402
+from tests.helpers.certificates import grpc_tls_flags, make_pki  # noqa: E402
 from tests.helpers.locust_runs import run_locust, subprocess_env  # noqa: E402
 from tests.helpers.raw_models import write_python_model  # noqa: E402
 
@@ -84,11 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 ServerArgs(
                     repo,
                     model_control_mode="none",
-                    extra_args=(
-                        "--grpc-use-ssl=true",
-                        f"--grpc-server-cert={pki.server_cert}",
-                        f"--grpc-server-key={pki.server_key}",
-                    ),
+                    extra_args=grpc_tls_flags(pki),
                 )
             )
         )

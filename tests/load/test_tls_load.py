@@ -14,6 +14,7 @@ import pytest
 
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.repository.builder import Repository
+from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers import certificates, nginx
 from tests.helpers.certificates import Pki, make_pki
 from tests.helpers.locust_runs import REPO, Locust, run_locust, subprocess_env
@@ -28,6 +29,9 @@ pytestmark = [
 ]
 LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "add_one.py"
 TOKEN = "l0cust-t0ken-value"
+
+
+LOAD_S = 20  # the load runs through each TLS peer
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +66,7 @@ def test_locust_users_load_through_the_tls_ingress(
     secured: tuple[str, Pki], tmp_path: Path
 ) -> None:
     ingress, pki = secured
-    args = ("--headless", "-u", "2", "-r", "2", "-t", "4s", "--host", f"https://{ingress}")
+    args = ("--headless", "-u", "2", "-r", "2", "-t", f"{LOAD_S}s", "--host", f"https://{ingress}")
     run = run_locust(LOCUSTFILE, *args, tmp_path=tmp_path, env=secure_env(pki))
     assert run.code == 0, run.tail()
     assert run.report is not None
@@ -116,3 +120,29 @@ def test_triton_perf_measures_through_the_tls_ingress(
     (point,) = json.loads(out.read_text())["points"]
     assert point["requests"] > 10 and point["failures"] == 0, point
     assert TOKEN not in finished.output
+
+
+def test_locust_users_load_over_tritons_own_grpc_tls(
+    secured: tuple[str, Pki], tmp_path: Path
+) -> None:
+    """grpcs:// to tritonserver's --grpc-use-ssl: users and the statistics reads over TLS."""
+    _, pki = secured
+    repo = tmp_path / "repo"
+    write_python_model(repo, "add_one")
+    args = ServerArgs(
+        repo,
+        model_control_mode="none",
+        startup_timeout_s=120,
+        extra_args=certificates.grpc_tls_flags(pki),
+    )
+    with LocalLauncher().start(args) as server:
+        env = subprocess_env(TRITON_TLS_CA=str(pki.ca))
+        load = ("--headless", "-u", "2", "-r", "2", "-t", f"{LOAD_S}s")
+        host = ("--host", f"grpcs://{server.endpoints.grpc}")
+        run = run_locust(LOCUSTFILE, *load, *host, tmp_path=tmp_path, env=env, timeout=120)
+    assert run.code == 0, run.tail()
+    assert run.report is not None
+    measured = run.report["measured"]
+    assert measured["requests"] > 0 and measured["failures"] == 0, run.tail()
+    (served,) = run.report["server"]
+    assert measured["requests"] <= served["success_count"] <= measured["requests"] + 2
