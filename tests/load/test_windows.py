@@ -14,6 +14,7 @@ from pytest_triton.load.locust.arrivals import Lag, rate_warning, schedule
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram, ms_text
 from pytest_triton.load.measure.window_log import SLICE_S, WindowLog
 from pytest_triton.load.measure.windows import PERCENTILES, Criterion, Window, assess, merge
+from tests.helpers.known_latencies import assert_within_precision, exact_percentile
 
 T0 = 1_000_000.0  # a wall-clock time on a slice boundary
 
@@ -99,22 +100,6 @@ def test_a_window_without_successes_never_agrees() -> None:
         p99_ms=math.nan,
     )
     assert not assess([window(1, 10, 1), window(2, 10, 1), empty], Criterion(3, 10.0)).stable
-
-
-def exact_percentile(latencies_ms: list[float], percent: float) -> float:
-    """The latency at HdrHistogram's rank for the percent (round half up, at least 1), read
-    from the sorted latencies themselves."""
-    ordered = sorted(latencies_ms)
-    rank = max(int(percent * len(ordered) / 100 + 0.5), 1)
-    return ordered[rank - 1]
-
-
-def assert_within_precision(measured_ms: float, exact_ms: float) -> None:
-    """A percentile read from the histogram is the top of the bucket holding the exact one:
-    never below it, above it by at most its bucket (0.1%) plus the microsecond rounding."""
-    low, high = LatencyHistogram().equivalent_range_ms(exact_ms)
-    assert low <= measured_ms <= high, (measured_ms, exact_ms, (low, high))
-    assert measured_ms - exact_ms <= exact_ms / 1000 + 0.0005
 
 
 def known_latencies(count: int, seed: int = 7) -> list[float]:
