@@ -10,8 +10,8 @@ so windows and whole runs are merged from their requests, not averaged from perc
 
 A histogram travels (Locust worker to master, generator to triton-perf, JSON reports) as
 HdrHistogram's compressed base64 string (`encode()` / `decode()`), which msgpack and JSON
-carry as it is and any HdrHistogram library reads. A recording histogram holds HdrHistogram's
-whole counts array (about 190 kB); `compact()` keeps only the encoded string (a few hundred
+carry as it is and any HdrHistogram library reads. An HdrHistogram in memory holds its whole
+counts array (about 190 kB); `compact()` keeps only the encoded string (tens to hundreds of
 bytes) for histograms that are done, such as a run's past time slices. No locust import.
 """
 
@@ -31,6 +31,12 @@ def _new() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
 
 
+def _release(hdr: HdrHistogram) -> None:
+    """Drop a histogram we are done with at once: an HdrHistogram and its encoder refer to
+    each other, so without this its 190 kB wait for Python's cyclic garbage collector."""
+    hdr.encoder = None
+
+
 def to_us(latency_ms: float) -> int:
     """A latency in ms as the whole microseconds the histogram records (clamped to its range;
     NaN counts as 0)."""
@@ -41,65 +47,95 @@ def to_us(latency_ms: float) -> int:
 
 class LatencyHistogram:
     """Latencies of some requests; `count` of them. Record in ms (as Locust's request events
-    report them), read percentiles in ms with microsecond resolution."""
+    report them), read percentiles in ms with microsecond resolution.
 
-    __slots__ = ("_blob", "_hdr", "count")
+    Recording only counts microsecond values in a dict (a request costs well under a
+    microsecond); they go into the HdrHistogram when it is read, added, encoded or compacted.
+    """
+
+    __slots__ = ("_blob", "_hdr", "_pending", "count")
 
     def __init__(self) -> None:
         self._hdr: HdrHistogram | None = None
         self._blob: str | None = None
+        self._pending: dict[int, int] = {}
         self.count = 0
 
     # -- recording -------------------------------------------------------------------------
     def _live(self) -> HdrHistogram:
-        """The recording HdrHistogram (decoded from the compact form when needed)."""
+        """The HdrHistogram with every count (decoded from the compact form when needed)."""
         if self._hdr is None:
             self._hdr = HdrHistogram.decode(self._blob) if self._blob is not None else _new()
             self._blob = None
+        if self._pending:
+            record = self._hdr.record_value
+            for value, count in self._pending.items():
+                record(value, count)
+            self._pending = {}
         return self._hdr
 
     def record(self, latency_ms: float) -> None:
-        self._live().record_value(to_us(latency_ms))
-        self.count += 1
+        self.record_us(to_us(latency_ms))
 
     def record_us(self, latency_us: int, count: int = 1) -> None:
-        self._live().record_value(min(max(int(latency_us), 0), HIGHEST_US), count)
+        """Count a latency already in whole microseconds within range (`to_us`)."""
+        pending = self._pending
+        pending[latency_us] = pending.get(latency_us, 0) + count
         self.count += count
 
     def add(self, other: LatencyHistogram) -> None:
         """Add another histogram's counts (exact: both have the same buckets)."""
         if other.count == 0:
             return
-        theirs = other._hdr if other._hdr is not None else HdrHistogram.decode(other._blob)
+        self.count += other.count
+        if other._hdr is None and other._blob is None:  # recorded values only
+            pending = self._pending
+            for value, count in other._pending.items():
+                pending[value] = pending.get(value, 0) + count
+            return
+        decoded = None
+        if other._hdr is not None:
+            theirs = other._live()
+        else:
+            theirs = decoded = HdrHistogram.decode(other._blob)
+            for value, count in other._pending.items():
+                decoded.record_value(value, count)
         mine = self._live()
-        empty = self.count == 0
+        empty = mine.total_count == 0
         mine.add(theirs)
         if empty:  # HdrHistogram's add takes an empty histogram's minimum as 0
             mine.min_value = theirs.min_value
-        self.count += other.count
+        if decoded is not None:
+            _release(decoded)
 
     def compact(self) -> None:
         """Keep only the encoded form until the histogram is read or recorded into again."""
-        if self._hdr is not None:
+        if self._hdr is not None or self._pending:
             self._blob = self.encode()
+            if self._hdr is not None:
+                _release(self._hdr)
             self._hdr = None
 
     # -- travel ----------------------------------------------------------------------------
     def encode(self) -> str:
         """HdrHistogram's compressed, base64 encoding (V2), as text."""
-        if self._hdr is None:
+        if self._hdr is None and not self._pending:
             return self._blob if self._blob is not None else _EMPTY
-        encoded: bytes = self._hdr.encode()
+        encoded: bytes = self._live().encode()
         return encoded.decode("ascii")
 
     @classmethod
-    def decode(cls, text: str | bytes) -> LatencyHistogram:
-        """A histogram from `encode()`'s text (kept compact until used)."""
+    def decode(cls, text: str | bytes, count: int | None = None) -> LatencyHistogram:
+        """A histogram from `encode()`'s text, kept compact until used (`count`, where the
+        sender says how many values it holds, saves decoding it to count them)."""
         histogram = cls()
         blob = text.decode("ascii") if isinstance(text, bytes) else str(text)
-        decoded = HdrHistogram.decode(blob)
-        histogram.count = int(decoded.get_total_count())
-        if histogram.count:
+        if count is None:
+            decoded = HdrHistogram.decode(blob)
+            count = int(decoded.get_total_count())
+            _release(decoded)
+        histogram.count = count
+        if count:
             histogram._blob = blob
         return histogram
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_triton.base.config import MeasurementMode
-from pytest_triton.load.measure.latency_histogram import LatencyHistogram
+from pytest_triton.load.measure.latency_histogram import LatencyHistogram, to_us
 from pytest_triton.load.measure.windows import PERCENTILES, Window
 
 SLICE_S = 0.25
@@ -42,10 +42,11 @@ class Slice:
     latency_sum_ms: float = 0.0
     histogram: LatencyHistogram = field(default_factory=LatencyHistogram)
 
-    def record(self, latency_ms: float, ok: bool, samples: int) -> None:
+    def record(self, latency_ms: float, latency_us: int, ok: bool, samples: int) -> None:
+        """One request (its latency in ms, and in whole us as `to_us` makes it)."""
         self.requests += 1
         self.latency_sum_ms += latency_ms
-        self.histogram.record(latency_ms)
+        self.histogram.record_us(latency_us)
         if ok:
             self.samples += samples
         else:
@@ -81,7 +82,7 @@ class Slice:
             int(failures),
             int(samples),
             float(latency_sum),
-            LatencyHistogram.decode(histogram),
+            LatencyHistogram.decode(histogram, int(requests)),  # each request has a latency
         )
 
 
@@ -100,7 +101,9 @@ class WindowLog:
     _live: set[int] = field(default_factory=set)  # slices whose histograms record
     _newest: int = 0
     _touched: set[int] = field(default_factory=set)  # changed since windows were cut
-    _cut: dict[tuple[int, int, str | None], Slice] = field(default_factory=dict)
+    _cut: dict[tuple[int, int, str | None], tuple[Slice, dict[float, float]]] = field(
+        default_factory=dict
+    )
 
     def record(self, at: float, name: str, latency_ms: float, ok: bool, samples: int) -> None:
         """One request completed at wall-clock time `at` (time.time())."""
@@ -109,11 +112,12 @@ class WindowLog:
         entry = by_name.get(name)
         if entry is None:
             entry = by_name[name] = Slice()
-        entry.record(latency_ms, ok, samples)
+        us = to_us(latency_ms)
+        entry.record(latency_ms, us, ok, samples)
         total = self.totals.get(name)
         if total is None:
             total = self.totals[name] = Slice()
-        total.record(latency_ms, ok, samples)
+        total.record(latency_ms, us, ok, samples)
         self._unsent.add(key)
         self._touched.add(key)
         if key not in self._live:
@@ -289,26 +293,26 @@ class WindowLog:
                 yield range(begin, key + 1)
                 begin, seen = key + 1, 0
 
-    def _total(self, keys: range, name: str | None) -> Slice:
-        """The slices' requests added up (kept: a generator cuts the same windows again and
-        again while it waits for them to agree)."""
+    def _total(self, keys: range, name: str | None) -> tuple[Slice, dict[float, float]]:
+        """The slices' requests added up and their percentiles (kept: a generator cuts the
+        same windows again and again while it waits for them to agree)."""
         cut = (keys.start, keys.stop, name)
-        total = self._cut.get(cut)
-        if total is None:
+        found = self._cut.get(cut)
+        if found is None:
             total = Slice()
             for key in keys:
                 for n, entry in self.slices.get(key, {}).items():
                     if name is None or n == name:
                         total.add(entry)
+            pct = total.histogram.percentiles_ms(PERCENTILES)
+            total.histogram.compact()  # an hour of windows kept live would be 100+ MB
             if len(self._cut) > 4096:
                 self._cut.clear()
-            self._cut[cut] = total
-        return total
+            found = self._cut[cut] = (total, pct)
+        return found
 
     def _window(self, index: int, keys: range, origin: float, name: str | None) -> Window:
-        total = self._total(keys, name)
-        pct = total.histogram.percentiles_ms(PERCENTILES)
-        total.histogram.compact()  # an hour of windows kept live would be 100+ MB
+        total, pct = self._total(keys, name)
         return Window(
             index=index,
             start_s=keys.start * self.slice_s - origin,
