@@ -5,7 +5,9 @@ written by a locustfile (`--triton-report-json DIR/load-NAME.json`) or by triton
 Each becomes a run with one point (Locust) or one point per batch size x concurrency
 (triton-perf). A point's figures are medians over its measurement windows when the file has a
 `windows` list (top level or under `measured`), else the run's single figures: a comparison
-never rests on one window when there are several.
+never rests on one window when there are several. Each window's latencies come from the
+HdrHistogram of its requests (microsecond resolution, 3 significant digits); the histogram's
+own text (`latency_histogram`) is left out of the report, which needs only the figures.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 LOAD_GLOB = "load-*.json"
 METRICS = ("throughput", "avg_ms", "p50_ms", "p95_ms", "p99_ms")
+HISTOGRAM_KEY = "latency_histogram"  # a window's base64 HdrHistogram in load files
 
 
 def figure(point: Mapping[str, Any], metric: str) -> float | None:
@@ -65,7 +68,9 @@ def load_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, A
 
 
 def _point(values: Mapping[str, Any], windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    point: dict[str, Any] = {"windows": [dict(w) for w in windows]}
+    point: dict[str, Any] = {
+        "windows": [{k: v for k, v in w.items() if k != HISTOGRAM_KEY} for w in windows]
+    }
     point.update({m: _number(values.get(m)) for m in METRICS})
     point.update({m: figure(point, m) for m in METRICS})
     point["requests"] = int(values.get("requests") or 0)

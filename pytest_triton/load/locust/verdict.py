@@ -17,29 +17,39 @@ from pytest_triton.load.locust.distributed import worker_offsets
 from pytest_triton.load.locust.recording import schedule_lag, window_log
 from pytest_triton.load.locust.run import LoadRun, current_host
 from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.server_side import generator_warnings
-from pytest_triton.load.measure.windows import Criterion, Stability, assess, windows_table
+from pytest_triton.load.measure.window_log import Slice
+from pytest_triton.load.measure.windows import (
+    PERCENTILES,
+    Criterion,
+    Stability,
+    assess,
+    windows_table,
+)
 
 
 def measured(environment: Environment) -> tg.Measured:
-    """The run's client-side figures from Locust's (aggregated) statistics; samples from the
-    request log (request events report bytes as their response length, not samples)."""
+    """The run's client-side figures: requests and duration from Locust's (aggregated)
+    statistics; latencies (us resolution) and samples from the request log, whose histograms
+    the workers send with their reports (request events report bytes as their response
+    length, not samples). Locust's own percentiles, whole ms below 100 ms, stay in its UI."""
     total = environment.stats.total
     requests = window_log(environment)
     duration = 0.0
     if total.last_request_timestamp and total.start_time:
         duration = max(total.last_request_timestamp - total.start_time, 1e-9)
-    nan = float("nan")
-    any_ = total.num_requests > 0
+    logged = requests.total() if requests is not None else Slice()
+    pct = logged.histogram.percentiles_ms(PERCENTILES)
     return tg.Measured(
         requests=total.num_requests,
         failures=total.num_failures,
-        samples=requests.samples() if requests is not None else 0,
+        samples=logged.samples,
         duration_s=duration,
-        avg_ms=total.avg_response_time if any_ else nan,
-        p95_ms=total.get_response_time_percentile(0.95) if any_ else nan,
-        p99_ms=total.get_response_time_percentile(0.99) if any_ else nan,
-        p50_ms=total.get_response_time_percentile(0.5) if any_ else nan,
+        avg_ms=logged.avg_ms,
+        p95_ms=pct[95],
+        p99_ms=pct[99],
+        p50_ms=pct[50],
     )
 
 
@@ -200,7 +210,8 @@ def windows_text(stability: Stability) -> str:
     if m is not None:
         lines.append(
             f"Measured: {m.throughput:,.1f} samples/s, {m.request_rate:,.1f} req/s, "
-            f"avg {m.avg_ms:.2f} ms, p95 {m.p95_ms:.2f} ms, p99 {m.p99_ms:.2f} ms"
+            f"avg {ms_text(m.avg_ms)} ms, p50 {ms_text(m.p50_ms)} ms, p95 {ms_text(m.p95_ms)} ms, "
+            f"p99 {ms_text(m.p99_ms)} ms"
         )
     return "\n".join(lines)
 

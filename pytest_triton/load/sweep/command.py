@@ -34,6 +34,7 @@ from pytest_triton.base.urls import check_host, endpoints_from, parse_url
 from pytest_triton.client.triton_client import Protocol
 from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
 from pytest_triton.load.locust.user_settings import checked_shared_memory
+from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.sweep.points import Point, bound_search, parse_range, parse_rate_range
 from pytest_triton.load.sweep.report import exit_status, sweep_verdict, write_reports
 
@@ -287,7 +288,7 @@ def _sweep(
             bar.update(1)
             bar.set_postfix_str(
                 f"{point.throughput:,.0f} {unit}, p{args.percentile} "
-                f"{point.latency(args.percentile):.1f} ms"
+                f"{ms_text(point.latency(args.percentile))} ms"
                 + ("" if point.stable else ", NOT STABLE")
             )
             return point

@@ -151,6 +151,7 @@ class Generator:
             "p90_ms": figures.p90_ms,
             "p95_ms": figures.p95_ms,
             "p99_ms": figures.p99_ms,
+            "latency_histogram": figures.histogram.encode() if figures.histogram else "",
             "server_queue_us": b["queue"],
             "server_compute_input_us": b["compute_input"],
             "server_compute_infer_us": b["compute_infer"],

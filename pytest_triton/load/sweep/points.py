@@ -8,12 +8,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.targets import Rates
 
 
 @dataclass(frozen=True)
 class Point(Rates):
-    """One measured (batch size, concurrency) point; latencies in ms, server times in us."""
+    """One measured (batch size, concurrency) point; latencies in ms (with microsecond
+    resolution, from the merged histogram of its measured windows), server times in us."""
 
     batch_size: int
     concurrency: int
@@ -38,6 +40,7 @@ class Point(Rates):
     stability: str = ""
     windows: list[dict[str, Any]] = field(default_factory=list, compare=False)
     schedule_warning: str | None = None
+    latency_histogram: str = field(default="", compare=False, repr=False)  # base64 HdrHistogram
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -163,7 +166,7 @@ def bound_summary(best: Point | None, bound_ms: float, percentile: int, unit: st
     )
     return (
         f"p{percentile} latency bound {bound_ms:g} ms: up to {load} "
-        f"of batch {best.batch_size} (p{percentile} {best.latency(percentile):.2f} "
+        f"of batch {best.batch_size} (p{percentile} {ms_text(best.latency(percentile))} "
         f"ms), {best.throughput:,.1f} {unit} - {per_window:,.0f} samples within "
         f"{bound_ms:g} ms"
     )
