@@ -95,8 +95,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pytest benchmarks --benchmark-autosave
 
-# Locust against wrk on a trivial model (installs Debian's wrk when missing)
-bench-loadgen: $(STAMP)
+# Locust against wrk and perf_analyzer on a trivial model (installs Debian's wrk when missing)
+bench-loadgen: $(STAMP) perf-analyzer
 	command -v wrk >/dev/null || apt-get install -y wrk
 	$(BIN)/python benchmarks/loadgen_vs_wrk.py --duration 10 --repeat 3
 
