@@ -51,14 +51,15 @@ test-container: $(STAMP)
 	images/build-cpu-image
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/pytest -m container
 
-# Debian packages the suite drives as real parts: chromium (the web UI test) and nginx (the
-# ingress in front of Triton replicas). Installed where missing, as root or through
+# Debian packages the suite drives as real parts: chromium (the web UI test), nginx (the
+# ingress in front of Triton replicas) and faketime (a Locust worker's clock set off). Installed where missing, as root or through
 # password-less sudo; otherwise make stops and says what to run.
 test-deps:
 	@missing=; \
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		missing="$$missing chromium"; \
 	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
+	command -v faketime >/dev/null || missing="$$missing faketime"; \
 	[ -z "$$missing" ] || { \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; \
 		elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; \

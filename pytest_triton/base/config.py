@@ -307,6 +307,14 @@ class ServerSettings:
         parse=parse_optional,
         metavar="PATH",
     )
+    serve_address: str = _setting(
+        "127.0.0.1",
+        "address a local tritonserver listens on; give an address of this machine that "
+        "other hosts reach when Locust workers there load an embedded server (their load "
+        "then needs --triton-allow-remote)",
+        SERVER,
+        metavar="ADDRESS",
+    )
     startup_timeout: float = _setting(
         120.0,
         "seconds to wait for the server to become ready",
@@ -370,7 +378,7 @@ class ServerSettings:
         "HTTP URLs of each server replica behind --triton-url's load balancer "
         "(comma-separated): statistics and batching proofs sum over them, with a table of "
         "how the load spread",
-        PYTEST,
+        PYTEST | {"locust"},
         parse=parse_list,
         metavar="URL,...",
     )
@@ -937,6 +945,16 @@ def from_values(values: Mapping[str, Any], origin: str) -> Source:
     )
 
 
+def check_replicas_behind(config: TritonConfig, service: str | None, flag: str) -> None:
+    """--triton-replicas needs the balancer's address in front of them (`flag` names the
+    front end's way to give it: --triton-url for pytest, --host for Locust)."""
+    if config.server.replicas and not service:
+        raise ConfigError(
+            "--triton-replicas names the replicas behind a running service's address: give "
+            f"that address with {flag}"
+        )
+
+
 def resolve(*sources: Source, **overrides: Any) -> TritonConfig:
     """Resolve every setting once; keyword arguments are factory arguments (highest)."""
     chain = ([from_mapping(overrides, "factory argument")] if overrides else []) + list(sources)
@@ -967,11 +985,6 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
         raise ConfigError(
             "the external launcher needs --triton-url (or triton_url in ini), "
             "e.g. --triton-url http://127.0.0.1:8000"
-        )
-    if values["replicas"] and values["launcher"] != "external":
-        raise ConfigError(
-            "--triton-replicas names the replicas behind a running service's address: give "
-            "that address with --triton-url"
         )
     if values["deployed"] and values["launcher"] != "external":
         raise ConfigError(

@@ -30,6 +30,10 @@ class ServerTarget:
     # The server already serves the models (--triton-deployed): one variant per spec, named
     # as the spec, checked against what is served rather than exported and loaded.
     deployed: bool = False
+    # A server shared by pytest-xdist workers that upload their models: each worker loads
+    # them under names of its own (mnist_onnx_gw0), so that one worker's loads, unloads and
+    # statistics never touch another's.
+    name_suffix: str = ""
 
     @property
     def gpu(self) -> bool:

@@ -35,14 +35,15 @@ from locust.exception import StopUser
 
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryError
-from pytest_triton.base.urls import check_host
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient
 from pytest_triton.client.wire.lane import Lane
 from pytest_triton.load.locust import grpc_gevent, listeners, multiplexer
+from pytest_triton.load.locust.distributed import tell_master_refused
 from pytest_triton.load.locust.embedded import EmbeddedModel, zoo_model
 from pytest_triton.load.locust.open_loop import OpenLoop, open_loop
 from pytest_triton.load.locust.options import default_targets, run_config
 from pytest_triton.load.locust.user_settings import (
+    check_load_allowed,
     user_batch_size,
     user_endpoint,
     user_model,
@@ -107,7 +108,8 @@ class TritonUser(User):
                     "no host to send load to: pass --host URL, or give the user "
                     "class a `served` model so an embedded server starts"
                 )
-            check_host(host, config.load.allow_remote)
+            options = self.environment.parsed_options
+            check_load_allowed(host, config, getattr(options, "master_host", None))
             self._model = user_model(cls, config)
             self._batch = user_batch_size(cls, config)
             self._protocol = user_protocol(cls, host, config, number)
@@ -141,6 +143,7 @@ class TritonUser(User):
             if str(exc) not in _refused:  # once per process, not once per user
                 _refused.add(str(exc))
                 log.error("pytest-triton: %s", exc)
+                tell_master_refused(self.environment, str(exc))
             raise StopUser() from None
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
         self._context = {"batch_size": self._batch, "protocol": self._protocol}

@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from pytest_triton.base.config import Setting, Source, TritonConfig, resolve, settings_for
+from pytest_triton.base.config import (
+    Setting,
+    Source,
+    TritonConfig,
+    check_replicas_behind,
+    resolve,
+    settings_for,
+)
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.importing import load_object
 from pytest_triton.client.wire.shm import ID_SUFFIX, cuda_problem
@@ -91,6 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     try:
         triton = config.stash[CONFIG] = resolve(*sources(config))
+        check_replicas_behind(triton, triton.server.url, "--triton-url")
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-triton: {exc}") from None
     if triton.gate.report and hasattr(config.option, "xmlpath") and not config.option.xmlpath:

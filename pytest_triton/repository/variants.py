@@ -45,6 +45,7 @@ class Variant:
     instance_kind: str = "KIND_CPU"
     warmup: int = 0  # Triton model_warmup runs per sample before the model serves
     deployed: bool = False  # served by someone else under the spec's own name
+    name_suffix: str = ""  # a pytest-xdist worker's own names on a shared server ("_gw0")
 
     @property
     def gpu(self) -> bool:
@@ -57,12 +58,12 @@ class Variant:
 
     @property
     def model_name(self) -> str:
-        if self.spec.triton_name:
-            return self.spec.triton_name
         if self.deployed:
-            return self.spec.name
+            return self.spec.triton_name or self.spec.name
+        if self.spec.triton_name:
+            return self.spec.triton_name + self.name_suffix
         suffix = "_fp16" if self.precision == "fp16" else ""
-        return f"{self.spec.name}_{self.format.replace('-', '_')}{suffix}"
+        return f"{self.spec.name}_{self.format.replace('-', '_')}{suffix}{self.name_suffix}"
 
     @property
     def id(self) -> str:
@@ -168,7 +169,17 @@ def plan_variants(
                         )
                     )
                 else:
-                    variants.append(Variant(spec, fmt, precision, not native, kind, runs))
+                    variants.append(
+                        Variant(
+                            spec,
+                            fmt,
+                            precision,
+                            not native,
+                            kind,
+                            runs,
+                            name_suffix=target.name_suffix,
+                        )
+                    )
     return Plan(variants, unavailable)
 
 

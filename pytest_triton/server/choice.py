@@ -3,6 +3,8 @@ run a GPU server here (launchers.gpu), after checking that it has what it needs.
 
 from __future__ import annotations
 
+import os
+
 from pytest_triton.base.config import TritonConfig, client_security
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.server.docker_engine import docker_sdk
@@ -29,6 +31,13 @@ def launcher_name(config: TritonConfig) -> str:
     return config.server.launcher
 
 
+def shared_server_suffix() -> str:
+    """pytest-xdist's workers share an external server: each uploads its models under names
+    of its own ("_gw0"); one pytest process is alone on its servers."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return f"_{worker}" if worker else ""
+
+
 def make_launcher(config: TritonConfig) -> Launcher:
     name = launcher_name(config)
     if name == "local":
@@ -49,6 +58,7 @@ def make_launcher(config: TritonConfig) -> Launcher:
             numerics=config.server.numerics,
             deployed=config.server.deployed,
             security=client_security(config),
+            name_suffix=shared_server_suffix(),
         )
     if name == "container":
         docker_sdk()  # names a missing SDK (or a `docker/` folder) before testcontainers fails

@@ -54,8 +54,10 @@ class ExternalLauncher:
         numerics: str = "strict",
         deployed: bool = False,
         security: Security = PLAIN,
+        name_suffix: str = "",
     ) -> None:
         self.endpoints = endpoints_from(url, grpc_url)
+        self.name_suffix = "" if deployed else name_suffix
         self._backends = frozenset(backends)
         self.gpu = gpu
         self.deployed = deployed
@@ -76,6 +78,7 @@ class ExternalLauncher:
             "(--triton-backends)",
             numerics=self.numerics,
             deployed=self.deployed,
+            name_suffix=self.name_suffix,
         )
 
     def start(self, args: ServerArgs) -> ExternalServer:

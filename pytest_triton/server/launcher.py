@@ -38,6 +38,7 @@ class ServerArgs:
     exit_timeout_s: int = 10
     startup_timeout_s: float = 120.0
     extra_args: tuple[str, ...] = ()
+    address: str = "127.0.0.1"  # where a local server listens (loopback unless asked)
 
     def command(
         self,
@@ -47,9 +48,10 @@ class ServerArgs:
         http_port: int,
         grpc_port: int,
         metrics_port: int,
-        address: str = "127.0.0.1",
+        address: str | None = None,
         backend_directory: str | None = None,
     ) -> list[str]:
+        address = address or self.address
         cmd = [
             executable,
             f"--model-repository={repository}",

@@ -158,8 +158,9 @@ class LocalServer(RunningServer):
         self._exit_timeout = args.exit_timeout_s
         self._final_log: str | None = None  # set once stopped
         self._stop_lock = threading.RLock()
-        http, grpc, metrics = free_ports(3)
-        self.endpoints = Endpoints(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}")
+        http, grpc, metrics = free_ports(3, args.address)
+        host = f"[{args.address}]" if ":" in args.address else args.address
+        self.endpoints = Endpoints(f"{host}:{http}", f"{host}:{grpc}", f"{host}:{metrics}")
         backend_dir = self._stage_backends(install)
         cmd = args.command(
             str(install.executable),

@@ -40,6 +40,7 @@ def start_deployment(config: TritonConfig, repo: Repository) -> Deployment:
         log_verbose=config.server.log_verbose,
         startup_timeout_s=config.server.startup_timeout,
         extra_args=config.server.server_args,
+        address=config.server.serve_address,
     )
     return Deployment(
         launcher.start(args),

@@ -41,17 +41,11 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tls_args(repo: Path, pki: Pki, *, mutual: bool) -> ServerArgs:
-    flag = "--grpc-use-ssl-mutual=true" if mutual else "--grpc-use-ssl=true"
     return ServerArgs(
         repo,
         model_control_mode="none",
         startup_timeout_s=120,
-        extra_args=(
-            flag,
-            f"--grpc-server-cert={pki.server_cert}",
-            f"--grpc-server-key={pki.server_key}",
-            f"--grpc-root-cert={pki.ca}",
-        ),
+        extra_args=certificates.grpc_tls_flags(pki, mutual=mutual),
     )
 
 

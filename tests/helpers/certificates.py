@@ -108,3 +108,15 @@ def make_pki(directory: Path) -> Pki:
     client = _signed(directory, "client", ca, "extendedKeyUsage=clientAuth\n")
     other = _ca(directory, "other-ca")
     return Pki(ca[0], server[0], server[1], client[0], client[1], other[0])
+
+
+def grpc_tls_flags(pki: Pki, *, mutual: bool = False) -> tuple[str, ...]:
+    """tritonserver's own gRPC TLS with the server certificate (mutual: clients must show a
+    certificate the CA signed)."""
+    flag = "--grpc-use-ssl-mutual=true" if mutual else "--grpc-use-ssl=true"
+    return (
+        flag,
+        f"--grpc-server-cert={pki.server_cert}",
+        f"--grpc-server-key={pki.server_key}",
+        f"--grpc-root-cert={pki.ca}",
+    )

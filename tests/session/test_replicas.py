@@ -16,6 +16,7 @@ from pytest_triton.client.stats import StatsWindow, replica_table
 from pytest_triton.repository.builder import Repository
 from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers import nginx
+from tests.helpers.locust_runs import REPO, run_locust
 from tests.helpers.tiny_models import scorer_inputs, scorer_spec
 
 pytestmark = [
@@ -121,3 +122,37 @@ def test_replicas_need_the_services_address(pytester: pytest.Pytester) -> None:
     )
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*--triton-replicas names the replicas*--triton-url*"])
+
+
+def test_locusts_server_report_sums_over_replicas(
+    replicated: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    """Locust through the balancer: the server report is the replicas' sum, with each one's
+    share, and counts what the client counted."""
+    ingress, replicas = replicated
+    users = 4
+    run = run_locust(
+        REPO / "tests" / "helpers" / "locustfiles" / "scorer.py",
+        "--headless",
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        "4s",
+        "--host",
+        f"http://{ingress}",
+        "--triton-replicas",
+        ",".join(f"http://{r}" for r in replicas),
+        tmp_path=tmp_path,
+    )
+    assert run.code == 0, run.tail()
+    assert run.report is not None
+    (server,) = run.report["server"]
+    requests = run.report["measured"]["requests"]
+    spread = server["replicas"]
+    assert set(spread) == set(replicas), spread
+    assert all(r["success_count"] > 0 for r in spread.values()), spread
+    assert sum(r["success_count"] for r in spread.values()) == server["success_count"]
+    assert 0 <= server["success_count"] - requests <= users, run.tail()
+    assert "Load over the replicas" in run.output

@@ -6,6 +6,7 @@ server-side statistics and the monitor of a run.
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import logging
 import time
 from collections.abc import Iterable
@@ -16,13 +17,14 @@ import gevent
 import gevent.lock
 from locust.env import Environment
 
-from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config import TritonConfig, check_replicas_behind
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import check_host
 from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
 from pytest_triton.load.locust.monitor import RunMonitor
 from pytest_triton.load.locust.options import run_config
 from pytest_triton.load.locust.user_settings import (
+    check_load_allowed,
     checked_shared_memory,
     stats_protocol,
     user_endpoint,
@@ -65,6 +67,22 @@ def served_models(classes: Iterable[Any]) -> list[EmbeddedModel]:
     return served
 
 
+def check_serve_address(address: str) -> None:
+    """The embedded server's address is handed to workers: it must name one address."""
+    try:
+        unspecified = ipaddress.ip_address(address.strip("[]")).is_unspecified
+    except ValueError:
+        raise ConfigError(
+            f"--triton-serve-address {address!r} is not an IP address: give one address of "
+            "this machine that the workers reach (e.g. 10.0.0.5)"
+        ) from None
+    if unspecified:
+        raise ConfigError(
+            f"--triton-serve-address {address} listens everywhere but names no address that "
+            "workers can reach: give one address of this machine (e.g. 10.0.0.5)"
+        )
+
+
 @dataclass
 class LoadRun:
     """What the master (or local) process knows about the current run."""
@@ -80,6 +98,7 @@ class LoadRun:
     cpu_percent: float | None = None
     cpu_warning: bool = False
     reports: list[ModelReport] = field(default_factory=list)
+    client_counts: dict[str, int] = field(default_factory=dict)  # what reports settled on
     summary: str = ""
     result: dict[str, Any] = field(default_factory=dict)
     printed: bool = False
@@ -108,6 +127,7 @@ class LoadRun:
                 DEFAULT_RUN_TIME_S,
             )
         host = current_host(self.environment)
+        check_replicas_behind(self.config, host, "--host")
         transport = checked_shared_memory(self.config, host)
         if transport != "none":
             log.info("pytest-triton: tensors travel through %s shared memory", transport)
@@ -121,6 +141,7 @@ class LoadRun:
         environment = self.environment
         options = environment.parsed_options
         assert options is not None
+        check_serve_address(self.config.server.serve_address)
         server = EmbeddedServer(
             served_models(environment.user_classes), self.config.serving.format, config=self.config
         )
@@ -159,6 +180,7 @@ class LoadRun:
         environment = self.environment
         self.started, self.finished = True, False
         self.reports, self.cpu_percent, self.cpu_warning = [], None, False
+        self.client_counts = {}
         self.result, self.summary, self.printed = {}, "", False
         self.started_at, self.stopped_at = time.time(), 0.0
         if not environment.host and self.embedded_host:
@@ -167,7 +189,7 @@ class LoadRun:
         if host is None:
             return
         self.config = config = run_config(environment)
-        check_host(host, config.load.allow_remote)
+        check_load_allowed(host, config)
         models = [user_model(c, config) for c in environment.user_classes]
         protocol = stats_protocol(host, config)
         if self.tracker is not None:
@@ -177,6 +199,7 @@ class LoadRun:
             protocol,
             models,
             user_security(protocol, host, config),
+            replicas=config.server.replicas,
         )
         self.tracker.start()
         for error in self.tracker.errors:
@@ -214,14 +237,24 @@ class LoadRun:
             self.cpu_percent = self.monitor.stop()
             self.cpu_warning = self.cpu_warning or self.monitor.cpu_warning
             self.monitor = None
-        if self.tracker is not None:
-            counts, avg = client_view(self.environment)
-            self.reports = self.tracker.finish(counts, avg)
-            for error in self.tracker.errors:
-                log.warning("pytest-triton: %s", error)
+        self.settle_reports()
         options = self.environment.parsed_options
         if options is not None and not options.headless and self.reports:
             print("\n".join(r.text() for r in self.reports), flush=True)
+
+    def settle_reports(self) -> None:
+        """The server's statistics over the run, settled on the client's counts. Workers send
+        their last requests with their final reports, after the test stopped: when those
+        changed the counts, read the server again."""
+        if self.tracker is None:
+            return
+        counts, avg = client_view(self.environment)
+        if self.reports and counts == self.client_counts:
+            return
+        self.client_counts = counts
+        self.reports = self.tracker.finish(counts, avg)
+        for error in self.tracker.errors:
+            log.warning("pytest-triton: %s", error)
 
     def close(self) -> None:
         if self.tracker is not None:

@@ -6,12 +6,22 @@ here, from the same propagated settings. No locust import here.
 
 from __future__ import annotations
 
+import socket
 from typing import Any
+
+import psutil
 
 from pytest_triton.base.config import TritonConfig, client_security
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.security import Security
-from pytest_triton.base.urls import TLS_SCHEMES, Endpoints, endpoints_from, parse_url
+from pytest_triton.base.urls import (
+    TLS_SCHEMES,
+    Endpoints,
+    check_host,
+    endpoints_from,
+    is_loopback_host,
+    parse_url,
+)
 from pytest_triton.client.triton_client import Protocol, Transport
 from pytest_triton.client.wire.shm import check_offered
 from pytest_triton.load.locust.embedded import EmbeddedModel
@@ -21,6 +31,38 @@ EMBEDDED = "127.0.0.1:0"  # where an embedded server runs, for the loopback rule
 
 def embedded_endpoints(config: TritonConfig) -> Endpoints | None:
     return Endpoints.decode(config.load.endpoints) if config.load.endpoints else None
+
+
+def is_this_machine(host: str) -> bool:
+    """Whether `host` (a name or address) is one of this machine's own addresses (a Locust
+    worker asks it of its master's address)."""
+    if is_loopback_host(host):
+        return True
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host.strip("[]"), None)}
+    except OSError:
+        return False
+    own = {a.address.split("%")[0] for nics in psutil.net_if_addrs().values() for a in nics}
+    return bool(addresses & own)
+
+
+def check_load_allowed(host: str, config: TritonConfig, master_host: str | None = None) -> None:
+    """The loopback rule, except for the embedded server the run started itself (its master
+    named the address); and a worker on another machine (reaching its master at
+    `master_host`) cannot load an embedded server on the master's loopback."""
+    known = embedded_endpoints(config)
+    hostport = parse_url(host)[1]
+    if known is None or hostport not in (known.http, known.grpc):
+        check_host(host, config.load.allow_remote)
+        return
+    server_host = hostport.rsplit(":", 1)[0]
+    if master_host and is_loopback_host(server_host) and not is_this_machine(master_host):
+        raise ConfigError(
+            f"the master's embedded tritonserver listens on its loopback ({hostport}), which "
+            f"this worker on another machine (its master is {master_host}) cannot reach: "
+            "start the master with --triton-serve-address ADDRESS (an address of the "
+            "master's machine that the workers reach), or give --host of a running server"
+        )
 
 
 def user_model(user_class: Any, config: TritonConfig) -> str:

@@ -13,6 +13,7 @@ from locust.env import Environment
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.load.locust.arrivals import rate_warning
+from pytest_triton.load.locust.distributed import worker_offsets
 from pytest_triton.load.locust.recording import schedule_lag, window_log
 from pytest_triton.load.locust.run import LoadRun, current_host
 from pytest_triton.load.measure import targets as tg
@@ -103,6 +104,7 @@ def judge_run(run: LoadRun) -> None:
         set_exit_code(environment, not run.result["passed"])
         return
     run.finish()
+    run.settle_reports()  # workers' final reports may have come in since the test stopped
     figures = measured(environment)
     stability = stability_of(run)
     basis: tg.Rates = figures
@@ -119,6 +121,13 @@ def judge_run(run: LoadRun) -> None:
     )
     if stability is not None and not stability.stable and not speed:
         warnings.append(unstable_advice(stability))
+    outside = requests_outside_run(run)
+    if outside:
+        warnings.append(
+            f"WARNING: {outside} requests were logged outside the run's time span on the "
+            "master's clock: a worker's clock is off by more than its measured offset "
+            f"({offsets_text(worker_offsets(environment))})"
+        )
     loop = "closed loop"
     if run.config.load.request_rate:
         loop = (
@@ -134,6 +143,11 @@ def judge_run(run: LoadRun) -> None:
             f"{figures.duration_s:.1f}s: {figures.request_rate:.1f} req/s, "
             f"{figures.throughput:.1f} samples/s",
             *([windows_text(stability)] if stability is not None else []),
+            *(
+                [f"Worker clocks, offset to the master's: {offsets_text(offsets)}"]
+                if (offsets := worker_offsets(environment))
+                else []
+            ),
             *(r.text() for r in run.reports),
             *warnings,
             tg.verdict_table(checks, "Verdict (pytest-triton targets)"),
@@ -153,9 +167,29 @@ def judge_run(run: LoadRun) -> None:
         "stability": stability.as_dict() if stability else None,
         "server": [r.as_dict() for r in run.reports],
         "generator_cpu_percent": run.cpu_percent,
+        "requests_outside_run": outside,
+        "worker_clock_offsets": worker_offsets(environment),
         "warnings": warnings,
     }
     set_exit_code(environment, bool(failed))
+
+
+def requests_outside_run(run: LoadRun) -> int:
+    """Requests logged more than a second before the run started or after it stopped, on
+    the master's clock (a worker's clock the offset measurement missed)."""
+    log = window_log(run.environment)
+    if log is None or not run.started_at:
+        return 0
+    return log.requests_outside(run.started_at - 1.0, (run.stopped_at or time.time()) + 1.0)
+
+
+def offsets_text(offsets: dict[str, dict[str, float]]) -> str:
+    if not offsets:
+        return "no worker offsets measured"
+    return ", ".join(
+        f"{worker}: {o['offset_s'] * 1e3:+.1f} ms (round trip {o['round_trip_s'] * 1e3:.1f} ms)"
+        for worker, o in sorted(offsets.items())
+    )
 
 
 def windows_text(stability: Stability) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.base.security import PLAIN, Security
-from pytest_triton.client.stats import ModelStats, StatsWindow, read_stats
+from pytest_triton.base.urls import parse_url
+from pytest_triton.client.stats import ModelStats, StatsWindow, read_stats, replica_table
 from pytest_triton.client.triton_client import Protocol, TritonClient
 
 # Above this share of its CPU the load generator, not the server, shapes what is measured.
@@ -28,6 +29,7 @@ class ModelReport:
     delta: ModelStats
     client_requests: int | None = None
     client_avg_ms: float | None = None
+    per_replica: Mapping[str, ModelStats] | None = None  # behind a balancer: each replica's
 
     @property
     def server_request_ms(self) -> float:
@@ -65,6 +67,9 @@ class ModelReport:
                 f"{self.client_avg_ms:.2f} ms - server request "
                 f"{self.server_request_ms:.2f} ms)"
             )
+        if self.per_replica:
+            lines += ["  Load over the replicas (the figures above are their sum):"]
+            lines += [f"  {row}" for row in replica_table(self.per_replica).splitlines()]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -80,6 +85,10 @@ class ModelReport:
             "latency_us": d.latency_breakdown_us(),
             "client_avg_ms": self.client_avg_ms,
             "client_overhead_ms": self.client_overhead_ms,
+            "replicas": {
+                url: {"success_count": r.requests, "execution_count": r.execution_count}
+                for url, r in (self.per_replica or {}).items()
+            },
         }
 
 
@@ -114,11 +123,18 @@ class StatsTracker:
     """Statistics of some models from the start of a run to its end."""
 
     def __init__(
-        self, url: str, protocol: Protocol, models: Sequence[str], security: Security = PLAIN
+        self,
+        url: str,
+        protocol: Protocol,
+        models: Sequence[str],
+        security: Security = PLAIN,
+        replicas: Sequence[str] = (),
     ) -> None:
         self.url, self.protocol, self.security = url, protocol, security
         self.models = list(dict.fromkeys(models))
+        self.replicas = list(replicas)  # http(s):// URLs of the servers behind `url`'s balancer
         self._client: TritonClient | None = None
+        self._replica_clients: list[TritonClient] = []
         self._windows: dict[str, StatsWindow] = {}
         self.errors: list[str] = []
 
@@ -127,9 +143,17 @@ class StatsTracker:
         self._client = self._client or TritonClient(
             self.url, self.protocol, timeout_s=30, security=self.security
         )
+        if self.replicas and not self._replica_clients:
+            self._replica_clients = []
+            for url in self.replicas:
+                scheme, hostport = parse_url(url, "http")
+                security = self.security.for_protocol(scheme == "https")
+                self._replica_clients.append(
+                    TritonClient(hostport, "http", timeout_s=30, security=security)
+                )
         self._windows = {}
         for model in self.models:
-            window = StatsWindow(self._client, model)
+            window = StatsWindow(self._client, model, replicas=self._replica_clients)
             try:
                 window.__enter__()
             except (TritonTestError, OSError) as exc:
@@ -153,7 +177,13 @@ class StatsTracker:
                 self.errors.append(f"cannot read statistics of {model!r}: {exc}")
                 continue
             reports.append(
-                ModelReport(model, delta, counts.get(model), (client_avg_ms or {}).get(model))
+                ModelReport(
+                    model,
+                    delta,
+                    counts.get(model),
+                    (client_avg_ms or {}).get(model),
+                    dict(window.per_replica) if self.replicas else None,
+                )
             )
         return reports
 
@@ -174,7 +204,7 @@ class StatsTracker:
         return deltas
 
     def close(self) -> None:
-        if self._client is not None:
+        for client in [*self._replica_clients, *([self._client] if self._client else [])]:
             with contextlib.suppress(Exception):  # a dead server must not turn into a traceback
-                self._client.close()
-            self._client = None
+                client.close()
+        self._client, self._replica_clients = None, []

@@ -3,8 +3,8 @@ run's measurement windows and its samples (rows of a batch) both come from here.
 
 Locust's master has only aggregated statistics, which workers send every few seconds: windows
 cut from those would be as ragged as the reports. Instead each process logs its own requests
-in slices aligned to the wall clock (the same slice boundaries in every process of a
-machine), and workers send their new slices to the master with their reports. Windows are then
+in slices of the master's wall clock (workers measure their offset to it), and workers send
+their new slices to the master with their reports. Windows are then
 whole slices: by time (interval / slice of them), or by request count (slices until N
 requests). Latencies are kept as a histogram rounded as Locust rounds them. No locust import.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,9 @@ class WindowLog:
     slice_s: float = SLICE_S
     slices: dict[int, dict[str, Slice]] = field(default_factory=dict)
     cleared_at: float = 0.0  # wall clock of the last clear (test start, stats reset)
+    # A worker logs on the master's clock (distributed.py), so that a clock off by seconds
+    # does not move its requests into other windows.
+    clock: Callable[[], float] = time.time
     _unsent: set[int] = field(default_factory=set)
 
     def record(self, at: float, name: str, latency_ms: float, ok: bool, samples: int) -> None:
@@ -128,6 +131,16 @@ class WindowLog:
         machine may send their first request seconds later)."""
         return min(self.slices) * self.slice_s if self.slices else None
 
+    def requests_outside(self, first: float, last: float) -> int:
+        """Requests logged in slices before `first` or after `last` (wall clock): none in a
+        run whose workers' clocks agree with the master's."""
+        return sum(
+            e.requests
+            for k, by_name in self.slices.items()
+            if (k + 1) * self.slice_s <= first or k * self.slice_s >= last
+            for e in by_name.values()
+        )
+
     # -- samples ---------------------------------------------------------------------------
     def names(self) -> list[str]:
         return sorted({n for by_name in self.slices.values() for n in by_name})
@@ -175,7 +188,7 @@ class WindowLog:
     ) -> None:
         """Requests of other users (no batch size in their context) count no samples."""
         samples = int((context or {}).get("batch_size") or 0)
-        self.record(time.time(), name, float(response_time), exception is None, samples)
+        self.record(self.clock(), name, float(response_time), exception is None, samples)
 
     def on_report_to_master(self, data: dict[str, Any], **_: Any) -> None:
         data[REPORT_KEY] = self.take_unsent()
