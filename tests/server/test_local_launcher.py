@@ -137,9 +137,9 @@ def test_port_taken_between_choice_and_bind_is_retried(
     calls = []
     real = local_module.free_ports
 
-    def first_taken(count: int = 3) -> list[int]:
+    def first_taken(count: int = 3, host: str = "127.0.0.1") -> list[int]:
         calls.append(1)
-        ports = real(count)
+        ports = real(count, host)
         return [taken, *ports[1:]] if len(calls) == 1 else ports
 
     monkeypatch.setattr(local_module, "free_ports", first_taken)
