@@ -3,6 +3,7 @@ the process exit code, and the printed and JSON reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -17,6 +18,7 @@ from pytest_triton.load.locust.distributed import worker_offsets
 from pytest_triton.load.locust.recording import schedule_lag, window_log
 from pytest_triton.load.locust.run import LoadRun, current_host
 from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.server_side import generator_warnings
 from pytest_triton.load.measure.windows import Criterion, Stability, assess, windows_table
 
@@ -41,6 +43,24 @@ def measured(environment: Environment) -> tg.Measured:
         p99_ms=total.get_response_time_percentile(0.99) if any_ else nan,
         p50_ms=total.get_response_time_percentile(0.5) if any_ else nan,
     )
+
+
+def measured_span(run: LoadRun) -> tuple[float, float] | None:
+    """Wall-clock times from the end of the run's warm-up to its stop (None before a run)."""
+    log = window_log(run.environment)
+    if log is None or not run.started_at:
+        return None
+    begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
+    return begun + run.config.measurement.load_warmup / 1e3, run.stopped_at or time.time()
+
+
+def run_goodput(run: LoadRun) -> float:
+    """The share of the requests after the warm-up answered successfully within
+    --perf-slo-ms (NaN without an SLO)."""
+    log, span, slo = window_log(run.environment), measured_span(run), run.config.gate.perf_slo_ms
+    if log is None or span is None or slo is None:
+        return math.nan
+    return goodput_between(log, *span, slo)
 
 
 def stability_of(run: LoadRun) -> Stability | None:
@@ -105,7 +125,7 @@ def judge_run(run: LoadRun) -> None:
         return
     run.finish()
     run.settle_reports()  # workers' final reports may have come in since the test stopped
-    figures = measured(environment)
+    figures = dataclasses.replace(measured(environment), goodput=run_goodput(run))
     stability = stability_of(run)
     basis: tg.Rates = figures
     if stability is not None and stability.measurement is not None:
@@ -162,6 +182,7 @@ def judge_run(run: LoadRun) -> None:
             "throughput": figures.throughput,
             "request_rate": figures.request_rate,
             "fail_ratio": figures.fail_ratio,
+            "slo_ms": run.config.gate.perf_slo_ms,
         },
         "windows": [w.as_dict() for w in stability.windows] if stability else [],
         "stability": stability.as_dict() if stability else None,
