@@ -10,7 +10,6 @@ import json
 import math
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,7 @@ from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.goodput import goodput_between, share_within
 from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.load.sweep import points as perf
-from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers.locust_runs import REPO, Locust, run_locust
-from tests.helpers.probe_models import write_sleepy
 
 RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
 
@@ -82,18 +79,10 @@ def test_the_bound_search_holds_goodput_instead_of_the_percentile() -> None:
 
 
 # -- real runs ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def sleepy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
-    root = tmp_path_factory.mktemp("repo")
-    write_sleepy(root, "sleepy")
-    with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
-        yield server.endpoints
-
-
 @pytest.mark.load
 @pytest.mark.triton
 def test_a_locust_run_fails_when_too_few_requests_meet_the_slo(
-    sleepy: Endpoints, tmp_path: Path
+    sleepy_server: Endpoints, tmp_path: Path
 ) -> None:
     """One user on a 20 ms model: every request takes 20-30 ms. Within 200 ms the goodput is
     1 and the run passes; within 10 ms it is 0 and the run fails naming perf_goodput."""
@@ -110,7 +99,7 @@ def test_a_locust_run_fails_when_too_few_requests_meet_the_slo(
             "-t",
             "5s",
             "--host",
-            f"http://{sleepy.http}",
+            f"http://{sleepy_server.http}",
             "--triton-model",
             "sleepy",
             "--perf-goodput",
@@ -135,7 +124,7 @@ def test_a_locust_run_fails_when_too_few_requests_meet_the_slo(
 @pytest.mark.load
 @pytest.mark.triton
 def test_triton_perf_reports_the_highest_rate_at_which_goodput_holds(
-    sleepy: Endpoints, tmp_path: Path
+    sleepy_server: Endpoints, tmp_path: Path
 ) -> None:
     """At 15 req/s the 20 ms model answers in ~25 ms; at 70 req/s (beyond its ~45 req/s) the
     queue grows without end: with --goodput 0.9 and a 60 ms SLO the answer is 15 req/s."""
@@ -148,7 +137,7 @@ def test_triton_perf_reports_the_highest_rate_at_which_goodput_holds(
             "-m",
             "tests.helpers.probe_models:probe_spec",
             "--url",
-            f"http://{sleepy.http}",
+            f"http://{sleepy_server.http}",
             "--model-name",
             "sleepy",
             "--request-rate-range",

@@ -23,6 +23,7 @@ from pytest_triton.base.urls import check_host
 from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
 from pytest_triton.load.locust.monitor import RunMonitor
 from pytest_triton.load.locust.options import run_config
+from pytest_triton.load.locust.shapes import install_shape
 from pytest_triton.load.locust.user_settings import (
     check_load_allowed,
     checked_shared_memory,
@@ -120,7 +121,14 @@ class LoadRun:
         """Bound a headless run, check the host, or start the embedded server."""
         options = self.environment.parsed_options
         assert options is not None  # only made for the locust command line
-        if options.headless and not options.run_time:
+        shape = install_shape(self.environment, self.config)
+        if shape is not None:
+            log.info(
+                "pytest-triton: traffic shape %s: %s",
+                self.config.load.shape,
+                ", ".join(f"{s.label} for {s.duration_s:g}s" for s in shape.stages),
+            )
+        elif options.headless and not options.run_time:
             options.run_time = DEFAULT_RUN_TIME_S
             log.info(
                 "pytest-triton: no --run-time given: the test stops after %ss (pass -t to "

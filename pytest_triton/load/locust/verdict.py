@@ -17,9 +17,11 @@ from pytest_triton.load.locust.arrivals import rate_warning
 from pytest_triton.load.locust.distributed import worker_offsets
 from pytest_triton.load.locust.recording import schedule_lag, window_log
 from pytest_triton.load.locust.run import LoadRun, current_host
+from pytest_triton.load.locust.shapes import shape_of
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.server_side import generator_warnings
+from pytest_triton.load.measure.stages import StageResult, judge_stages, stage_check, stages_table
 from pytest_triton.load.measure.windows import Criterion, Stability, assess, windows_table
 
 
@@ -63,10 +65,21 @@ def run_goodput(run: LoadRun) -> float:
     return goodput_between(log, *span, slo)
 
 
+def stage_results(run: LoadRun) -> list[StageResult] | None:
+    """Each stage of the run's traffic shape judged on its own (None without a shape)."""
+    shape, log = shape_of(run.environment), window_log(run.environment)
+    if shape is None or log is None or not run.started_at:
+        return None
+    return judge_stages(
+        log, shape.stages, shape.started_at, run.stopped_at or time.time(), run.config
+    )
+
+
 def stability_of(run: LoadRun) -> Stability | None:
-    """The run cut into measurement windows after its warm-up, and whether they agree."""
+    """The run cut into measurement windows after its warm-up, and whether they agree (not
+    asked of a shaped run: its load changes by design, each stage is judged instead)."""
     log = window_log(run.environment)
-    if log is None or not run.started_at:
+    if log is None or not run.started_at or shape_of(run.environment) is not None:
         return None
     c = run.config
     begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
@@ -135,6 +148,8 @@ def judge_run(run: LoadRun) -> None:
     if stability is not None:
         allowed = run.config.measurement.allow_unstable or not speed
         checks.append(stability_check(stability, allowed))
+    stages = stage_results(run)
+    checks += [stage_check(r) for r in stages or []]
     failed = tg.failures(checks)
     warnings = generator_warnings(
         cpu_percent=run.cpu_percent, cpu_warning=run.cpu_warning, reports=run.reports
@@ -164,6 +179,11 @@ def judge_run(run: LoadRun) -> None:
             f"{figures.throughput:.1f} samples/s",
             *([windows_text(stability)] if stability is not None else []),
             *(
+                [f"Stages ({run.config.load.shape}):\n{stages_table(stages)}"]
+                if stages is not None
+                else []
+            ),
+            *(
                 [f"Worker clocks, offset to the master's: {offsets_text(offsets)}"]
                 if (offsets := worker_offsets(environment))
                 else []
@@ -186,6 +206,8 @@ def judge_run(run: LoadRun) -> None:
         },
         "windows": [w.as_dict() for w in stability.windows] if stability else [],
         "stability": stability.as_dict() if stability else None,
+        "shape": run.config.load.shape if stages is not None else None,
+        "stages": [r.as_dict() for r in stages] if stages is not None else None,
         "server": [r.as_dict() for r in run.reports],
         "generator_cpu_percent": run.cpu_percent,
         "requests_outside_run": outside,

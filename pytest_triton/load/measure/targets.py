@@ -208,6 +208,8 @@ def describe_failure(check: Check) -> str:
     """'measured 160, target <= 20' (or 'not measured'), with the check's note."""
     if check.note == "not measured":
         return "not measured"
+    if check.limit is None and check.note:  # a row standing for several (a shape's stage)
+        return check.note
     sign = "<=" if check.kind == "max" else ">="
     limit = check.limit if check.limit is not None else math.nan
     return f"measured {_num(check.measured)}, target {sign} {_num(limit)}" + (
