@@ -23,6 +23,13 @@ from pytest_triton.base.urls import check_host
 from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
 from pytest_triton.load.locust.monitor import RunMonitor
 from pytest_triton.load.locust.options import run_config
+from pytest_triton.load.locust.scrape import (
+    Scraper,
+    embedded_pid,
+    metrics_url,
+    server_process,
+    soak_wanted,
+)
 from pytest_triton.load.locust.shapes import install_shape
 from pytest_triton.load.locust.user_settings import (
     check_load_allowed,
@@ -94,6 +101,7 @@ class LoadRun:
     embedded_host: str | None = None
     tracker: StatsTracker | None = None
     monitor: RunMonitor | None = None
+    scraper: Scraper | None = None
     started: bool = False
     finished: bool = False
     cpu_percent: float | None = None
@@ -217,6 +225,15 @@ class LoadRun:
             environment, config.load.max_requests, self.end, self.server_death
         )
         self.monitor.start()
+        self.scraper = None
+        if soak_wanted(config):
+            server = self.server
+            embedded = server.endpoints.metrics if server and server.deployment else None
+            self.scraper = Scraper(
+                metrics_url(config, embedded, host),
+                server_process(embedded_pid(server), host),
+            )
+            self.scraper.start()
 
     def server_death(self) -> str | None:
         """How the embedded server died, if it did."""
@@ -242,6 +259,8 @@ class LoadRun:
             return
         self.finished = True
         self.stopped_at = time.time()
+        if self.scraper is not None:
+            self.scraper.stop()
         if self.monitor is not None:
             self.cpu_percent = self.monitor.stop()
             self.cpu_warning = self.cpu_warning or self.monitor.cpu_warning

@@ -21,6 +21,7 @@ from pytest_triton.load.locust.shapes import shape_of
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.server_side import generator_warnings
+from pytest_triton.load.measure.soak import SoakFigures, soak_figures, write_soak_plots
 from pytest_triton.load.measure.stages import StageResult, judge_stages, stage_check, stages_table
 from pytest_triton.load.measure.windows import Criterion, Stability, assess, windows_table
 
@@ -63,6 +64,24 @@ def run_goodput(run: LoadRun) -> float:
     if log is None or span is None or slo is None:
         return math.nan
     return goodput_between(log, *span, slo)
+
+
+def soak_of(run: LoadRun) -> SoakFigures | None:
+    """The soak's figures, and its plots beside the JSON report (None without a soak)."""
+    log, span = window_log(run.environment), measured_span(run)
+    if run.scraper is None or span is None:
+        return None
+    soak = soak_figures(run.scraper.samples, log, *span)
+    if run.config.load.report_json:
+        path = Path(run.config.load.report_json)
+        limits = {
+            name: run.config.value(name)
+            for name in ("perf_memory_growth_mb_per_min", "perf_latency_p99")
+        }
+        soak.figures = write_soak_plots(
+            soak, log, run.started_at, span[1], path.with_name(path.stem), limits
+        )
+    return soak
 
 
 def stage_results(run: LoadRun) -> list[StageResult] | None:
@@ -139,6 +158,13 @@ def judge_run(run: LoadRun) -> None:
     run.finish()
     run.settle_reports()  # workers' final reports may have come in since the test stopped
     figures = dataclasses.replace(measured(environment), goodput=run_goodput(run))
+    soak = soak_of(run)
+    if soak is not None:
+        figures = dataclasses.replace(
+            figures,
+            memory_growth_mb_per_min=soak.memory_growth_mb_per_min,
+            p99_drift_pct=soak.p99_drift_pct,
+        )
     stability = stability_of(run)
     basis: tg.Rates = figures
     if stability is not None and stability.measurement is not None:
@@ -189,6 +215,7 @@ def judge_run(run: LoadRun) -> None:
                 else []
             ),
             *(r.text() for r in run.reports),
+            *([soak.text()] if soak is not None else []),
             *warnings,
             tg.verdict_table(checks, "Verdict (pytest-triton targets)"),
         ]
@@ -208,6 +235,8 @@ def judge_run(run: LoadRun) -> None:
         "stability": stability.as_dict() if stability else None,
         "shape": run.config.load.shape if stages is not None else None,
         "stages": [r.as_dict() for r in stages] if stages is not None else None,
+        "soak": soak.as_dict() if soak is not None else None,
+        "figures": soak.figures if soak is not None else [],
         "server": [r.as_dict() for r in run.reports],
         "generator_cpu_percent": run.cpu_percent,
         "requests_outside_run": outside,
