@@ -72,9 +72,7 @@ def test_memory_growth_is_the_slope_of_the_steady_part(tmp_path: Path) -> None:
     assert names == ["load-x-memory.png", "load-x-latency.png"]
     assert all((tmp_path / n).stat().st_size > 1000 for n in names)
     measured = tg.Measured(10, 0, 10, 1, 1, 1, 1, memory_growth_mb_per_min=120, p99_drift_pct=100)
-    checks = tg.evaluate(
-        tg.Targets(perf_memory_growth_mb_per_min=60, perf_p99_drift=50), measured
-    )
+    checks = tg.evaluate(tg.Targets(perf_memory_growth_mb_per_min=60, perf_p99_drift=50), measured)
     assert [c.name for c in tg.failures(checks)] == [
         "perf_memory_growth_mb_per_min",
         "perf_p99_drift",
