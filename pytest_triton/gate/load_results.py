@@ -120,7 +120,17 @@ def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str
         "server": server,
         "warnings": list(document.get("warnings", [])),
         "stability": (document.get("stability") or {}).get("summary"),
+        "stages": list(document.get("stages") or []),
+        "soak": _soak_summary(document.get("soak")),
+        "figures": [str(f) for f in document.get("figures") or []],
     }
+
+
+def _soak_summary(soak: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A soak's figures without its samples (the plots show them)."""
+    if not soak:
+        return None
+    return {k: v for k, v in soak.items() if k != "samples"}
 
 
 def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,4 +183,7 @@ def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, 
         ],
         "targets": (verdict or {}).get("targets", {}),
         "stability": None,
+        "stages": [],
+        "soak": None,
+        "figures": [],
     }

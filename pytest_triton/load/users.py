@@ -40,7 +40,7 @@ from pytest_triton.client.wire.lane import Lane
 from pytest_triton.load.locust import grpc_gevent, listeners, multiplexer
 from pytest_triton.load.locust.distributed import tell_master_refused
 from pytest_triton.load.locust.embedded import EmbeddedModel, zoo_model
-from pytest_triton.load.locust.open_loop import OpenLoop, open_loop
+from pytest_triton.load.locust.open_loop import OpenLoop, ReplayLoop, open_loop
 from pytest_triton.load.locust.options import default_targets, run_config
 from pytest_triton.load.locust.user_settings import (
     check_load_allowed,
@@ -95,7 +95,7 @@ class TritonUser(User):
     distinct_inputs: int = 4  # different batches a user cycles through
     timeout_s: float = 60.0
 
-    _open_loop: OpenLoop | None = None
+    _open_loop: OpenLoop | ReplayLoop | None = None
 
     def on_start(self) -> None:
         cls = type(self)
@@ -138,6 +138,13 @@ class TritonUser(User):
             )
             prepared = self._client.prepare_all(self._model, batches, self.outputs, self.version)
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
+            self._by_batch: dict[int, Iterator[PreparedRequest]] = {}
+            if isinstance(self._open_loop, ReplayLoop):  # a trace's own batch sizes
+                for size in self._open_loop.batch_sizes():
+                    batch = {n: _numpy(v) for n, v in factory(size, first).items()}
+                    self._by_batch[size] = itertools.cycle(
+                        self._client.prepare_all(self._model, [batch], self.outputs, self.version)
+                    )
             self._lane = self._multiplexed(prepared)
         except (ConfigError, SharedMemoryError, InferenceError) as exc:
             if str(exc) not in _refused:  # once per process, not once per user
@@ -175,19 +182,26 @@ class TritonUser(User):
         else:
             self._send(time.perf_counter())
 
-    def _send(self, due: float) -> None:
-        """One request; its latency counts from `due` (now in a closed loop, its scheduled
-        time in an open one)."""
-        request = next(self._requests)
+    def _send(self, due: float, batch_size: int | None = None) -> None:
+        """One request (of the user's batch size, or of a replayed arrival's); its latency
+        counts from `due` (now in a closed loop, its scheduled time in an open one)."""
+        request = next(self._by_batch[batch_size] if batch_size else self._requests)
         error: Exception | None = None
         answered = 0
         try:
             answered = self._client.send_status(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
-        self._record(time.perf_counter() - due, answered, error)
+        context = {**self._context, "batch_size": batch_size} if batch_size else self._context
+        self._record(time.perf_counter() - due, answered, error, context)
 
-    def _record(self, latency_s: float, answered: int, error: Exception | None) -> None:
+    def _record(
+        self,
+        latency_s: float,
+        answered: int,
+        error: Exception | None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
         """A Locust request event for one request."""
         self.environment.events.request.fire(
             request_type=self._request_type,
@@ -195,7 +209,7 @@ class TritonUser(User):
             response_time=latency_s * 1e3,
             response_length=answered,
             exception=error,
-            context=self._context,
+            context=context or self._context,
         )
 
     def on_stop(self) -> None:

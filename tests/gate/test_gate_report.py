@@ -398,6 +398,59 @@ def test_report_files_markdown_and_plots(tmp_path: Path) -> None:
     assert step.startswith("earlier step\n# Release gate: PASS") and "![" not in step
 
 
+def test_stages_soak_figures_and_plots_reach_the_gate_report() -> None:
+    document = locust_document()
+    document["stages"] = [
+        {
+            "index": 1,
+            "label": "2 users",
+            "throughput": 90.0,
+            "p99_ms": 12.0,
+            "failures": 0,
+            "goodput": 0.995,
+            "passed": True,
+        },
+        {
+            "index": 2,
+            "label": "8 users",
+            "throughput": 120.0,
+            "p99_ms": 80.0,
+            "failures": 0,
+            "goodput": float("nan"),
+            "passed": False,
+        },
+    ]
+    document["soak"] = {
+        "memory_source": "rss",
+        "memory_first_mb": 400.0,
+        "memory_last_mb": 700.0,
+        "memory_growth_mb_per_min": 300.0,
+        "p99_drift_pct": 5.0,
+        "samples": [{"at": 1.0}],
+    }
+    document["figures"] = ["load-dlrm-memory.png", "load-dlrm-latency.png"]
+    run = load_run("dlrm", "load-dlrm.json", document)
+    assert run["soak"]["memory_growth_mb_per_min"] == 300.0 and "samples" not in run["soak"]
+    doc = gd.build_document(
+        gd.Collected(parity=[]),
+        environment={"python": "3", "platform": "p", "packages": {}},
+        load_runs=[run],
+        problems=[],
+        exit_status=0,
+        duration_s=1.0,
+        junit=None,
+    )
+    text = render(gd.decide(doc), plots=["load-latency.png"])
+    for part in (
+        "Stage 1 of dlrm (2 users): 90 samples/s, p99 12 ms, 0 failed, goodput 0.995: PASS",
+        "Stage 2 of dlrm (8 users): 120 samples/s, p99 80 ms, 0 failed: FAIL",
+        "Soak of dlrm: memory (rss) 400 -> 700 MB, 300 MB/min over the steady part",
+        "![dlrm: load-dlrm-memory.png](load-dlrm-memory.png)",
+    ):
+        assert part in text, part
+    assert "![" not in render(gd.decide(doc), images=False)
+
+
 def test_markdown_of_a_failed_gate_lists_failures_and_skips() -> None:
     doc = gate_document()
     doc["failed"] = [{"test": "t::bad", "message": "parity FAILED: model 'm'"}]

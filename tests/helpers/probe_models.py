@@ -8,7 +8,9 @@ one request at a time (a naive gRPC user under gevent) shows batches of 1.
 batching: with c requests in flight a request waits for ~c executions, so its latency is
 ~20 ms x c. That makes the latency-bounded search's answer known in advance. The same writer
 takes other sources: `STALL_MODEL` stalls 200 ms on one request in 200 (what a closed loop
-hides), `SLOWING_MODEL` gets twice as slow every second (a measurement that cannot settle).
+hides), `SLOWING_MODEL` gets twice as slow every second (a measurement that cannot settle),
+`LEAKY_MODEL` keeps 256 kB per execution for good (a soak's memory gate), `CLEAN_MODEL` is the
+same without the leak.
 """
 
 from __future__ import annotations
@@ -153,3 +155,23 @@ class TritonPythonModel:
             "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
             for r in requests]
 """
+
+
+LEAK_KB = 256
+LEAKY_MODEL = f"""
+import triton_python_backend_utils as pb_utils
+
+KEPT = []  # the leak: every execution keeps {LEAK_KB} kB for good
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        KEPT.append(b"\\x01" * ({LEAK_KB} * 1024))  # written, so resident
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
+            for r in requests]
+"""
+"""A model that leaks LEAK_KB per execution (the probe's signature): what a soak catches."""
+
+CLEAN_MODEL = LEAKY_MODEL.replace("KEPT.append(", "len(")
+"""The same work without keeping it."""

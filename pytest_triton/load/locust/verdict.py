@@ -3,6 +3,7 @@ the process exit code, and the printed and JSON reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -16,9 +17,13 @@ from pytest_triton.load.locust.arrivals import rate_warning
 from pytest_triton.load.locust.distributed import worker_offsets
 from pytest_triton.load.locust.recording import schedule_lag, window_log
 from pytest_triton.load.locust.run import LoadRun, current_host
+from pytest_triton.load.locust.shapes import shape_of
 from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.server_side import generator_warnings
+from pytest_triton.load.measure.soak import SoakFigures, soak_figures, write_soak_plots
+from pytest_triton.load.measure.stages import StageResult, judge_stages, stage_check, stages_table
 from pytest_triton.load.measure.window_log import Slice
 from pytest_triton.load.measure.windows import (
     PERCENTILES,
@@ -53,10 +58,57 @@ def measured(environment: Environment) -> tg.Measured:
     )
 
 
-def stability_of(run: LoadRun) -> Stability | None:
-    """The run cut into measurement windows after its warm-up, and whether they agree."""
+def measured_span(run: LoadRun) -> tuple[float, float] | None:
+    """Wall-clock times from the end of the run's warm-up to its stop (None before a run)."""
     log = window_log(run.environment)
     if log is None or not run.started_at:
+        return None
+    begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
+    return begun + run.config.measurement.load_warmup / 1e3, run.stopped_at or time.time()
+
+
+def run_goodput(run: LoadRun) -> float:
+    """The share of the requests after the warm-up answered successfully within
+    --perf-slo-ms (NaN without an SLO)."""
+    log, span, slo = window_log(run.environment), measured_span(run), run.config.gate.perf_slo_ms
+    if log is None or span is None or slo is None:
+        return math.nan
+    return goodput_between(log, *span, slo)
+
+
+def soak_of(run: LoadRun) -> SoakFigures | None:
+    """The soak's figures, and its plots beside the JSON report (None without a soak)."""
+    log, span = window_log(run.environment), measured_span(run)
+    if run.scraper is None or span is None:
+        return None
+    soak = soak_figures(run.scraper.samples, log, *span)
+    if run.config.load.report_json:
+        path = Path(run.config.load.report_json)
+        limits = {
+            name: run.config.value(name)
+            for name in ("perf_memory_growth_mb_per_min", "perf_latency_p99")
+        }
+        soak.figures = write_soak_plots(
+            soak, log, run.started_at, span[1], path.with_name(path.stem), limits
+        )
+    return soak
+
+
+def stage_results(run: LoadRun) -> list[StageResult] | None:
+    """Each stage of the run's traffic shape judged on its own (None without a shape)."""
+    shape, log = shape_of(run.environment), window_log(run.environment)
+    if shape is None or log is None or not run.started_at:
+        return None
+    return judge_stages(
+        log, shape.stages, shape.started_at, run.stopped_at or time.time(), run.config
+    )
+
+
+def stability_of(run: LoadRun) -> Stability | None:
+    """The run cut into measurement windows after its warm-up, and whether they agree (not
+    asked of a shaped run: its load changes by design, each stage is judged instead)."""
+    log = window_log(run.environment)
+    if log is None or not run.started_at or shape_of(run.environment) is not None:
         return None
     c = run.config
     begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
@@ -115,7 +167,14 @@ def judge_run(run: LoadRun) -> None:
         return
     run.finish()
     run.settle_reports()  # workers' final reports may have come in since the test stopped
-    figures = measured(environment)
+    figures = dataclasses.replace(measured(environment), goodput=run_goodput(run))
+    soak = soak_of(run)
+    if soak is not None:
+        figures = dataclasses.replace(
+            figures,
+            memory_growth_mb_per_min=soak.memory_growth_mb_per_min,
+            p99_drift_pct=soak.p99_drift_pct,
+        )
     stability = stability_of(run)
     basis: tg.Rates = figures
     if stability is not None and stability.measurement is not None:
@@ -125,6 +184,8 @@ def judge_run(run: LoadRun) -> None:
     if stability is not None:
         allowed = run.config.measurement.allow_unstable or not speed
         checks.append(stability_check(stability, allowed))
+    stages = stage_results(run)
+    checks += [stage_check(r) for r in stages or []]
     failed = tg.failures(checks)
     warnings = generator_warnings(
         cpu_percent=run.cpu_percent, cpu_warning=run.cpu_warning, reports=run.reports
@@ -154,11 +215,17 @@ def judge_run(run: LoadRun) -> None:
             f"{figures.throughput:.1f} samples/s",
             *([windows_text(stability)] if stability is not None else []),
             *(
+                [f"Stages ({run.config.load.shape}):\n{stages_table(stages)}"]
+                if stages is not None
+                else []
+            ),
+            *(
                 [f"Worker clocks, offset to the master's: {offsets_text(offsets)}"]
                 if (offsets := worker_offsets(environment))
                 else []
             ),
             *(r.text() for r in run.reports),
+            *([soak.text()] if soak is not None else []),
             *warnings,
             tg.verdict_table(checks, "Verdict (pytest-triton targets)"),
         ]
@@ -172,9 +239,14 @@ def judge_run(run: LoadRun) -> None:
             "throughput": figures.throughput,
             "request_rate": figures.request_rate,
             "fail_ratio": figures.fail_ratio,
+            "slo_ms": run.config.gate.perf_slo_ms,
         },
         "windows": [w.as_dict() for w in stability.windows] if stability else [],
         "stability": stability.as_dict() if stability else None,
+        "shape": run.config.load.shape if stages is not None else None,
+        "stages": [r.as_dict() for r in stages] if stages is not None else None,
+        "soak": soak.as_dict() if soak is not None else None,
+        "figures": soak.figures if soak is not None else [],
         "server": [r.as_dict() for r in run.reports],
         "generator_cpu_percent": run.cpu_percent,
         "requests_outside_run": outside,

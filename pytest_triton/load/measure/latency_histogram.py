@@ -165,6 +165,20 @@ class LatencyHistogram:
     def percentile_ms(self, percent: float) -> float:
         return self.percentiles_ms([percent])[percent]
 
+    def share_within_ms(self, bound_ms: float) -> float:
+        """The share of the latencies at or below `bound_ms` (NaN when empty), to the
+        histogram's precision: a bucket counts when its values are all within the bound."""
+        if self.count == 0:
+            return math.nan
+        bound = to_us(bound_ms)
+        hdr = self._live()
+        within = sum(
+            item.count_at_value_iterated_to
+            for item in hdr.get_recorded_iterator()
+            if hdr.get_highest_equivalent_value(item.value_iterated_to) <= bound
+        )
+        return float(within) / self.count
+
     def max_ms(self) -> float:
         return self._live().get_max_value() / 1e3 if self.count else math.nan
 

@@ -24,6 +24,7 @@ from pytest_triton.base.config import (
     TritonConfig,
     add_arguments,
     as_values,
+    check_goodput,
     from_arguments,
     from_environ,
     resolve,
@@ -186,6 +187,10 @@ def run(args: argparse.Namespace) -> int:
     concurrencies = parse_range(args.concurrency_range)
     unit = args.unit or UNITS.get(args.model, "infer/s")
     config = perf_config(args)
+    # Goodput: the share of requests within the SLO (--perf-slo-ms, else --latency-bound);
+    # with --latency-bound it replaces the percentile as what a point must hold.
+    args.slo_ms = check_goodput(config, args.latency_bound)
+    args.goodput = config.gate.perf_goodput
     rates = (
         parse_rate_range(args.request_rate_range)
         if args.request_rate_range is not None
@@ -281,6 +286,7 @@ def _sweep(
                         "concurrency": concurrency,
                         "request_rate": rate,
                         "percentile": args.percentile,
+                        "slo_ms": args.slo_ms,
                     }
                 )
             )
@@ -289,6 +295,7 @@ def _sweep(
             bar.set_postfix_str(
                 f"{point.throughput:,.0f} {unit}, p{args.percentile} "
                 f"{ms_text(point.latency(args.percentile))} ms"
+                + (f", goodput {point.goodput:.3f}" if point.goodput is not None else "")
                 + ("" if point.stable else ", NOT STABLE")
             )
             return point
@@ -303,7 +310,12 @@ def _sweep(
                     return measure(batch, concurrency)
 
                 for _ in bound_search(
-                    at, args.latency_bound, min(concurrencies), max(concurrencies), args.percentile
+                    at,
+                    args.latency_bound,
+                    min(concurrencies),
+                    max(concurrencies),
+                    args.percentile,
+                    args.goodput,
                 ):
                     pass
             else:

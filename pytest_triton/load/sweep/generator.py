@@ -8,6 +8,7 @@ each answered by one JSON line on stdout (a measured point, or an error).
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -25,6 +26,7 @@ from pytest_triton.load.locust import recording
 from pytest_triton.load.locust.arrivals import rate_warning
 from pytest_triton.load.locust.embedded import model_source
 from pytest_triton.load.locust.options import attach_config
+from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
 from pytest_triton.load.users import TritonUser
@@ -88,6 +90,7 @@ class Generator:
         concurrency: int,
         request_rate: float | None = None,
         percentile: int = 99,
+        slo_ms: float | None = None,
     ) -> dict[str, Any]:
         """Warm up, then measure windows until the last N agree or --max-trials is reached
         (perf_analyzer's loop); an open loop runs one user at `request_rate`."""
@@ -139,6 +142,12 @@ class Generator:
                 f"(--triton-measurement-mode {c.measurement.measurement_mode})"
             )
         b = delta.latency_breakdown_us()
+        goodput = None
+        if slo_ms:  # over the measured windows' requests
+            origin = math.ceil(start / self.log.slice_s - 1e-9) * self.log.slice_s
+            first = origin + figures.start_s
+            share = goodput_between(self.log, first, first + figures.duration_s, slo_ms)
+            goodput = None if math.isnan(share) else share
         return {
             "batch_size": batch_size,
             "concurrency": users,
@@ -163,6 +172,7 @@ class Generator:
             "stable": stability.stable,
             "stability": stability.summary(),
             "windows": [w.as_dict() for w in windows],
+            "goodput": goodput,
             "schedule_warning": (
                 rate_warning(
                     request_rate, figures.requests / figures.duration_s, recording.schedule_lag(env)
@@ -195,6 +205,7 @@ def run_in_process() -> int:
                             command["concurrency"],
                             command.get("request_rate"),
                             command.get("percentile", 99),
+                            command.get("slo_ms"),
                         )
                     )
                 else:

@@ -36,12 +36,25 @@ def write_reports(
     table = points_markdown(points, unit)
     print(table)
     lines = []
+    goodput = getattr(args, "goodput", None)
+    slo_ms = getattr(args, "slo_ms", None)
     if args.latency_bound is not None:
         for batch in sorted({p.batch_size for p in points}):
             best = largest_within_bound(
-                [p for p in points if p.batch_size == batch], args.latency_bound, args.percentile
+                [p for p in points if p.batch_size == batch],
+                args.latency_bound,
+                args.percentile,
+                goodput,
             )
-            lines.append(bound_summary(best, args.latency_bound, args.percentile, unit))
+            lines.append(
+                bound_summary(
+                    best,
+                    slo_ms if goodput is not None and slo_ms else args.latency_bound,
+                    args.percentile,
+                    unit,
+                    goodput,
+                )
+            )
     lines += [
         f"WARNING: batch {p.batch_size} {p.load}: {p.stability}" for p in points if not p.stable
     ]
@@ -90,6 +103,8 @@ def write_reports(
                     "points": [p.as_dict() for p in points],
                     "latency_bound_ms": args.latency_bound,
                     "percentile": args.percentile,
+                    "goodput": goodput,
+                    "slo_ms": slo_ms,
                     "within_bound": {
                         str(b): (best.as_dict() if best else None)
                         for b, best in (
@@ -99,6 +114,7 @@ def write_reports(
                                     [p for p in points if p.batch_size == b],
                                     args.latency_bound,
                                     args.percentile,
+                                    goodput,
                                 ),
                             )
                             for b in sorted({p.batch_size for p in points})
