@@ -9,7 +9,6 @@ import dataclasses
 import json
 import math
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.goodput import goodput_between, share_within
+from pytest_triton.load.measure.latency_histogram import LatencyHistogram
 from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.load.sweep import points as perf
 from tests.helpers.locust_runs import REPO, Locust, run_locust
@@ -27,11 +27,11 @@ RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
 
 
 def test_share_within_counts_latencies_at_or_below_the_slo() -> None:
-    histogram = Counter({5: 90, 20: 9, 300: 1})
+    histogram = LatencyHistogram.of([5.0] * 90 + [20.0] * 9 + [300.0])
     assert share_within(histogram, 20) == pytest.approx(0.99)
     assert share_within(histogram, 19.9) == pytest.approx(0.90)
     assert share_within(histogram, 1000) == 1.0
-    assert math.isnan(share_within(Counter(), 20))
+    assert math.isnan(share_within(LatencyHistogram(), 20))
 
 
 def test_a_failed_request_is_never_good() -> None:

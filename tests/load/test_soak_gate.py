@@ -64,7 +64,7 @@ def test_memory_growth_is_the_slope_of_the_steady_part(tmp_path: Path) -> None:
     figures = soak_figures(samples, log, start, start + 30)
     assert figures.memory_source == "rss"
     assert figures.memory_growth_mb_per_min == pytest.approx(120)
-    assert figures.p99_drift_pct == pytest.approx(100)
+    assert figures.p99_drift_pct == pytest.approx(100, abs=0.2)  # the histogram's 0.1%
     assert math.isnan(slope_per_min([(0, 1), (1, 2)]))
     flat = soak_figures([SoakSample(start + i, {}, 400 * MB) for i in range(31)], log, start, 1030)
     assert flat.memory_growth_mb_per_min == 0

@@ -167,7 +167,8 @@ class LatencyHistogram:
 
     def share_within_ms(self, bound_ms: float) -> float:
         """The share of the latencies at or below `bound_ms` (NaN when empty), to the
-        histogram's precision: a bucket counts when its values are all within the bound."""
+        histogram's precision: a latency counts when the histogram cannot tell it from one
+        within the bound (so a latency of exactly the bound is within it)."""
         if self.count == 0:
             return math.nan
         bound = to_us(bound_ms)
@@ -175,7 +176,7 @@ class LatencyHistogram:
         within = sum(
             item.count_at_value_iterated_to
             for item in hdr.get_recorded_iterator()
-            if hdr.get_highest_equivalent_value(item.value_iterated_to) <= bound
+            if hdr.get_lowest_equivalent_value(item.value_iterated_to) <= bound
         )
         return float(within) / self.count
 
