@@ -153,3 +153,35 @@ class TritonPythonModel:
             "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
             for r in requests]
 """
+
+
+CORRUPTED_INDEX = (0, 1)
+WRONG_WHEN_BATCHED_MODEL = f"""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+WEIGHT = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)  # Probe's weights, bias 0
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
+            y = (x @ WEIGHT.T).astype(np.float32)
+            if len(requests) > 1:  # the bug: only when the batcher combined requests
+                y[{CORRUPTED_INDEX}] += 0.25
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", y)]))
+        return responses
+"""
+
+
+def write_wrong_when_batched(root: Path, name: str = "wrong_when_batched") -> Path:
+    """The probe's model in numpy (right answers, one request at a time) that corrupts one
+    element of every answer in an execution of several requests: wrong only under
+    concurrency, with dynamic batching (5 ms queue delay) combining requests."""
+    directory = write_sleepy(root, name, source=WRONG_WHEN_BATCHED_MODEL)
+    config = pbtxt.read_config(directory / "config.pbtxt")
+    config.dynamic_batching.max_queue_delay_microseconds = 5000
+    pbtxt.write_config(directory, config)
+    return directory

@@ -18,6 +18,11 @@ from pytest_triton.base.errors import ConfigError
 TARGET_DEFS = TARGETS
 """The target rows of the settings table (name, unit, bound, flag, env var)."""
 BY_NAME = {t.name: t for t in TARGET_DEFS}
+WHOLE_RUN = ("perf_fail_ratio", "wrong_answers")
+"""Targets judged on the whole run, not on the measured windows."""
+COUNTED_ALWAYS = ("wrong_answers",)
+"""Judged even when no request succeeded (every answer wrong is the worst case, not an
+unmeasured one)."""
 
 
 class Targets:
@@ -71,6 +76,7 @@ class Rates:
     avg_ms: float
     p95_ms: float
     p99_ms: float
+    wrong_answers: int = 0  # answers checked and found wrong (a run's; a sweep counts none)
 
     def successful_samples(self) -> int:
         raise NotImplementedError
@@ -101,6 +107,7 @@ class Rates:
             "perf_latency_p99": self.p99_ms,
             "perf_throughput": self.throughput,
             "perf_fail_ratio": self.fail_ratio,
+            "wrong_answers": float(self.wrong_answers),
         }[name]
 
 
@@ -116,6 +123,7 @@ class Measured(Rates):
     p95_ms: float
     p99_ms: float
     p50_ms: float = math.nan  # reported (the gate report's plot), no target limits it
+    wrong_answers: int = 0  # failed requests whose answer came back but was not PyTorch's
 
     def successful_samples(self) -> int:
         return self.samples
@@ -160,9 +168,12 @@ def evaluate(targets: Targets, measured: Rates, whole: Rates | None = None) -> l
     for t in TARGET_DEFS:
         kind: Literal["max", "min"] = "min" if t.bound == "min" else "max"
         limit = targets.limits[t.name]
-        value = (whole if t.name == "perf_fail_ratio" else measured).value(t.name)
+        value = (whole if t.name in WHOLE_RUN else measured).value(t.name)
         if limit is None:
             checks.append(Check(t.name, t.unit, kind, None, value, None))
+            continue
+        if t.name in COUNTED_ALWAYS:
+            checks.append(Check(t.name, t.unit, kind, limit, value, value <= limit))
             continue
         if whole.successes == 0 or measured.successes == 0:
             checks.append(Check(t.name, t.unit, kind, limit, math.nan, False, "not measured"))
