@@ -13,6 +13,7 @@ hides), `SLOWING_MODEL` gets twice as slow every second (a measurement that cann
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -185,3 +186,17 @@ def write_wrong_when_batched(root: Path, name: str = "wrong_when_batched") -> Pa
     config.dynamic_batching.max_queue_delay_microseconds = 5000
     pbtxt.write_config(directory, config)
     return directory
+
+
+class ProbeV2(Probe):
+    """The probe's next version: the same architecture, other weights (the bias 0.5)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.no_grad():
+            self.linear.bias.fill_(0.5)
+
+
+def probe_v2_spec() -> ModelSpec:
+    """Version 2 of probe_spec(): same name and signature, answers 0.5 higher."""
+    return dataclasses.replace(probe_spec(), module=ProbeV2, version=2)
