@@ -616,6 +616,19 @@ class LoadSettings:
         choices=get_args(Distribution),
         aliases=("--request-distribution",),
     )
+    check_every: int | None = _setting(
+        None,
+        "answers checked under load against the PyTorch reference of each user's inputs: "
+        "every answer's outputs for shape and dtype, and every N-th answer of each user for "
+        "its values with the parity tolerances; a wrong answer is a failed request "
+        "('wrong answer: ...'). 0 = no checks",
+        LOAD,
+        parse=parse_count,
+        metavar="N",
+        shown_default="100 on the server a locustfile starts itself; with --host or in "
+        "triton-perf 0, since the locustfile's weights need not be the served model's",
+        aliases=("--check-every",),
+    )
     max_in_flight: int = _setting(
         64,
         "open loop: requests one user keeps outstanding at most; a send due beyond it "
@@ -843,6 +856,17 @@ class GateSettings:
         unit="%",
         bound="max",
         metavar="PCT",
+    )
+    wrong_answers: int | None = _setting(
+        0,
+        "wrong answers allowed in a load test (see --triton-check-every): answers that came "
+        "back without error but are not PyTorch's",
+        LOAD,
+        parse=parse_count,
+        option="--triton-max-wrong-answers",
+        bound="max",
+        metavar="N",
+        aliases=("--max-wrong-answers",),
     )
     report: str | None = _setting(
         None,

@@ -7,6 +7,7 @@ every model of the zoo to be exported.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import shutil
@@ -75,7 +76,7 @@ class Repository:
         self._target: ServerTarget | None = None
         self._progress = progress or log.info
         self._signatures: dict[str, Signature] = {}
-        self._natives: dict[tuple[str, str], NativeModel] = {}
+        self._natives: dict[tuple[str, int, str], NativeModel] = {}
         self._built: set[str] = set()
         self._lock = threading.RLock()
         self.temporary = False
@@ -186,7 +187,7 @@ class Repository:
         (CUDA for KIND_GPU ones, as the examples' deployer traces on the GPU); each device and
         precision has its own copy, the user's module stays where it was."""
         device = "cuda" if variant.gpu else "cpu"
-        key = (variant.spec.name, f"{variant.precision}@{device}")
+        key = (variant.spec.name, variant.spec.version, f"{variant.precision}@{device}")
         with self._lock:
             if key not in self._natives:
                 self._natives[key] = NativeModel(variant.spec, variant.precision, device)
@@ -230,6 +231,59 @@ class Repository:
             self._built.add(variant.id)
             self._progress(f"exported {variant.id} in {time.perf_counter() - started:.1f}s")
             return directory
+
+    def add_version(self, variant: Variant, spec: ModelSpec) -> Variant:
+        """Another version of a variant's model: `spec` (the same name and signature, another
+        version; other weights, say) exported into the variant's model directory beside the
+        versions already there. Returns the new version's variant. The config stays as it is:
+        a load whose version_policy names the versions chooses what is served (see
+        versions_config)."""
+        new = dataclasses.replace(variant, spec=spec)
+        if new.model_name != variant.model_name or spec.version == variant.spec.version:
+            raise SpecError(
+                f"version {spec.version} of {spec.name!r} cannot be served as another version "
+                f"of {variant.model_name!r} (version {variant.spec.version}): give the spec "
+                "the same name and another version"
+            )
+        signature = self.signature(variant.spec)
+        if resolve_signature(spec) != signature:
+            raise SpecError(
+                f"version {spec.version} of {spec.name!r} has another signature than version "
+                f"{variant.spec.version}: a model's versions share one config"
+            )
+        directory = self.ensure(variant)
+        with self._lock:
+            started = time.perf_counter()
+            self._progress(f"exporting {variant.id} version {spec.version} ...")
+            target = directory / str(spec.version)
+            staging = directory.with_name(f"{directory.name}.{spec.version}.partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                exporters.export(
+                    variant.format,
+                    spec,
+                    self.native(new),
+                    staging / variant.artifact,
+                    signature,
+                    numerics=self.target.numerics,
+                )
+                if variant.hosted:
+                    shutil.copyfile(HOSTED_MODEL, staging / "model.py")
+                shutil.rmtree(target, ignore_errors=True)
+                staging.rename(target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            self._progress(
+                f"exported {variant.id} version {spec.version} in "
+                f"{time.perf_counter() - started:.1f}s"
+            )
+        return new
+
+    def versions_config(self, variant: Variant, versions: Sequence[int]) -> mc.ModelConfig:
+        """The variant's config serving exactly `versions` (version_policy specific)."""
+        config = self.config(variant)
+        config.version_policy.specific.versions[:] = sorted(versions)
+        return config
 
     def ensure_all(self) -> None:
         for variant in self.variants:

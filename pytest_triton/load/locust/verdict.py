@@ -11,8 +11,10 @@ from pathlib import Path
 
 from locust import log as locust_log
 from locust.env import Environment
+from locust.stats import StatsError
 
 from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.errors import WrongAnswer
 from pytest_triton.load.locust.arrivals import rate_warning
 from pytest_triton.load.locust.distributed import worker_offsets
 from pytest_triton.load.locust.recording import schedule_lag, window_log
@@ -55,6 +57,20 @@ def measured(environment: Environment) -> tg.Measured:
         p95_ms=pct[95],
         p99_ms=pct[99],
         p50_ms=pct[50],
+        wrong_answers=wrong_answers(environment),
+    )
+
+
+WRONG_ANSWER = WrongAnswer.__name__ + "("
+
+
+def wrong_answers(environment: Environment) -> int:
+    """Failed requests whose answer was wrong (users.py reports them as WrongAnswer): from
+    Locust's error table, which holds every worker's too."""
+    return sum(
+        e.occurrences
+        for e in environment.stats.errors.values()
+        if StatsError.parse_error(e.error).startswith(WRONG_ANSWER)
     )
 
 
@@ -210,7 +226,8 @@ def judge_run(run: LoadRun) -> None:
         warnings += [warning] if warning else []
     run.summary = "\n\n".join(
         [
-            f"Client ({loop}): {figures.requests} requests ({figures.failures} failed) in "
+            f"Client ({loop}): {figures.requests} requests ({figures.failures} failed, "
+            f"{figures.wrong_answers} of them wrong answers) in "
             f"{figures.duration_s:.1f}s: {figures.request_rate:.1f} req/s, "
             f"{figures.throughput:.1f} samples/s",
             *([windows_text(stability)] if stability is not None else []),
@@ -243,6 +260,7 @@ def judge_run(run: LoadRun) -> None:
         },
         "windows": [w.as_dict() for w in stability.windows] if stability else [],
         "stability": stability.as_dict() if stability else None,
+        "wrong_answers": figures.wrong_answers,
         "shape": run.config.load.shape if stages is not None else None,
         "stages": [r.as_dict() for r in stages] if stages is not None else None,
         "soak": soak.as_dict() if soak is not None else None,

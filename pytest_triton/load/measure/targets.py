@@ -18,6 +18,9 @@ from pytest_triton.base.errors import ConfigError
 TARGET_DEFS = TARGETS
 """The target rows of the settings table (name, unit, bound, flag, env var)."""
 BY_NAME = {t.name: t for t in TARGET_DEFS}
+COUNTED_ALWAYS = ("wrong_answers",)
+"""Judged even when no request succeeded (every answer wrong is the worst case, not an
+unmeasured one)."""
 
 
 class Targets:
@@ -71,6 +74,7 @@ class Rates:
     avg_ms: float
     p95_ms: float
     p99_ms: float
+    wrong_answers: int = 0  # answers checked and found wrong (a run's; a sweep counts none)
 
     def successful_samples(self) -> int:
         raise NotImplementedError
@@ -102,6 +106,7 @@ class Rates:
             "perf_latency_p99": self.p99_ms,
             "perf_throughput": self.throughput,
             "perf_fail_ratio": self.fail_ratio,
+            "wrong_answers": float(self.wrong_answers),
         }
         if name in figures:
             return figures[name]
@@ -116,7 +121,7 @@ OPTIONAL_FIGURES = {
 }
 """Targets on figures only some runs have: their rows appear where the figure was measured or
 a limit was set."""
-WHOLE_RUN = frozenset({"perf_fail_ratio", *OPTIONAL_FIGURES})
+WHOLE_RUN = frozenset({"perf_fail_ratio", "wrong_answers", *OPTIONAL_FIGURES})
 """Targets judged on the whole run (after its warm-up), not on the stable windows."""
 
 
@@ -135,6 +140,7 @@ class Measured(Rates):
     goodput: float = math.nan  # share of requests successful within --perf-slo-ms
     memory_growth_mb_per_min: float = math.nan  # soak: fitted slope of the server's memory
     p99_drift_pct: float = math.nan  # soak: p99 of the last third over the first, in %
+    wrong_answers: int = 0  # failed requests whose answer came back but was not PyTorch's
 
     def successful_samples(self) -> int:
         return self.samples
@@ -183,6 +189,9 @@ def evaluate(targets: Targets, measured: Rates, whole: Rates | None = None) -> l
         if limit is None:
             if not (t.name in OPTIONAL_FIGURES and math.isnan(value)):
                 checks.append(Check(t.name, t.unit, kind, None, value, None))
+            continue
+        if t.name in COUNTED_ALWAYS:
+            checks.append(Check(t.name, t.unit, kind, limit, value, value <= limit))
             continue
         if whole.successes == 0 or measured.successes == 0 or math.isnan(value):
             checks.append(Check(t.name, t.unit, kind, limit, math.nan, False, "not measured"))
