@@ -177,6 +177,19 @@ class WindowLog:
         last = int(last_request_timestamp)
         return self.sample_rate(name, max(last - 12, int(start_time or 0)), last - 2)
 
+    def share_within(self, first: float, last: float, limit_ms: float) -> float:
+        """The share of requests completed between two wall-clock times (whole slices) that
+        succeeded within `limit_ms`: goodput's share of an SLO. Latencies are the histogram's
+        rounded ones, as the percentiles are. NaN when no request completed."""
+        keys = range(math.floor(first / self.slice_s), math.ceil(last / self.slice_s))
+        total = within = 0
+        for k in keys:
+            for entry in self.slices.get(k, {}).values():
+                total += entry.requests
+                fast = sum(n for ms, n in entry.histogram.items() if ms <= limit_ms)
+                within += max(0, fast - entry.failures)  # a failure is never within the SLO
+        return within / total if total else math.nan
+
     # -- Locust's listeners (wired by recording.py) ------------------------------------------
     def on_request(
         self,

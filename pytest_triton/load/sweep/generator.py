@@ -88,10 +88,17 @@ class Generator:
         concurrency: int,
         request_rate: float | None = None,
         percentile: int = 99,
+        model: str | None = None,
+        slo_ms: float | None = None,
     ) -> dict[str, Any]:
         """Warm up, then measure windows until the last N agree or --max-trials is reached
-        (perf_analyzer's loop); an open loop runs one user at `request_rate`."""
+        (perf_analyzer's loop); an open loop runs one user at `request_rate`. `model` switches
+        to another model of the same inputs (triton-tune's candidates); with `slo_ms` the
+        answer's `extra` holds the share of requests that succeeded within it."""
         c = self.config
+        if model is not None and model != self.model_name:
+            self.close_runner()
+            self.model_name = model
         env = self._runner_for(batch_size, request_rate)
         runner = env.runner
         assert runner is not None
@@ -128,6 +135,7 @@ class Generator:
             if assess(windows, criterion).stable or len(windows) >= c.measurement.max_trials:
                 break
         runner.stop()
+        ended = time.time()
         elapsed = time.monotonic() - started
         cpu = 100 * (sum(self.process.cpu_times()[:2]) - cpu0) / elapsed
         delta: ModelStats = read_stats(self.stats_client, self.model_name) - before
@@ -162,6 +170,9 @@ class Generator:
             "stable": stability.stable,
             "stability": stability.summary(),
             "windows": [w.as_dict() for w in windows],
+            "extra": {"within_slo": self.log.share_within(start, ended, slo_ms)}
+            if slo_ms is not None
+            else {},
             "schedule_warning": (
                 rate_warning(
                     request_rate, figures.requests / figures.duration_s, recording.schedule_lag(env)
@@ -194,6 +205,8 @@ def run_in_process() -> int:
                             command["concurrency"],
                             command.get("request_rate"),
                             command.get("percentile", 99),
+                            command.get("model"),
+                            command.get("slo_ms"),
                         )
                     )
                 else:
