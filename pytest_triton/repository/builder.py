@@ -250,9 +250,7 @@ class Repository:
             source = self.ensure(base)
             directory = self.model_dir(variant)
             shutil.rmtree(directory, ignore_errors=True)
-            shutil.copytree(
-                source, directory, copy_function=_link_or_copy, ignore=_own_files
-            )
+            shutil.copytree(source, directory, copy_function=_link_or_copy, ignore=_own_files)
             signature = self.signature(base.spec)
             warmup.write_samples(directory, variant, signature)
             pbtxt.write_config(directory, pbtxt.model_config(variant, signature))

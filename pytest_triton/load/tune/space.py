@@ -26,6 +26,7 @@ THREAD_PARAMETERS = {
     "pytorch": "INTRA_OP_THREAD_COUNT",
 }
 KINDS: tuple[str, ...] = ("KIND_CPU", "KIND_GPU", "KIND_AUTO")
+BATCHING_FIELDS = ("max_queue_delay_us", "preferred_batch_sizes")
 
 
 @dataclass(frozen=True)
@@ -228,12 +229,26 @@ class SearchSpace:
     def including(self, candidate: Candidate) -> SearchSpace:
         """This space with the candidate's values added to it (the baseline is always in)."""
         changes = {}
+        batching = candidate.dynamic_batching
         for name in DIMENSIONS:
             values = self.values(name)
             value = getattr(candidate, name)
+            if name in BATCHING_FIELDS and not batching:
+                continue  # its zero delay means nothing: the space's own values stay
             if value not in values:
                 changes[name] = _sorted((*values, value))
         return dataclasses.replace(self, **changes) if changes else self
+
+    def completed(self, candidate: Candidate) -> Candidate:
+        """A candidate with dynamic batching on takes the space's first queue delay and
+        preferred sizes where its own are not in the space (batching just switched on)."""
+        if not candidate.dynamic_batching:
+            return candidate
+        changes: dict[str, Any] = {}
+        for name in BATCHING_FIELDS:
+            if getattr(candidate, name) not in self.values(name):
+                changes[name] = self.values(name)[0]
+        return dataclasses.replace(candidate, **changes) if changes else candidate
 
     def size(self) -> int:
         n = 1

@@ -264,8 +264,8 @@ class Search:
                     moved = False
                     index = here + step
                     while 0 <= index < len(values):
-                        candidate = dataclasses.replace(
-                            current.candidate, **{dimension: values[index]}
+                        candidate = self.space.completed(
+                            dataclasses.replace(current.candidate, **{dimension: values[index]})
                         ).normalized()
                         index += step
                         if candidate == current.candidate:

@@ -64,7 +64,8 @@ class Outcome:
     gate: GateCheck | None = None
     best_config: str | None = None
     committed_config: str | None = None
-    committed_source: str = ""
+    committed_source: str = ""  # where the committed configuration came from
+    committed_file: str = "committed/config.pbtxt"  # the diff's name for it
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -148,7 +149,8 @@ def _finite(value: Any) -> Any:
 
 
 def first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
+    """A message on one line (a parity mismatch spans several)."""
+    return " ".join(line.strip() for line in text.strip().splitlines() if line.strip())
 
 
 def describe(trial: Trial, unit: str) -> str:
@@ -304,7 +306,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")[:300]
 
 
-def plot(outcome: Outcome, path: Path) -> bool:
+def pareto_plot(outcome: Outcome, path: Path) -> bool:
     """Throughput against p99 of every measured candidate, the Pareto front joined, the best
     and the committed ones marked; False without matplotlib."""
     try:
@@ -387,13 +389,13 @@ def write_all(outcome: Outcome, directory: Path, json_path: Path | None = None) 
         table + "\n" + "".join(f"{line}\n\n" for line in outcome.summary())
     )
     written.append(directory / MARKDOWN_FILE)
-    if plot(outcome, directory / PLOT_FILE):
+    if pareto_plot(outcome, directory / PLOT_FILE):
         written.append(directory / PLOT_FILE)
     if outcome.best_config is not None:
         (directory / BEST_CONFIG).write_text(outcome.best_config)
         written.append(directory / BEST_CONFIG)
         diff = unified_diff(
-            outcome.committed_config or "", outcome.best_config, outcome.committed_source
+            outcome.committed_config or "", outcome.best_config, outcome.committed_file
         )
         (directory / DIFF_FILE).write_text(diff)
         written.append(directory / DIFF_FILE)

@@ -261,7 +261,7 @@ def _best_config(
         backend = _backend_of(committed)
         key = sp.THREAD_PARAMETERS.get(backend)
         chosen = sp.apply(committed, best.candidate, key)
-        outcome.committed_source = str(options.committed)
+        outcome.committed_source = outcome.committed_file = str(options.committed)
         if best.candidate.threads and key is None:
             outcome.notes.append(
                 f"note: the {backend or 'committed'} backend takes no intra-op thread count; "
@@ -282,7 +282,7 @@ def _best_config(
         chosen.CopyFrom(best_config)
         name = runner.bases[start.format].model_name
         committed.name = chosen.name = name
-        outcome.committed_source = f"{name}/config.pbtxt (the spec's own settings)"
+        outcome.committed_source = f"the model spec's own settings ({name} on this server)"
     outcome.committed_config = pbtxt.to_text(committed)
     outcome.best_config = pbtxt.to_text(chosen)
     if outcome.best_config == outcome.committed_config:
