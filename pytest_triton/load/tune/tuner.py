@@ -225,11 +225,14 @@ def tune(options: TuneOptions) -> Outcome:
 def _progress_line(trial: Trial, search: Search, unit: str) -> str:
     done = len(search.trials)
     budget = search.budget
-    total = f"{done}/{done + search.remaining}" + ("" if search.mode == "exhaustive" else "?")
+    if search.mode == "exhaustive":
+        count = f"candidate {done}/{done + search.remaining}"
+    else:  # the quick search's length is known one pass at a time
+        count = f"candidate {done} (pass: <= {search.remaining} more)"
     eta = budget.eta(search.remaining)
     return (
-        f"{total} {_clock(budget.elapsed)} elapsed, ETA {_clock(eta)}"
-        f"{' (this pass)' if search.mode == 'quick' and search.remaining else ''} | "
+        f"{count}, {_clock(budget.elapsed)} elapsed, ETA {'<= ' if search.mode == 'quick' else ''}"
+        f"{_clock(eta)} | "
         f"{describe(trial, unit)} ({trial.seconds:.1f} s)"
     )
 
