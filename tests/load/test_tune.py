@@ -23,6 +23,7 @@ from pytest_triton.load.tune.strategy import (
     Trial,
     check_constraints,
     pareto_front,
+    remeasured,
 )
 from pytest_triton.load.tune.tables import Outcome, gate_check, markdown
 from tests.helpers.locust_runs import Locust, subprocess_env
@@ -124,6 +125,23 @@ def test_pareto_front_and_gate_check() -> None:
     assert "DISQUALIFIED: parity FAILED: y" in table and "**best**" in table
 
 
+def test_a_remeasured_trial_takes_the_medians() -> None:
+    """--confirm: the committed and the best configuration are measured again; their
+    figures become medians, and the constraints are judged on those."""
+    c = Candidate("onnx", 8, True, concurrency=4)
+    limits = Constraints(max_p99_ms=10)
+    trial = Trial(1, c, "measured", throughput=1000.0, p99_ms=30.0, avg_ms=3.0)
+    trial.violations = check_constraints(trial, limits)
+    assert trial.violations == ["p99 30.00 ms > 10 ms"]
+    for throughput, p99 in ((500.0, 6.0), (600.0, 7.0)):
+        again = Trial(1, c, "measured", throughput=throughput, p99_ms=p99, avg_ms=2.0)
+        remeasured(trial, again, limits)
+    assert (trial.throughput, trial.p99_ms, len(trial.measurements)) == (600.0, 7.0, 3)
+    assert trial.feasible
+    remeasured(trial, Trial(1, c, "failed"), limits)  # a failed re-measurement changes nothing
+    assert len(trial.measurements) == 3
+
+
 def dataclass_copy(trial: Trial, **changes: object) -> Trial:
     return dataclasses.replace(trial, **changes)  # type: ignore[arg-type]
 
@@ -197,6 +215,8 @@ def test_quick_search_writes_its_files_and_disqualifies_changed_answers(
         "2",
         "--gate-within",
         "50",
+        "--slo",
+        "500",
         "--json",
         str(tmp_path / "report" / "load-tune-centered.json"),
     )
@@ -208,6 +228,7 @@ def test_quick_search_writes_its_files_and_disqualifies_changed_answers(
     assert dq["candidate"]["dynamic_batching"] and dq["throughput"] is None
     assert "parity FAILED" in dq["message"] and "max abs diff" in dq["message"]
     assert result["best"]["committed"] and result["gate"]["passed"] is True
+    assert by_status["measured"]["within_slo"] > 0.9  # --slo: its share within 500 ms
     assert "DISQUALIFIED #2" in output and "GATE PASS" in output
     assert "ETA" in output  # the progress line
     header = (out / "candidates.csv").read_text().splitlines()[0]

@@ -158,6 +158,8 @@ def describe(trial: Trial, unit: str) -> str:
     if trial.status != "measured":
         return f"{text}: {trial.status}: {first_line(trial.message)}"
     text += f": {trial.throughput:,.1f} {unit}, p99 {trial.p99_ms:.2f} ms"
+    if trial.measurements:
+        text += f" (medians of {len(trial.measurements)} measurements)"
     if not math.isnan(trial.within_slo):
         text += f", {100 * trial.within_slo:.1f}% within SLO"
     if trial.violations:
@@ -243,6 +245,7 @@ COLUMNS: tuple[tuple[str, Callable[[Trial], Any]], ...] = (
     ("within_slo", lambda t: _round(t.within_slo, 4)),
     ("goodput", lambda t: _round(t.goodput, 3)),
     ("memory_mb", lambda t: "" if t.memory_mb is None else round(t.memory_mb)),
+    ("measurements", lambda t: len(t.measurements) or 1),
     ("stable", lambda t: int(t.stable)),
     ("feasible", lambda t: int(t.feasible)),
     ("seconds", lambda t: round(t.seconds, 1)),
@@ -285,6 +288,8 @@ def markdown(outcome: Outcome) -> str:
             result = "breaks " + "; ".join(t.violations)
         else:
             result = "ok" + ("" if t.stable else " (not stable)")
+        if t.measurements:
+            result += f", median of {len(t.measurements)}"
         cells = [
             str(t.index),
             _cell(t.candidate.label()),

@@ -46,6 +46,8 @@ from pytest_triton.load.tune.strategy import (
     Objective,
     Search,
     Trial,
+    best_trial,
+    remeasured,
 )
 from pytest_triton.load.tune.tables import Outcome, describe, gate_check, markdown, write_all
 from pytest_triton.load.tune.trials import CandidateRunner
@@ -93,6 +95,7 @@ class TuneOptions:
     committed: Path | None = None  # a committed config.pbtxt; None: the spec's own settings
     committed_concurrency: int | None = None  # None: the smallest concurrency searched
     gate_within: float | None = None  # percent
+    confirm: int = 1  # re-measurements of the committed and the best configuration at the end
     config: TritonConfig | None = None
     output_dir: Path | None = None
     json_path: Path | None = None
@@ -200,6 +203,7 @@ def tune(options: TuneOptions) -> Outcome:
         for trial in search.run(measure):
             trials.append(trial)
             say(_progress_line(trial, search, unit))
+        _confirm(trials, runner, options, say, unit)
         outcome = Outcome(
             model=options.model,
             unit=unit,
@@ -220,6 +224,29 @@ def tune(options: TuneOptions) -> Outcome:
     if options.output_dir is not None:
         write_all(outcome, options.output_dir, options.json_path)
     return outcome
+
+
+def _confirm(
+    trials: list[Trial],
+    runner: CandidateRunner,
+    options: TuneOptions,
+    say: Callable[[str], None],
+    unit: str,
+) -> None:
+    """Measure the committed and the best configuration again, alternately, `confirm` times:
+    on a busy machine one window series can be off by tens of percent, and the gate compares
+    exactly these two. Their figures become medians over every measurement."""
+    best = best_trial(trials, options.objective, options.constraints)
+    mine = [t for t in trials if t.committed]
+    committed = best_trial(mine, options.objective, options.constraints)
+    if options.confirm < 1 or best is None or committed is None or best is committed:
+        return
+    for _ in range(options.confirm):
+        for trial in (committed, best):
+            remeasured(trial, runner.measure(trial.index, trial.candidate, trial.committed),
+                       options.constraints)  # fmt: skip
+    for trial in (committed, best):
+        say(f"confirmed over {len(trial.measurements)} measurements: {describe(trial, unit)}")
 
 
 def _progress_line(trial: Trial, search: Search, unit: str) -> str:
@@ -384,6 +411,14 @@ def _parser() -> argparse.ArgumentParser:
         help="where the search starts (default: the smallest concurrency)",
     )
     search.add_argument(
+        "--confirm",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measure the committed and the best configuration N more times at the end, "
+        "alternately; their figures become medians (default 1; 0: off)",
+    )
+    search.add_argument(
         "--gate-within",
         type=float,
         default=None,
@@ -453,6 +488,7 @@ def options_from(args: argparse.Namespace) -> TuneOptions:
         committed=args.committed,
         committed_concurrency=args.committed_concurrency,
         gate_within=args.gate_within,
+        confirm=args.confirm,
         config=config,
         output_dir=args.output_dir or Path(f"tune-{name}"),
         json_path=args.json,
