@@ -155,6 +155,15 @@ def best_trial(
     return max(feasible, key=lambda t: rank_key(t, objective, constraints), default=None)
 
 
+def committed_trial(
+    trials: Sequence[Trial], objective: Objective, constraints: Constraints
+) -> Trial | None:
+    """The committed configuration's best-ranked trial (its best concurrency), feasible or
+    not; None when it was not tried."""
+    mine = [t for t in trials if t.committed]
+    return max(mine, key=lambda t: rank_key(t, objective, constraints), default=None)
+
+
 def pareto_front(trials: Sequence[Trial]) -> list[Trial]:
     """Measured trials no other beats on both throughput (higher) and p99 (lower)."""
     measured = [t for t in trials if t.status == "measured" and not math.isnan(t.throughput)]

@@ -18,6 +18,7 @@ from pytest_triton.load.tune.strategy import (
     Objective,
     Trial,
     best_trial,
+    committed_trial,
     pareto_front,
 )
 
@@ -75,8 +76,7 @@ class Outcome:
     @property
     def committed(self) -> Trial | None:
         """The committed configuration at its best measured concurrency."""
-        mine = [t for t in self.trials if t.committed]
-        return best_trial(mine, self.objective, self.constraints) or (mine[0] if mine else None)
+        return committed_trial(self.trials, self.objective, self.constraints)
 
     def summary(self) -> list[str]:
         lines = []

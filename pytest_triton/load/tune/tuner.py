@@ -47,6 +47,7 @@ from pytest_triton.load.tune.strategy import (
     Search,
     Trial,
     best_trial,
+    committed_trial,
     remeasured,
 )
 from pytest_triton.load.tune.tables import Outcome, describe, gate_check, markdown, write_all
@@ -237,8 +238,7 @@ def _confirm(
     on a busy machine one window series can be off by tens of percent, and the gate compares
     exactly these two. Their figures become medians over every measurement."""
     best = best_trial(trials, options.objective, options.constraints)
-    mine = [t for t in trials if t.committed]
-    committed = best_trial(mine, options.objective, options.constraints)
+    committed = committed_trial(trials, options.objective, options.constraints)
     if options.confirm < 1 or best is None or committed is None or best is committed:
         return
     for _ in range(options.confirm):
