@@ -237,16 +237,23 @@ def _confirm(
     """Measure the committed and the best configuration again, alternately, `confirm` times:
     on a busy machine one window series can be off by tens of percent, and the gate compares
     exactly these two. Their figures become medians over every measurement."""
-    best = best_trial(trials, options.objective, options.constraints)
     committed = committed_trial(trials, options.objective, options.constraints)
-    if options.confirm < 1 or best is None or committed is None or best is committed:
+    if options.confirm < 1 or committed is None:
         return
-    for _ in range(options.confirm):
-        for trial in (committed, best):
-            remeasured(trial, runner.measure(trial.index, trial.candidate, trial.committed),
-                       options.constraints)  # fmt: skip
-    for trial in (committed, best):
-        say(f"confirmed over {len(trial.measurements)} measurements: {describe(trial, unit)}")
+    confirmed: list[Trial] = []
+    for _ in range(3):  # a best that lost its place to another is replaced by that one
+        best = best_trial(trials, options.objective, options.constraints)
+        if best is None or best is committed or any(best is t for t in confirmed):
+            break
+        for _round in range(options.confirm):
+            for trial in (committed, best):
+                if trial is committed and any(committed is t for t in confirmed):
+                    continue
+                again = runner.measure(trial.index, trial.candidate, trial.committed)
+                remeasured(trial, again, options.constraints)
+        confirmed += [committed, best]
+    for trial in {t.index: t for t in confirmed}.values():
+        say(f"confirmed: {describe(trial, unit)}")
 
 
 def _progress_line(trial: Trial, search: Search, unit: str) -> str:
