@@ -77,7 +77,7 @@ class Repository:
         self._progress = progress or log.info
         self._signatures: dict[str, Signature] = {}
         self._natives: dict[tuple[str, int, str], NativeModel] = {}
-        self._built: set[str] = set()
+        self._built: set[str] = set()  # model directories written (by Triton model name)
         self._lock = threading.RLock()
         self.temporary = False
         self.root.mkdir(parents=True, exist_ok=True)
@@ -203,7 +203,7 @@ class Repository:
         """Export the variant's artifact and write its config, once."""
         with self._lock:
             directory = self.model_dir(variant)
-            if variant.id in self._built:
+            if variant.model_name in self._built:
                 return directory
             started = time.perf_counter()
             self._progress(f"exporting {variant.id} ...")
@@ -228,7 +228,7 @@ class Repository:
                 staging.rename(directory)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            self._built.add(variant.id)
+            self._built.add(variant.model_name)
             self._progress(f"exported {variant.id} in {time.perf_counter() - started:.1f}s")
             return directory
 
@@ -285,6 +285,37 @@ class Repository:
         config.version_policy.specific.versions[:] = sorted(versions)
         return config
 
+    def derive(self, base: Variant, spec: ModelSpec) -> Variant:
+        """`base`'s exported artifact served under another configuration: `spec` is base's
+        spec with other serving fields (max_batch_size, dynamic_batching, instance_group,
+        parameters) and its own `triton_name`. Its model directory links to base's files
+        (nothing is exported again) and holds its own config.pbtxt; load it like any variant.
+        The signature and the PyTorch reference stay base's (they are kept by spec name)."""
+        if spec.name != base.spec.name or not spec.triton_name:
+            raise SpecError(
+                f"a derived configuration of {base.spec.name!r} keeps its spec name and "
+                f"gives a triton_name of its own (got {spec.name!r}, {spec.triton_name!r})"
+            )
+        variant = dataclasses.replace(base, spec=spec)
+        if variant.model_name == base.model_name:
+            raise SpecError(f"a derived configuration needs a name other than {base.model_name!r}")
+        with self._lock:
+            source = self.ensure(base)
+            directory = self.model_dir(variant)
+            shutil.rmtree(directory, ignore_errors=True)
+            shutil.copytree(source, directory, copy_function=_link_or_copy, ignore=_own_files)
+            signature = self.signature(base.spec)
+            warmup.write_samples(directory, variant, signature)
+            pbtxt.write_config(directory, pbtxt.model_config(variant, signature))
+            self._built.add(variant.model_name)
+            return variant
+
+    def discard(self, variant: Variant) -> None:
+        """Remove a derived variant's directory (the server must have unloaded it)."""
+        with self._lock:
+            shutil.rmtree(self.model_dir(variant), ignore_errors=True)
+            self._built.discard(variant.model_name)
+
     def ensure_all(self) -> None:
         for variant in self.variants:
             self.ensure(variant)
@@ -297,3 +328,18 @@ class Repository:
             for p in sorted(directory.rglob("*"))
             if p.is_file() and p.name != "config.pbtxt"
         }
+
+
+def _link_or_copy(source: str, destination: str) -> object:
+    """Hard-link an artifact (gigabytes for a large model), copying where links fail."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+    return destination
+
+
+def _own_files(_directory: str, names: list[str]) -> list[str]:
+    """Left out of a derived directory: its own config and warm-up samples are written anew
+    (never through a hard link into base's files)."""
+    return [n for n in names if n in ("config.pbtxt", warmup.WARMUP_DIR)]

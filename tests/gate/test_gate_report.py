@@ -531,3 +531,54 @@ def test_a_baseline_edited_by_hand_compares_as_edited() -> None:
     then["load"][0]["points"][0]["throughput"] = 150.0  # windows left as measured
     (regression,) = gb.compare_with_baseline(now, then, gb.Limits(), "b.json")["regressions"]
     assert regression == "dlrm: throughput down 33.3% (150 -> 100; limit 10%)"
+
+
+def test_a_triton_tune_json_fails_the_gate_when_the_committed_config_falls_short(
+    tmp_path: Path,
+) -> None:
+    """triton-tune's --json (tables.write_all + gate_check) as the report reads it: the
+    committed and the best configuration become points, a failed --gate-within fails the run
+    and so the report, with the tool's own message."""
+    from pytest_triton.load.tune.space import Candidate
+    from pytest_triton.load.tune.strategy import Constraints, Trial
+    from pytest_triton.load.tune.tables import Outcome, gate_check, write_all
+
+    def trial(index: int, throughput: float, committed: bool, batching: bool) -> Trial:
+        window = {"throughput": throughput, "p50_ms": 2.0, "p95_ms": 3.0, "p99_ms": 4.0}
+        point = {"batch_size": 1, "concurrency": 8, "requests": 100, "failures": 0}
+        point.update(window, avg_ms=2.0, windows=[window, window, window])
+        return Trial(
+            index,
+            Candidate("onnx", 16, batching, 2000 if batching else 0, concurrency=8),
+            "measured",
+            throughput=throughput,
+            p99_ms=4.0,
+            committed=committed,
+            point=point,
+        )
+
+    outcome = Outcome(
+        "m", "infer/s", "throughput", Constraints(), "quick", 1,
+        [trial(1, 300.0, True, False), trial(2, 600.0, False, True)], 12.0,
+    )  # fmt: skip
+    outcome.gate = gate_check(outcome, 10)
+    write_all(outcome, tmp_path / "tune", tmp_path / "load-tune-m.json")
+    (run,), problems = read_load_files(tmp_path)
+    assert problems == [] and run["kind"] == "triton-tune" and run["passed"] is False
+    assert [(p["key"], p["throughput"]) for p in run["points"]] == [
+        ("tune-m committed", 300.0),
+        ("tune-m best", 600.0),
+    ]
+    assert "falls 50.0% short of the best" in run["failed"][0]
+    doc = gd.build_document(
+        gd.Collected(parity=[]),
+        environment={"python": "3", "platform": "p", "packages": {}},
+        load_runs=[run],
+        problems=[],
+        exit_status=0,
+        duration_s=1.0,
+        junit=None,
+    )
+    verdict = gd.decide(doc)["verdict"]
+    assert not verdict["passed"] and "load run tune-m failed" in verdict["reasons"][0]
+    assert "tune-m best" in render(doc)

@@ -45,7 +45,7 @@ def test_nothing_here_imports_locust() -> None:
         "pytest_triton.load.measure.server_side, pytest_triton.load.sweep.command, "
         "pytest_triton.load.webui.snapshot, pytest_triton.load.measure.window_log, "
         "pytest_triton.load.measure.windows, pytest_triton.load.locust.arrivals, "
-        "pytest_triton.load.locust.generator_cpu; "
+        "pytest_triton.load.locust.generator_cpu, pytest_triton.load.tune.tuner; "
         "from gevent import monkey; "
         "assert 'locust' not in sys.modules and not monkey.is_anything_patched()"
     )

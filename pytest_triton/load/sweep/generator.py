@@ -90,11 +90,17 @@ class Generator:
         concurrency: int,
         request_rate: float | None = None,
         percentile: int = 99,
+        model: str | None = None,
         slo_ms: float | None = None,
     ) -> dict[str, Any]:
         """Warm up, then measure windows until the last N agree or --max-trials is reached
-        (perf_analyzer's loop); an open loop runs one user at `request_rate`."""
+        (perf_analyzer's loop); an open loop runs one user at `request_rate`. `model` switches
+        to another model of the same inputs (triton-tune's candidates); with `slo_ms` the
+        answer's `goodput` is the share of the measured requests that succeeded within it."""
         c = self.config
+        if model is not None and model != self.model_name:
+            self.close_runner()
+            self.model_name = model
         env = self._runner_for(batch_size, request_rate)
         runner = env.runner
         assert runner is not None
@@ -205,6 +211,7 @@ def run_in_process() -> int:
                             command["concurrency"],
                             command.get("request_rate"),
                             command.get("percentile", 99),
+                            command.get("model"),
                             command.get("slo_ms"),
                         )
                     )

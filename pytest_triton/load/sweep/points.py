@@ -42,7 +42,6 @@ class Point(Rates):
     schedule_warning: str | None = None
     latency_histogram: str = field(default="", compare=False, repr=False)  # base64 HdrHistogram
     goodput: float | None = None  # share of requests successful within the SLO, when one is set
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def load(self) -> str:
