@@ -150,7 +150,11 @@ def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, An
             }
         )
     return {
-        "targets": {k: v for k, v in targets.limits.items() if v is not None},
+        "targets": {
+            k: v
+            for k, v in targets.limits.items()
+            if v is not None and (k != "wrong_answers" or config.load.check_every)
+        },
         "passed": any(r["passed"] for r in rows),
         "points": rows,
     }
