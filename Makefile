@@ -12,9 +12,12 @@ GATE_REPORT ?= gate-report
 BASELINE ?=
 SAVE_BASELINE ?=
 GATE_ARGS ?=
+# perf_analyzer's installer needs only the standard library and pip: the project's environment
+# where it exists, else $(PYTHON)
+TOOL_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
 .PHONY: gate test test-deps test-cpu test-container lint install clean bench bench-loadgen \
-	bench-serving chromium screenshots
+	bench-serving bench-perf-analyzer chromium screenshots perf-analyzer
 
 # An editable install leaves out setup.py's pytest_triton_locust.pth (it puts our options into
 # `locust --help`), so it is copied into the environment's site-packages here.
@@ -37,12 +40,12 @@ gate: $(STAMP)
 		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
 # The suite, after the Debian packages it drives (test-deps: chromium for the web UI test,
-# nginx for the replica tests).
-test: $(STAMP) test-deps
+# nginx for the replica tests) and perf_analyzer (the CSV compatibility test).
+test: $(STAMP) test-deps perf-analyzer
 	$(BIN)/pytest
 
 # The suite without Docker (CI's CPU job)
-test-cpu: $(STAMP)
+test-cpu: $(STAMP) perf-analyzer
 	$(BIN)/pytest -m "not container"
 
 # Container tests on the offline CPU image (needs a Docker engine: .ci/docker-engine, and root
@@ -71,6 +74,13 @@ test-deps:
 
 chromium: test-deps
 
+# perf_analyzer 2.51, the bundled server's release, unpacked from the tritonclient 2.51.0 wheel
+# into .tools/perf_analyzer/ with its two libraries (libb64 from Debian, libcudart.so.12 from
+# the nvidia-cuda-runtime-cu12 wheel) behind a wrapper; the environment's tritonclient stays
+# as it is. A no-op when it is there; says what to run when it cannot install.
+perf-analyzer:
+	$(TOOL_PYTHON) benchmarks/perf_analyzer_tool.py
+
 # The README's screenshots of the web UI's Triton tab, taken by its browser test
 screenshots: $(STAMP) chromium
 	PYTEST_TRITON_SCREENSHOTS=docs/images $(BIN)/pytest tests/load/test_web_ui.py -k chromium
@@ -86,14 +96,19 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pytest benchmarks --benchmark-autosave
 
-# Locust against wrk on a trivial model (installs Debian's wrk when missing)
-bench-loadgen: $(STAMP)
+# Locust against wrk and perf_analyzer on a trivial model (installs Debian's wrk when missing)
+bench-loadgen: $(STAMP) perf-analyzer
 	command -v wrk >/dev/null || apt-get install -y wrk
 	$(BIN)/python benchmarks/loadgen_vs_wrk.py --duration 10 --repeat 3
 
 # The same artifact in-process vs served (1 and 8 clients, per shared-memory transport)
 bench-serving: $(STAMP)
 	$(BIN)/python benchmarks/serving_overhead.py --repeat 3 --duration 5
+
+# triton-perf against perf_analyzer on one server, the statistics API as referee
+bench-perf-analyzer: $(STAMP) perf-analyzer
+	$(BIN)/python benchmarks/vs_perf_analyzer.py --model trivial --concurrency 8
+	$(BIN)/python benchmarks/vs_perf_analyzer.py --model dlrm --batch 256 --concurrency 4
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(GATE_REPORT)

@@ -1,13 +1,17 @@
-"""How much load can the Locust users generate? A benchmark against wrk, not a test.
+"""How much load can the Locust users generate? A benchmark against wrk and perf_analyzer,
+not a test.
 
-Both tools drive the same trivial python-backend model (Y = X, dynamic batching without delay,
-so the server outpaces the generator) at the same concurrency, with the same HTTP request
-bytes (tritonclient's binary-tensor body), each from one process. Reported: Locust samples/s
-divided by wrk requests/s (batch 1: a request is a sample), each tool's client-side
-overhead (its average latency minus the server's average request latency, from the statistics
-API) and the generator's CPU per request.
+The tools drive the same trivial python-backend model (Y = X, dynamic batching without delay,
+so the server outpaces the generator) at the same concurrency, each from one process: wrk with
+tritonclient's binary-tensor HTTP body, our Locust users over HTTP and gRPC, perf_analyzer 2.51
+over gRPC and HTTP. Reported: each generator's samples/s divided by wrk's requests/s (batch 1:
+a request is a sample), its client-side overhead (average latency minus the server's average
+request latency, from the statistics API) and its CPU (user + system) per request, and the
+targets: Locust-HTTP / wrk >= 0.95 and Locust-gRPC / perf_analyzer-gRPC >= 1.0 (medians over
+the rounds; exit 1 when one is missed).
 
     apt-get install wrk                       # Debian's wrk
+    make perf-analyzer                        # perf_analyzer 2.51 into .tools/
     python benchmarks/loadgen_vs_wrk.py --duration 10 --concurrency 8 --repeat 3
     python benchmarks/loadgen_vs_wrk.py --repeat 1 --py-spy profiles/   # + flame graphs
 """
@@ -29,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import tritonclient.http as httpclient
+from perf_analyzer_tool import MISSING, find_perf_analyzer, run_perf_analyzer
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton import TritonClient
@@ -137,6 +142,36 @@ def run_wrk(
     }
 
 
+def run_pa(
+    executable: Path,
+    url: str,
+    protocol: str,
+    args: argparse.Namespace,
+    client: TritonClient,
+    workdir: Path,
+) -> dict[str, float]:
+    """perf_analyzer in its concurrency mode: windows of a third of --duration (it measures at
+    least three), stability 20% (windows on a shared 2-core machine vary by 10-30%). Its CPU
+    per request counts every request of the run (the server's count), warm-up included."""
+    before = read_stats(client, MODEL)
+    window_ms = max(int(args.duration * 1000 / 3), 500)
+    cmd = ["-m", MODEL, "-u", url, "-i", protocol, "--concurrency-range", str(args.concurrency)]
+    cmd += ["-p", str(window_ms), "-s", "20", "-r", "10", "--verbose-csv"]
+    done = run_perf_analyzer(executable, cmd, workdir / f"pa-{protocol}.csv")
+    if done.returncode != 0 or not done.rows:
+        raise SystemExit(f"perf_analyzer failed ({done.returncode}):\n{done.output[-3000:]}")
+    row = done.rows[-1]
+    server = stats_delta(client, before, 1)
+    return {
+        "rate": float(row["Inferences/Second"]),
+        "avg_ms": float(row["Avg latency"]) / 1e3,
+        "server_ms": server.success.avg_us / 1e3,
+        "cpu_percent": 100 * done.cpu_s / done.wall_s,
+        "requests": server.requests,
+        "cpu_us_per_request": 1e6 * done.cpu_s / max(server.requests, 1),
+    }
+
+
 def py_spy() -> Path | None:
     """py-spy on PATH, or next to this interpreter (a virtual environment not activated)."""
     found = shutil.which("py-spy")
@@ -205,7 +240,12 @@ def run_locust(host: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=int, default=10, help="seconds per run")
-    parser.add_argument("--concurrency", type=int, default=8, help="wrk connections = Locust users")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="wrk connections = Locust users = perf_analyzer's concurrency",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="alternating runs per tool")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument(
@@ -219,6 +259,10 @@ def main() -> int:
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
         return 2
+    perf_analyzer = find_perf_analyzer()
+    if perf_analyzer is None:
+        print(MISSING, file=sys.stderr)
+        return 2
     if args.py_spy is not None and py_spy() is None:
         print("py-spy is not installed: pip install py-spy (in the dev extra)", file=sys.stderr)
         return 2
@@ -226,7 +270,9 @@ def main() -> int:
     try:
         write_trivial(workdir / "repo")
         script = wrk_files(workdir)
-        runs: dict[str, list[dict[str, float]]] = {"wrk": [], "locust-http": [], "locust-grpc": []}
+        runs: dict[str, list[dict[str, float]]] = {
+            tool: [] for tool in ("wrk", "locust-http", "locust-grpc", "pa-http", "pa-grpc")
+        }
         with LocalLauncher().start(
             ServerArgs(workdir / "repo", model_control_mode="none", startup_timeout_s=60)
         ) as server:
@@ -240,6 +286,17 @@ def main() -> int:
                 runs["locust-grpc"].append(
                     run_locust(f"grpc://{server.endpoints.grpc}", args, workdir)
                 )
+                for protocol in ("http", "grpc"):
+                    runs[f"pa-{protocol}"].append(
+                        run_pa(
+                            perf_analyzer,
+                            server.endpoints.url(protocol),
+                            protocol,
+                            args,
+                            client,
+                            workdir,
+                        )
+                    )
             client.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -274,14 +331,31 @@ def main() -> int:
             if tool != "wrk"
         )
     )
+    targets = [
+        ("Locust-HTTP / wrk", median["locust-http"]["rate"] / wrk_rate, 0.95),
+        (
+            "Locust-gRPC / perf_analyzer-gRPC",
+            median["locust-grpc"]["rate"] / median["pa-grpc"]["rate"],
+            1.0,
+        ),
+    ]
+    print()
+    for label, ratio, target in targets:
+        verdict = "PASS" if ratio >= target else "FAIL"
+        print(f"{label}: {ratio:.2f} (target >= {target:.2f}): {verdict}")
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"args": vars(args) | {"json": str(args.json)}, "runs": runs, "median": median},
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "runs": runs,
+                    "median": median,
+                    "targets": {label: [ratio, target] for label, ratio, target in targets},
+                },
                 indent=2,
             )
         )
-    return 0
+    return 0 if all(ratio >= target for _, ratio, target in targets) else 1
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ ModelControl = Literal["explicit", "none", "poll"]
 Numerics = Literal["strict", "production"]
 Distribution = Literal["constant", "poisson"]
 MeasurementMode = Literal["time_windows", "count_windows"]
+ShapeName = Literal["none", "ramp", "steps", "spike", "replay"]
 
 Front = Literal["pytest", "locust", "perf", "deploy"]
 PYTEST: frozenset[Front] = frozenset({"pytest"})
@@ -179,6 +180,14 @@ def parse_ratio(text: str) -> float:
     if value > 1:
         raise ValueError(f"expected a ratio in 0..1, got {text!r}")
     return value
+
+
+def parse_numbers(text: str) -> tuple[float, ...]:
+    """A non-empty comma list of numbers > 0 (a shape's stages: users, or req/s)."""
+    items = parse_list(text)
+    if not items:
+        raise ValueError(f"expected a comma list of numbers > 0, got {text!r}")
+    return tuple(_positive(i, "comma-separated numbers") for i in items)
 
 
 def parse_optional(text: str) -> str | None:
@@ -607,6 +616,19 @@ class LoadSettings:
         choices=get_args(Distribution),
         aliases=("--request-distribution",),
     )
+    check_every: int | None = _setting(
+        None,
+        "answers checked under load against the PyTorch reference of each user's inputs: "
+        "every answer's outputs for shape and dtype, and every N-th answer of each user for "
+        "its values with the parity tolerances; a wrong answer is a failed request "
+        "('wrong answer: ...'). 0 = no checks",
+        LOAD,
+        parse=parse_count,
+        metavar="N",
+        shown_default="100 on the server a locustfile starts itself; with --host or in "
+        "triton-perf 0, since the locustfile's weights need not be the served model's",
+        aliases=("--check-every",),
+    )
     max_in_flight: int = _setting(
         64,
         "open loop: requests one user keeps outstanding at most; a send due beyond it "
@@ -614,6 +636,57 @@ class LoadSettings:
         LOAD,
         parse=parse_positive_int,
         metavar="N",
+    )
+    shape: ShapeName = _setting(
+        "none",
+        "traffic shape of a Locust run, in stages of --triton-shape-step-s each judged on "
+        "its own: steps (the --triton-shape-steps loads in turn), ramp (rising linearly "
+        "through them), spike (the first, the largest, the first again), replay (the "
+        "arrivals of --triton-replay, open loop); loads are users, or req/s with "
+        "--triton-request-rate; none = Locust's -u for the whole run",
+        frozenset({"locust"}),
+        choices=get_args(ShapeName),
+    )
+    shape_steps: tuple[float, ...] = _setting(
+        (1.0, 2.0, 4.0, 8.0),
+        "the loads of a shape's stages: users (closed loop) or total req/s (open loop)",
+        frozenset({"locust"}),
+        parse=parse_numbers,
+        metavar="N,N,...",
+        shown_default="1,2,4,8",
+    )
+    shape_step_s: float = _setting(
+        10.0,
+        "seconds of each stage of a shape (replay: the trace is judged in stages this long)",
+        frozenset({"locust"}),
+        parse=parse_positive_float,
+        metavar="SECONDS",
+    )
+    replay: str | None = _setting(
+        None,
+        "CSV trace to replay open loop (with --triton-shape replay): one row per request, "
+        "its arrival time in seconds from the start and its batch size",
+        frozenset({"locust"}),
+        parse=parse_optional,
+        metavar="PATH",
+    )
+    soak: bool = _setting(
+        False,
+        "soak: during the run the master scrapes the server's Prometheus metrics and, "
+        "where the server runs on this machine, its RSS (tritonserver and its python stubs) "
+        "every second, and reports memory and p99 over time (plots beside the JSON report); "
+        "on by itself when a memory or drift target is set",
+        frozenset({"locust"}),
+        parse=parse_bool,
+        flag=True,
+    )
+    metrics_url: str | None = _setting(
+        None,
+        "the server's Prometheus metrics URL for --triton-soak (default: the embedded "
+        "server's; with --host, Triton's port convention: the HTTP port + 2, /metrics)",
+        frozenset({"locust"}),
+        parse=parse_optional,
+        metavar="URL",
     )
 
 
@@ -738,6 +811,62 @@ class GateSettings:
         option="--perf-fail-ratio",
         bound="max",
         metavar="R",
+    )
+    perf_goodput: float | None = _setting(
+        None,
+        "goodput: the share of requests answered successfully within --perf-slo-ms must "
+        "reach this (triton-perf: the highest load at which it holds, with --latency-bound "
+        "as the SLO unless --perf-slo-ms is given)",
+        LOAD,
+        parse=parse_ratio,
+        option="--perf-goodput",
+        bound="min",
+        metavar="R",
+        aliases=("--goodput",),
+    )
+    perf_slo_ms: float | None = _setting(
+        None,
+        "the latency SLO that --perf-goodput counts requests within",
+        LOAD,
+        parse=parse_positive_number,
+        option="--perf-slo-ms",
+        unit="ms",
+        metavar="MS",
+        aliases=("--slo-ms",),
+    )
+    perf_memory_growth_mb_per_min: float | None = _setting(
+        None,
+        "soak: the server's memory (RSS of tritonserver and its stubs where local, else "
+        "Triton's nv_cpu_memory_used_bytes) may grow at most this fast, as the slope fitted "
+        "over the run after its warm-up",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-memory-growth-mb-per-min",
+        unit="MB/min",
+        bound="max",
+        metavar="MB",
+    )
+    perf_p99_drift: float | None = _setting(
+        None,
+        "soak: the p99 latency of the run's last third may exceed its first third's by at "
+        "most this percentage",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-p99-drift",
+        unit="%",
+        bound="max",
+        metavar="PCT",
+    )
+    wrong_answers: int | None = _setting(
+        0,
+        "wrong answers allowed in a load test (see --triton-check-every): answers that came "
+        "back without error but are not PyTorch's",
+        LOAD,
+        parse=parse_count,
+        option="--triton-max-wrong-answers",
+        bound="max",
+        metavar="N",
+        aliases=("--max-wrong-answers",),
     )
     report: str | None = _setting(
         None,
@@ -991,6 +1120,10 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
             "--triton-deployed gates the models a running server already serves: give its "
             "address with --triton-url (e.g. --triton-url https://triton.staging:8000)"
         )
+    if values["shape"] == "replay" and not values["replay"]:
+        raise ConfigError(
+            "--triton-shape replay replays a trace: give its CSV with --triton-replay"
+        )
     if values["gpu"] and origins.get("formats") == "default":
         values["formats"] = FORMATS + GPU_FORMATS  # TensorRT and ORT-TensorRT join on a GPU
     groups = {
@@ -998,6 +1131,18 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
         for group, cls in GROUPS.items()
     }
     return TritonConfig(**groups, origins=values["origins"])
+
+
+def check_goodput(config: TritonConfig, slo_ms: float | None = None) -> float | None:
+    """The SLO --perf-goodput counts within: --perf-slo-ms, else `slo_ms` (triton-perf's
+    --latency-bound); a goodput target without either is refused."""
+    slo = config.gate.perf_slo_ms or slo_ms
+    if config.gate.perf_goodput is not None and slo is None:
+        raise ConfigError(
+            "--perf-goodput counts requests within a latency SLO: give it with --perf-slo-ms "
+            "(e.g. --perf-goodput 0.99 --perf-slo-ms 20)"
+        )
+    return slo
 
 
 def client_security(config: TritonConfig, tls: bool = False) -> Security:

@@ -74,3 +74,10 @@ class DeployedModelError(TritonTestError):
             f"deployed model {model!r} does not match its spec:\n{listed}\n"
             "(the server's config is what it serves; fix the deployment or the ModelSpec)"
         )
+
+
+class WrongAnswer(TritonTestError):
+    """An answer that came back under load without error but is not PyTorch's: an output
+    missing, of another shape or dtype, or (on a sampled answer) outside the parity
+    tolerance. Load generators report it as a failed request; its text starts with
+    "wrong answer:"."""

@@ -29,7 +29,7 @@ from pytest_triton.client.wire.request import PreparedRequest
 
 
 class Inference(MemoryRegions):
-    """Inference calls: prepare, send, send_status, infer, infer_many, lane."""
+    """Inference calls: prepare, send, send_status, send_answer, infer, infer_many, lane."""
 
     def prepare(
         self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None, version: str = ""
@@ -108,6 +108,12 @@ class Inference(MemoryRegions):
         verdict needs. Returns the answer's size in bytes as it came over the wire (the HTTP
         body, the gRPC message; over shared memory the outputs are not in it). Failures raise
         as send()'s do."""
+        return wire.answer_size(self.send_answer(request))
+
+    def send_answer(self, request: PreparedRequest) -> wire.RawAnswer:
+        """Send a prepared request; its answer as it came back, not decoded (decode it with
+        wire.read_answer when wanted, as a load generator does with a sample of its
+        answers). Failures raise as send()'s do."""
         http = self._http
         if http is not None:
             reply = self._call(
@@ -115,11 +121,10 @@ class Inference(MemoryRegions):
             )
             if not reply.ok:
                 self._call(request.model, lambda: raise_for_status(reply), request.version, request)
-            return len(reply.body)
-        answer = self._call(
+            return reply
+        return self._call(
             request.model, lambda: self._grpc_exchange(request), request.version, request
         )
-        return len(answer)
 
     def lane(self) -> Lane[Any] | None:
         """A connection of its own for a driver that waits on many sockets at once (the load

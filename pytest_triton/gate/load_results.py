@@ -1,11 +1,15 @@
 """Load results a gate report takes in: files named `load-*.json` in the report directory,
-written by a locustfile (`--triton-report-json DIR/load-NAME.json`) or by triton-perf
-(`--json DIR/load-NAME.json`).
+written by a locustfile (`--triton-report-json DIR/load-NAME.json`), by triton-perf
+(`--json DIR/load-NAME.json`) or by triton-tune (`--json DIR/load-tune-NAME.json`).
 
-Each becomes a run with one point (Locust) or one point per batch size x concurrency
-(triton-perf). A point's figures are medians over its measurement windows when the file has a
-`windows` list (top level or under `measured`), else the run's single figures: a comparison
-never rests on one window when there are several.
+Each becomes a run with one point (Locust), one point per batch size x concurrency
+(triton-perf), or the committed and the best configuration (triton-tune, which fails the run
+when its --gate-within check failed). A point's figures are medians over its measurement
+windows when the file has a `windows` list (top level or under `measured`), else the run's
+single figures: a comparison never rests on one window when there are several. Each window's
+latencies come from the HdrHistogram of its requests (microsecond resolution, 3 significant
+digits); the histogram's own text (`latency_histogram`) is left out of the report, which needs
+only the figures.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 LOAD_GLOB = "load-*.json"
 METRICS = ("throughput", "avg_ms", "p50_ms", "p95_ms", "p99_ms")
+HISTOGRAM_KEY = "latency_histogram"  # a window's base64 HdrHistogram in load files
 
 
 def figure(point: Mapping[str, Any], metric: str) -> float | None:
@@ -55,17 +60,22 @@ def read_load_files(directory: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def load_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
+    if "tune" in document:
+        return _tune_run(name, source, document)
     if "points" in document:
         return _perf_run(name, source, document)
     if "measured" in document:
         return _locust_run(name, source, document)
     raise ValueError(
-        "neither a Locust report (it has no 'measured') nor a triton-perf sweep (no 'points')"
+        "neither a Locust report (it has no 'measured'), a triton-perf sweep (no 'points') "
+        "nor a triton-tune search (no 'tune')"
     )
 
 
 def _point(values: Mapping[str, Any], windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    point: dict[str, Any] = {"windows": [dict(w) for w in windows]}
+    point: dict[str, Any] = {
+        "windows": [{k: v for k, v in w.items() if k != HISTOGRAM_KEY} for w in windows]
+    }
     point.update({m: _number(values.get(m)) for m in METRICS})
     point.update({m: figure(point, m) for m in METRICS})
     point["requests"] = int(values.get("requests") or 0)
@@ -115,7 +125,17 @@ def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str
         "server": server,
         "warnings": list(document.get("warnings", [])),
         "stability": (document.get("stability") or {}).get("summary"),
+        "stages": list(document.get("stages") or []),
+        "soak": _soak_summary(document.get("soak")),
+        "figures": [str(f) for f in document.get("figures") or []],
     }
+
+
+def _soak_summary(soak: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A soak's figures without its samples (the plots show them)."""
+    if not soak:
+        return None
+    return {k: v for k, v in soak.items() if k != "samples"}
 
 
 def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,5 +187,55 @@ def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, 
             if raw.get("stability")
         ],
         "targets": (verdict or {}).get("targets", {}),
+        "stability": None,
+        "stages": [],
+        "soak": None,
+        "figures": [],
+    }
+
+
+def _tune_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
+    """triton-tune's search: the committed configuration and the best one as points (their
+    keys stay the same from run to run, so baselines compare them); the run fails when the
+    --gate-within check failed, and has no verdict without one."""
+    tune = document["tune"]
+    gate = document.get("gate") or None
+    points = []
+    for role in ("committed", "best"):
+        trial = document.get(role)
+        if not trial or trial.get("status") != "measured":
+            continue
+        raw = trial.get("point") or {}
+        point = {
+            "key": f"{name} {role}",
+            **_point(raw, raw.get("windows") or []),
+            "batch_size": raw.get("batch_size"),
+            "concurrency": raw.get("concurrency"),
+            "configuration": (trial.get("candidate") or {}).get("label"),
+            "avg_batch_size": _number(raw.get("server_avg_batch")),
+            "passed": None if gate is None else bool(gate.get("passed")) or role == "best",
+        }
+        points.append(point)
+    disqualified = [
+        f"candidate {c.get('index')} ({(c.get('candidate') or {}).get('label')}) disqualified: "
+        + str(c.get("message", "")).splitlines()[0]
+        for c in document.get("candidates", [])
+        if c.get("status") == "disqualified"
+    ]
+    return {
+        "name": name,
+        "source": source,
+        "kind": "triton-tune",
+        "host": None,
+        "model": tune.get("model"),
+        "unit": tune.get("unit"),
+        "passed": None if gate is None else bool(gate.get("passed")),
+        "checks": [],
+        "failed": [] if gate is None or gate.get("passed") else [str(gate.get("message"))],
+        "points": points,
+        "server": [],
+        "warnings": disqualified
+        + ([f"stopped early: {tune['stopped']}"] if tune.get("stopped") else []),
+        "targets": {k: v for k, v in (tune.get("constraints") or {}).items() if v is not None},
         "stability": None,
     }

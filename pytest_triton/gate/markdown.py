@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -229,6 +230,21 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
         ]
         if run.get("stability"):
             notes.append(f"Measurement windows of {run['name']}: {run['stability']}")
+        notes += [
+            f"Stage {st['index']} of {run['name']} ({st['label']}): {num(st['throughput'])} "
+            f"samples/s, p99 {num(st['p99_ms'])} ms, {st['failures']} failed"
+            + (f", goodput {num(st['goodput'])}" if _finite(st.get("goodput")) else "")
+            + f": {'PASS' if st['passed'] else 'FAIL'}"
+            for st in run.get("stages") or []
+        ]
+        soak = run.get("soak")
+        if soak:
+            notes.append(
+                f"Soak of {run['name']}: memory ({soak['memory_source']}) "
+                f"{num(soak['memory_first_mb'])} -> {num(soak['memory_last_mb'])} MB, "
+                f"{num(soak['memory_growth_mb_per_min'])} MB/min over the steady part; p99 "
+                f"drift {num(soak['p99_drift_pct'])}%"
+            )
         notes += [f"{run['name']}: {w}" for w in run["warnings"]]
         if run.get("before_session"):
             notes.append(
@@ -239,7 +255,13 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
     lines += [f"- {note}" for note in notes]
     if image:
         lines += ["", f"![latency vs throughput]({PLOTS['load']})"]
+        for run in runs:  # a soak's plots, beside its load-*.json
+            lines += [f"\n![{run['name']}: {name}]({name})" for name in run.get("figures") or []]
     return [*lines, ""]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _state(check: Mapping[str, Any]) -> str:

@@ -34,13 +34,15 @@ from locust import User, constant, task
 from locust.exception import StopUser
 
 from pytest_triton.base.dtypes import Array
-from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryError
+from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryError, SpecError
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient
 from pytest_triton.client.wire.lane import Lane
+from pytest_triton.client.wire.request import RawAnswer, answer_size
 from pytest_triton.load.locust import grpc_gevent, listeners, multiplexer
+from pytest_triton.load.locust.checking import Reference, user_answer_check
 from pytest_triton.load.locust.distributed import tell_master_refused
 from pytest_triton.load.locust.embedded import EmbeddedModel, zoo_model
-from pytest_triton.load.locust.open_loop import OpenLoop, open_loop
+from pytest_triton.load.locust.open_loop import OpenLoop, ReplayLoop, open_loop
 from pytest_triton.load.locust.options import default_targets, run_config
 from pytest_triton.load.locust.user_settings import (
     check_load_allowed,
@@ -60,6 +62,7 @@ torch.set_num_threads(1)
 
 log = logging.getLogger("pytest_triton.load")
 InputsFactory = Callable[[int, int], Mapping[str, Any]]
+Answered = tuple[PreparedRequest, RawAnswer]
 _user_numbers = itertools.count()
 _refused: set[str] = set()
 
@@ -79,8 +82,9 @@ class TritonUser(User):
     on the embedded server), `version`, `batch_size`, `protocol` ("http", "grpc" or None for
     --triton-protocol, else the host's scheme), `inputs` (a factory (batch_size, seed) ->
     {name: array}; default: `served`'s), `outputs` (names to request; None: all), `served`
-    (the EmbeddedModel started when no --host is given). --triton-model and
-    --triton-batch-size override them.
+    (the EmbeddedModel started when no --host is given), `reference` (inputs -> the outputs a
+    right answer has; default: `served`'s PyTorch module, see checking.py). --triton-model
+    and --triton-batch-size override them.
     """
 
     abstract = True
@@ -92,10 +96,11 @@ class TritonUser(User):
     inputs: ClassVar[InputsFactory | None] = None
     outputs: Sequence[str] | None = None
     served: EmbeddedModel | None = None
+    reference: ClassVar[Reference | None] = None
     distinct_inputs: int = 4  # different batches a user cycles through
     timeout_s: float = 60.0
 
-    _open_loop: OpenLoop | None = None
+    _open_loop: OpenLoop | ReplayLoop | None = None
 
     def on_start(self) -> None:
         cls = type(self)
@@ -137,9 +142,26 @@ class TritonUser(User):
                 security=user_security(self._protocol, host, config),
             )
             prepared = self._client.prepare_all(self._model, batches, self.outputs, self.version)
+            self._check = user_answer_check(
+                cls,
+                config,
+                host,
+                self._model,
+                batches,
+                prepared,
+                number=number,
+                context=f"model {self._model!r}, protocol {self._client.id!r}",
+            )
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
+            self._by_batch: dict[int, Iterator[PreparedRequest]] = {}
+            if isinstance(self._open_loop, ReplayLoop):  # a trace's own batch sizes
+                for size in self._open_loop.batch_sizes():
+                    batch = {n: _numpy(v) for n, v in factory(size, first).items()}
+                    self._by_batch[size] = itertools.cycle(
+                        self._client.prepare_all(self._model, [batch], self.outputs, self.version)
+                    )
             self._lane = self._multiplexed(prepared)
-        except (ConfigError, SharedMemoryError, InferenceError) as exc:
+        except (ConfigError, SharedMemoryError, InferenceError, SpecError) as exc:
             if str(exc) not in _refused:  # once per process, not once per user
                 _refused.add(str(exc))
                 log.error("pytest-triton: %s", exc)
@@ -175,27 +197,39 @@ class TritonUser(User):
         else:
             self._send(time.perf_counter())
 
-    def _send(self, due: float) -> None:
-        """One request; its latency counts from `due` (now in a closed loop, its scheduled
-        time in an open one)."""
-        request = next(self._requests)
+    def _send(self, due: float, batch_size: int | None = None) -> None:
+        """One request (of the user's batch size, or of a replayed arrival's); its latency
+        counts from `due` (now in a closed loop, its scheduled time in an open one)."""
+        request = next(self._by_batch[batch_size] if batch_size else self._requests)
         error: Exception | None = None
-        answered = 0
+        raw: RawAnswer | None = None
         try:
-            answered = self._client.send_status(request)
+            raw = self._client.send_answer(request)
         except Exception as exc:  # every client/server failure is a failed request, not a crash
             error = exc
-        self._record(time.perf_counter() - due, answered, error)
+        latency_s = time.perf_counter() - due
+        answer = (request, raw) if raw is not None else None
+        context = {**self._context, "batch_size": batch_size} if batch_size else self._context
+        self._record(latency_s, answer_size(raw) if raw is not None else 0, error, answer, context)
 
-    def _record(self, latency_s: float, answered: int, error: Exception | None) -> None:
-        """A Locust request event for one request."""
+    def _record(
+        self,
+        latency_s: float,
+        answered: int,
+        error: Exception | None,
+        answer: Answered | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        """A Locust request event for one request; a wrong answer fails it."""
+        if answer is not None and error is None and self._check is not None:
+            error = self._check.check(*answer).wrong
         self.environment.events.request.fire(
             request_type=self._request_type,
             name=self._model,
             response_time=latency_s * 1e3,
             response_length=answered,
             exception=error,
-            context=self._context,
+            context=context or self._context,
         )
 
     def on_stop(self) -> None:

@@ -166,6 +166,24 @@ class OutputDiff:
         return text + f" (rtol {tol.rtol:g}, atol {tol.atol:g})"
 
 
+def signature_problem(native: Array, served: Array | None) -> str | None:
+    """What makes a served output incomparable with PyTorch's before any value is looked at:
+    missing, empty, another shape or another dtype; None when it can be compared."""
+    if served is None:
+        return "missing from the served response"
+    if served.size == 0 and native.size > 0:
+        return (
+            f"served output is EMPTY (0 elements) where PyTorch's has {native.size} "
+            f"(shape {native.shape}); the bundled tritonserver's python backend "
+            "answers so when its stub's Python has numpy >= 2"
+        )
+    if served.shape != native.shape:
+        return f"served shape {served.shape} != native shape {native.shape}"
+    if tensor_type(native.dtype).wire != "BYTES" and served.dtype != native.dtype:
+        return f"served dtype {served.dtype} != native dtype {native.dtype}"
+    return None
+
+
 def compare_output(
     name: str, native: Array, served: Array | None, tolerance: Tolerance
 ) -> OutputDiff:
@@ -186,20 +204,12 @@ def compare_output(
             math.inf,
         )
 
-    if served is None:
-        return problem("missing from the served response")
-    if served.size == 0 and native.size > 0:
-        return problem(
-            f"served output is EMPTY (0 elements) where PyTorch's has {native.size} "
-            f"(shape {native.shape}); the bundled tritonserver's python backend "
-            "answers so when its stub's Python has numpy >= 2"
-        )
-    if served.shape != native.shape:
-        return problem(f"served shape {served.shape} != native shape {native.shape}")
+    found = signature_problem(native, served)
+    if found is not None:
+        return problem(found)
+    assert served is not None
     if tensor_type(native.dtype).wire == "BYTES":
         return _compare_bytes(name, native, served)
-    if served.dtype != native.dtype:
-        return problem(f"served dtype {served.dtype} != native dtype {native.dtype}")
     a = served.astype(np.float64)
     b = native.astype(np.float64)
     diff = np.abs(a - b)

@@ -7,6 +7,7 @@ every model of the zoo to be exported.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import shutil
@@ -75,8 +76,8 @@ class Repository:
         self._target: ServerTarget | None = None
         self._progress = progress or log.info
         self._signatures: dict[str, Signature] = {}
-        self._natives: dict[tuple[str, str], NativeModel] = {}
-        self._built: set[str] = set()
+        self._natives: dict[tuple[str, int, str], NativeModel] = {}
+        self._built: set[str] = set()  # model directories written (by Triton model name)
         self._lock = threading.RLock()
         self.temporary = False
         self.root.mkdir(parents=True, exist_ok=True)
@@ -186,7 +187,7 @@ class Repository:
         (CUDA for KIND_GPU ones, as the examples' deployer traces on the GPU); each device and
         precision has its own copy, the user's module stays where it was."""
         device = "cuda" if variant.gpu else "cpu"
-        key = (variant.spec.name, f"{variant.precision}@{device}")
+        key = (variant.spec.name, variant.spec.version, f"{variant.precision}@{device}")
         with self._lock:
             if key not in self._natives:
                 self._natives[key] = NativeModel(variant.spec, variant.precision, device)
@@ -202,7 +203,7 @@ class Repository:
         """Export the variant's artifact and write its config, once."""
         with self._lock:
             directory = self.model_dir(variant)
-            if variant.id in self._built:
+            if variant.model_name in self._built:
                 return directory
             started = time.perf_counter()
             self._progress(f"exporting {variant.id} ...")
@@ -227,9 +228,93 @@ class Repository:
                 staging.rename(directory)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            self._built.add(variant.id)
+            self._built.add(variant.model_name)
             self._progress(f"exported {variant.id} in {time.perf_counter() - started:.1f}s")
             return directory
+
+    def add_version(self, variant: Variant, spec: ModelSpec) -> Variant:
+        """Another version of a variant's model: `spec` (the same name and signature, another
+        version; other weights, say) exported into the variant's model directory beside the
+        versions already there. Returns the new version's variant. The config stays as it is:
+        a load whose version_policy names the versions chooses what is served (see
+        versions_config)."""
+        new = dataclasses.replace(variant, spec=spec)
+        if new.model_name != variant.model_name or spec.version == variant.spec.version:
+            raise SpecError(
+                f"version {spec.version} of {spec.name!r} cannot be served as another version "
+                f"of {variant.model_name!r} (version {variant.spec.version}): give the spec "
+                "the same name and another version"
+            )
+        signature = self.signature(variant.spec)
+        if resolve_signature(spec) != signature:
+            raise SpecError(
+                f"version {spec.version} of {spec.name!r} has another signature than version "
+                f"{variant.spec.version}: a model's versions share one config"
+            )
+        directory = self.ensure(variant)
+        with self._lock:
+            started = time.perf_counter()
+            self._progress(f"exporting {variant.id} version {spec.version} ...")
+            target = directory / str(spec.version)
+            staging = directory.with_name(f"{directory.name}.{spec.version}.partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                exporters.export(
+                    variant.format,
+                    spec,
+                    self.native(new),
+                    staging / variant.artifact,
+                    signature,
+                    numerics=self.target.numerics,
+                )
+                if variant.hosted:
+                    shutil.copyfile(HOSTED_MODEL, staging / "model.py")
+                shutil.rmtree(target, ignore_errors=True)
+                staging.rename(target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            self._progress(
+                f"exported {variant.id} version {spec.version} in "
+                f"{time.perf_counter() - started:.1f}s"
+            )
+        return new
+
+    def versions_config(self, variant: Variant, versions: Sequence[int]) -> mc.ModelConfig:
+        """The variant's config serving exactly `versions` (version_policy specific)."""
+        config = self.config(variant)
+        config.version_policy.specific.versions[:] = sorted(versions)
+        return config
+
+    def derive(self, base: Variant, spec: ModelSpec) -> Variant:
+        """`base`'s exported artifact served under another configuration: `spec` is base's
+        spec with other serving fields (max_batch_size, dynamic_batching, instance_group,
+        parameters) and its own `triton_name`. Its model directory links to base's files
+        (nothing is exported again) and holds its own config.pbtxt; load it like any variant.
+        The signature and the PyTorch reference stay base's (they are kept by spec name)."""
+        if spec.name != base.spec.name or not spec.triton_name:
+            raise SpecError(
+                f"a derived configuration of {base.spec.name!r} keeps its spec name and "
+                f"gives a triton_name of its own (got {spec.name!r}, {spec.triton_name!r})"
+            )
+        variant = dataclasses.replace(base, spec=spec)
+        if variant.model_name == base.model_name:
+            raise SpecError(f"a derived configuration needs a name other than {base.model_name!r}")
+        with self._lock:
+            source = self.ensure(base)
+            directory = self.model_dir(variant)
+            shutil.rmtree(directory, ignore_errors=True)
+            shutil.copytree(source, directory, copy_function=_link_or_copy, ignore=_own_files)
+            signature = self.signature(base.spec)
+            warmup.write_samples(directory, variant, signature)
+            pbtxt.write_config(directory, pbtxt.model_config(variant, signature))
+            self._built.add(variant.model_name)
+            return variant
+
+    def discard(self, variant: Variant) -> None:
+        """Remove a derived variant's directory (the server must have unloaded it)."""
+        with self._lock:
+            shutil.rmtree(self.model_dir(variant), ignore_errors=True)
+            self._built.discard(variant.model_name)
 
     def ensure_all(self) -> None:
         for variant in self.variants:
@@ -243,3 +328,18 @@ class Repository:
             for p in sorted(directory.rglob("*"))
             if p.is_file() and p.name != "config.pbtxt"
         }
+
+
+def _link_or_copy(source: str, destination: str) -> object:
+    """Hard-link an artifact (gigabytes for a large model), copying where links fail."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+    return destination
+
+
+def _own_files(_directory: str, names: list[str]) -> list[str]:
+    """Left out of a derived directory: its own config and warm-up samples are written anew
+    (never through a hard link into base's files)."""
+    return [n for n in names if n in ("config.pbtxt", warmup.WARMUP_DIR)]

@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_triton.base.dtypes import Array
-from pytest_triton.base.errors import DeployedModelError, InferenceError, ModelLoadError
+from pytest_triton.base.errors import (
+    ConfigError,
+    DeployedModelError,
+    InferenceError,
+    ModelLoadError,
+)
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stats import ModelStats, StatsWindow
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
@@ -174,6 +179,28 @@ class Deployment:
         )
         if problems:
             raise DeployedModelError(name, problems)
+
+    def serve_versions(self, variant: Variant, versions: Sequence[int]) -> None:
+        """Serve exactly `versions` of a loaded variant's model (Repository.add_version put
+        them beside it): a load with a config whose version_policy names them. Triton loads
+        the versions it lacks before it unloads the others; requests without a version go
+        to the highest version ready."""
+        if self.server.deployed or self.server.model_control_mode != "explicit":
+            raise ConfigError(
+                f"{variant.model_name!r}: versions are changed by loads in explicit model "
+                "control on a server pytest-triton loads models into"
+            )
+        config = pbtxt.to_json(self.repository.versions_config(variant, versions))
+        files = None if self.serves_repository_directly else self.repository.files(variant)
+        try:
+            self.client("http").load_model(variant.model_name, config=config, files=files)
+        except InferenceError as exc:
+            self.server.check_alive()
+            raise ModelLoadError(
+                variant.model_name,
+                f"serving versions {list(versions)}: {exc.server_message}",
+                self.server.log_tail(),
+            ) from None
 
     def unload(self, variant: Variant) -> None:
         """Unload a variant this deployment loaded (a deployed server's models stay)."""

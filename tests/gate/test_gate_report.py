@@ -398,6 +398,59 @@ def test_report_files_markdown_and_plots(tmp_path: Path) -> None:
     assert step.startswith("earlier step\n# Release gate: PASS") and "![" not in step
 
 
+def test_stages_soak_figures_and_plots_reach_the_gate_report() -> None:
+    document = locust_document()
+    document["stages"] = [
+        {
+            "index": 1,
+            "label": "2 users",
+            "throughput": 90.0,
+            "p99_ms": 12.0,
+            "failures": 0,
+            "goodput": 0.995,
+            "passed": True,
+        },
+        {
+            "index": 2,
+            "label": "8 users",
+            "throughput": 120.0,
+            "p99_ms": 80.0,
+            "failures": 0,
+            "goodput": float("nan"),
+            "passed": False,
+        },
+    ]
+    document["soak"] = {
+        "memory_source": "rss",
+        "memory_first_mb": 400.0,
+        "memory_last_mb": 700.0,
+        "memory_growth_mb_per_min": 300.0,
+        "p99_drift_pct": 5.0,
+        "samples": [{"at": 1.0}],
+    }
+    document["figures"] = ["load-dlrm-memory.png", "load-dlrm-latency.png"]
+    run = load_run("dlrm", "load-dlrm.json", document)
+    assert run["soak"]["memory_growth_mb_per_min"] == 300.0 and "samples" not in run["soak"]
+    doc = gd.build_document(
+        gd.Collected(parity=[]),
+        environment={"python": "3", "platform": "p", "packages": {}},
+        load_runs=[run],
+        problems=[],
+        exit_status=0,
+        duration_s=1.0,
+        junit=None,
+    )
+    text = render(gd.decide(doc), plots=["load-latency.png"])
+    for part in (
+        "Stage 1 of dlrm (2 users): 90 samples/s, p99 12 ms, 0 failed, goodput 0.995: PASS",
+        "Stage 2 of dlrm (8 users): 120 samples/s, p99 80 ms, 0 failed: FAIL",
+        "Soak of dlrm: memory (rss) 400 -> 700 MB, 300 MB/min over the steady part",
+        "![dlrm: load-dlrm-memory.png](load-dlrm-memory.png)",
+    ):
+        assert part in text, part
+    assert "![" not in render(gd.decide(doc), images=False)
+
+
 def test_markdown_of_a_failed_gate_lists_failures_and_skips() -> None:
     doc = gate_document()
     doc["failed"] = [{"test": "t::bad", "message": "parity FAILED: model 'm'"}]
@@ -478,3 +531,54 @@ def test_a_baseline_edited_by_hand_compares_as_edited() -> None:
     then["load"][0]["points"][0]["throughput"] = 150.0  # windows left as measured
     (regression,) = gb.compare_with_baseline(now, then, gb.Limits(), "b.json")["regressions"]
     assert regression == "dlrm: throughput down 33.3% (150 -> 100; limit 10%)"
+
+
+def test_a_triton_tune_json_fails_the_gate_when_the_committed_config_falls_short(
+    tmp_path: Path,
+) -> None:
+    """triton-tune's --json (tables.write_all + gate_check) as the report reads it: the
+    committed and the best configuration become points, a failed --gate-within fails the run
+    and so the report, with the tool's own message."""
+    from pytest_triton.load.tune.space import Candidate
+    from pytest_triton.load.tune.strategy import Constraints, Trial
+    from pytest_triton.load.tune.tables import Outcome, gate_check, write_all
+
+    def trial(index: int, throughput: float, committed: bool, batching: bool) -> Trial:
+        window = {"throughput": throughput, "p50_ms": 2.0, "p95_ms": 3.0, "p99_ms": 4.0}
+        point = {"batch_size": 1, "concurrency": 8, "requests": 100, "failures": 0}
+        point.update(window, avg_ms=2.0, windows=[window, window, window])
+        return Trial(
+            index,
+            Candidate("onnx", 16, batching, 2000 if batching else 0, concurrency=8),
+            "measured",
+            throughput=throughput,
+            p99_ms=4.0,
+            committed=committed,
+            point=point,
+        )
+
+    outcome = Outcome(
+        "m", "infer/s", "throughput", Constraints(), "quick", 1,
+        [trial(1, 300.0, True, False), trial(2, 600.0, False, True)], 12.0,
+    )  # fmt: skip
+    outcome.gate = gate_check(outcome, 10)
+    write_all(outcome, tmp_path / "tune", tmp_path / "load-tune-m.json")
+    (run,), problems = read_load_files(tmp_path)
+    assert problems == [] and run["kind"] == "triton-tune" and run["passed"] is False
+    assert [(p["key"], p["throughput"]) for p in run["points"]] == [
+        ("tune-m committed", 300.0),
+        ("tune-m best", 600.0),
+    ]
+    assert "falls 50.0% short of the best" in run["failed"][0]
+    doc = gd.build_document(
+        gd.Collected(parity=[]),
+        environment={"python": "3", "platform": "p", "packages": {}},
+        load_runs=[run],
+        problems=[],
+        exit_status=0,
+        duration_s=1.0,
+        junit=None,
+    )
+    verdict = gd.decide(doc)["verdict"]
+    assert not verdict["passed"] and "load run tune-m failed" in verdict["reasons"][0]
+    assert "tune-m best" in render(doc)

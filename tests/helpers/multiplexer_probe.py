@@ -50,7 +50,7 @@ def drive(
     outcomes: collections.Counter[str] = collections.Counter()
     sizes: set[int] = set()
 
-    def record(latency_s: float, size: int, error: Exception | None) -> None:
+    def record(latency_s: float, size: int, error: Exception | None, answer: Any) -> None:
         assert latency_s >= 0
         if error is None:
             outcomes["ok"] += 1

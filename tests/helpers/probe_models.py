@@ -8,11 +8,14 @@ one request at a time (a naive gRPC user under gevent) shows batches of 1.
 batching: with c requests in flight a request waits for ~c executions, so its latency is
 ~20 ms x c. That makes the latency-bounded search's answer known in advance. The same writer
 takes other sources: `STALL_MODEL` stalls 200 ms on one request in 200 (what a closed loop
-hides), `SLOWING_MODEL` gets twice as slow every second (a measurement that cannot settle).
+hides), `SLOWING_MODEL` gets twice as slow every second (a measurement that cannot settle),
+`LEAKY_MODEL` keeps 256 kB per execution for good (a soak's memory gate), `CLEAN_MODEL` is the
+same without the leak.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -153,3 +156,69 @@ class TritonPythonModel:
             "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
             for r in requests]
 """
+
+
+LEAK_KB = 256
+LEAKY_MODEL = f"""
+import triton_python_backend_utils as pb_utils
+
+KEPT = []  # the leak: every execution keeps {LEAK_KB} kB for good
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        KEPT.append(b"\\x01" * ({LEAK_KB} * 1024))  # written, so resident
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
+            for r in requests]
+"""
+"""A model that leaks LEAK_KB per execution (the probe's signature): what a soak catches."""
+
+CLEAN_MODEL = LEAKY_MODEL.replace("KEPT.append(", "len(")
+"""The same work without keeping it."""
+
+
+CORRUPTED_INDEX = (0, 1)
+WRONG_WHEN_BATCHED_MODEL = f"""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+WEIGHT = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)  # Probe's weights, bias 0
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
+            y = (x @ WEIGHT.T).astype(np.float32)
+            if len(requests) > 1:  # the bug: only when the batcher combined requests
+                y[{CORRUPTED_INDEX}] += 0.25
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", y)]))
+        return responses
+"""
+
+
+def write_wrong_when_batched(root: Path, name: str = "wrong_when_batched") -> Path:
+    """The probe's model in numpy (right answers, one request at a time) that corrupts one
+    element of every answer in an execution of several requests: wrong only under
+    concurrency, with dynamic batching (5 ms queue delay) combining requests."""
+    directory = write_sleepy(root, name, source=WRONG_WHEN_BATCHED_MODEL)
+    config = pbtxt.read_config(directory / "config.pbtxt")
+    config.dynamic_batching.max_queue_delay_microseconds = 5000
+    pbtxt.write_config(directory, config)
+    return directory
+
+
+class ProbeV2(Probe):
+    """The probe's next version: the same architecture, other weights (the bias 0.5)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.no_grad():
+            self.linear.bias.fill_(0.5)
+
+
+def probe_v2_spec() -> ModelSpec:
+    """Version 2 of probe_spec(): same name and signature, answers 0.5 higher."""
+    return dataclasses.replace(probe_spec(), module=ProbeV2, version=2)

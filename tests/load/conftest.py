@@ -7,8 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
+from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
-from tests.helpers.probe_models import probe_spec
+from tests.helpers.probe_models import probe_spec, write_sleepy
 
 
 @pytest.fixture(scope="module")
@@ -19,3 +20,13 @@ def probe_server() -> Iterator[Endpoints]:
         yield server.start()
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def sleepy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    """`sleepy` (20 ms a request, one instance, no batching: the probe's signature) on a
+    server started by pytest (for runs given --host)."""
+    root = tmp_path_factory.mktemp("repo")
+    write_sleepy(root, "sleepy")
+    with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
+        yield server.endpoints

@@ -197,13 +197,16 @@ def test_latency_bound_search_finds_the_largest_concurrency(
     assert 0.7 * service_rate <= best["throughput"] <= 1.05 * service_rate, best
     assert "p99 latency bound 90 ms: up to" in finished.stdout
     header = (out / "sweep.csv").read_text().splitlines()[0].split(",")
-    assert header[:11] == [
+    assert header[:14] == [  # perf_analyzer 2.51's -f columns, then ours
         "Concurrency",
         "Inferences/Second",
+        "Client Send",
+        "Network+Server Send/Recv",
         "Server Queue",
         "Server Compute Input",
         "Server Compute Infer",
         "Server Compute Output",
+        "Client Recv",
         "p50 latency",
         "p90 latency",
         "p95 latency",

@@ -5,9 +5,11 @@ No server and no locust here (these modules must stay importable without gevent 
 
 from __future__ import annotations
 
+import csv
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -43,7 +45,7 @@ def test_nothing_here_imports_locust() -> None:
         "pytest_triton.load.measure.server_side, pytest_triton.load.sweep.command, "
         "pytest_triton.load.webui.snapshot, pytest_triton.load.measure.window_log, "
         "pytest_triton.load.measure.windows, pytest_triton.load.locust.arrivals, "
-        "pytest_triton.load.locust.generator_cpu; "
+        "pytest_triton.load.locust.generator_cpu, pytest_triton.load.tune.tuner; "
         "from gevent import monkey; "
         "assert 'locust' not in sys.modules and not monkey.is_anything_patched()"
     )
@@ -329,17 +331,49 @@ def test_failed_points_never_count_as_within_the_bound() -> None:
     assert "not met" in perf.bound_summary(None, 10, 99, "rec/s")
 
 
+PERF_ANALYZER_HEADER = [  # perf_analyzer 2.51's `-f file.csv`, server statistics on
+    "Inferences/Second",
+    "Client Send",
+    "Network+Server Send/Recv",
+    "Server Queue",
+    "Server Compute Input",
+    "Server Compute Infer",
+    "Server Compute Output",
+    "Client Recv",
+    "p50 latency",
+    "p90 latency",
+    "p95 latency",
+    "p99 latency",
+]
+
+
 def test_reports_are_written(tmp_path: Path) -> None:
     points = [point(1, 10.0, batch=8), point(1, 30.0, batch=64)]
     table = sweep_report.points_markdown(points, "rec/s")
     assert table.splitlines()[0] == (
         "| **Batch Size** | **Throughput** | **Avg Latency** | **95% Latency** | **99% Latency** |"
     )
-    assert "| 64 | 3200.0 rec/s | 15.00 ms | 28.50 ms | 30.00 ms |" in table
+    assert "| 64 | 3200.0 rec/s | 15.0 ms | 28.5 ms | 30.0 ms |" in table
+    fast = replace(points[0], avg_ms=2.1374, p95_ms=2.6, p99_ms=3.0)
+    assert "| 2.14 ms | 2.60 ms | 3.00 ms |" in sweep_report.points_markdown([fast])
     sweep_report.write_points_csv(points, tmp_path / "p.csv")
-    rows = (tmp_path / "p.csv").read_text().splitlines()
-    assert rows[0].startswith("Concurrency,Inferences/Second,Server Queue")
-    assert rows[2].split(",")[1] == "3200.0"
+    with open(tmp_path / "p.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0])[:13] == ["Concurrency", *PERF_ANALYZER_HEADER]
+    assert list(rows[0])[13] == "Avg latency"  # ours follow perf_analyzer's
+    assert rows[1]["Inferences/Second"] == "3200.0"
+    assert [rows[1][f"p{p} latency"] for p in (50, 90, 95, 99)] == [
+        "15000",
+        "27000",
+        "28500",
+        "30000",
+    ]
+    assert rows[1]["Client Send"] == rows[1]["Client Recv"] == "0"
+    assert rows[1]["Network+Server Send/Recv"] == "15000"  # no server time known: all of it
+    open_loop = [replace(points[0], request_rate_asked=50.0)]
+    sweep_report.write_points_csv(open_loop, tmp_path / "r.csv")
+    header = (tmp_path / "r.csv").read_text().splitlines()[0].split(",")
+    assert header[:13] == ["Request Rate", *PERF_ANALYZER_HEADER] and "Concurrency" in header
     sweep_report.plot(points, tmp_path / "p.png", title="t", unit="rec/s", bound_ms=20)
     assert (tmp_path / "p.png").stat().st_size > 1000
     assert math.isnan(points[0].client_overhead_ms)  # no server figures, no overhead

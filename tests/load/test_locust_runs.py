@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import signal
 import sys
 import time
@@ -18,6 +19,7 @@ from pytest_triton import TritonClient
 from pytest_triton.client.wire.shm import cuda_problem, our_regions
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
+from tests.helpers.known_latencies import assert_within_precision, exact_percentile, latencies_us
 from tests.helpers.locust_runs import (
     LOCUSTFILES,
     PROBE_LOCUSTFILE,
@@ -31,6 +33,7 @@ from tests.helpers.locust_runs import (
 from tests.helpers.raw_models import write_bytes_model
 
 LOCUSTFILES_FOR_TESTS = PROBE_LOCUSTFILE.parent
+KNOWN_LATENCY_LOCUSTFILE = LOCUSTFILES_FOR_TESTS / "known_latency.py"
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
 
@@ -167,7 +170,11 @@ def test_users_over_shared_memory_register_once_and_leave_nothing(
 
 
 def test_triton_perf_over_shared_memory(probe_server: Endpoints, tmp_path: Path) -> None:
+    """Also: on a fast model (full batches of 8 run at once, no batching delay) the point's
+    percentiles have microsecond resolution (p50 below p99, not one whole-ms bucket), in the
+    JSON, the printed table and perf_analyzer's CSV columns (whole us)."""
     out = tmp_path / "perf.json"
+    table = tmp_path / "perf.csv"
     cmd = [
         sys.executable,
         "-m",
@@ -179,17 +186,21 @@ def test_triton_perf_over_shared_memory(probe_server: Endpoints, tmp_path: Path)
         "--model-name",
         "probe_onnx",
         "-b",
-        "2",
+        "8",
         "--concurrency-range",
         "2",
         "-p",
         "1500",
         "--warmup",
         "300",
+        "--max-trials",
+        "4",
         "--shared-memory",
         "system",
         "--json",
         str(out),
+        "-f",
+        str(table),
         "--no-progress",
     ]
     finished = Locust(cmd, env=subprocess_env()).finish(timeout=120)
@@ -197,6 +208,19 @@ def test_triton_perf_over_shared_memory(probe_server: Endpoints, tmp_path: Path)
     assert "tensors travel through system shared memory" in finished.stderr
     (point,) = json.loads(out.read_text())["points"]
     assert point["requests"] > 10 and point["failures"] == 0, point
+    assert 0 < point["p50_ms"] < point["p99_ms"] < 100, point
+    assert not float(point["p50_ms"]).is_integer() or not float(point["p99_ms"]).is_integer()
+    assert point["latency_histogram"].startswith("HISTF")  # HdrHistogram's base64 text
+    with open(table, newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert int(row["p50 latency"]) < int(row["p99 latency"]) == round(point["p99_ms"] * 1e3)
+    # the markdown table prints 3 significant digits: "| 1.23 ms |", not "| 1 ms |"
+    print(finished.stdout[-1500:])  # what was measured, for the log
+    printed = re.search(
+        r"\| [\d,.]+ infer/s[^|]*\| ([\d.]+) ms \| ([\d.]+) ms \| ([\d.]+) ms \|", finished.stdout
+    )
+    assert printed is not None, finished.stdout[-2000:]
+    assert all(len(v.replace(".", "").lstrip("0")) == 3 for v in printed.groups()), printed
     status = TritonClient(probe_server.http, "http")._client.get_system_shared_memory_status()
     assert [r["name"] for r in status] == [], "the generator's regions outlived it"
 
@@ -363,6 +387,69 @@ def test_master_and_worker_processes(tmp_path: Path) -> None:
     assert worker_done.code == 0, worker_done.tail()
     assert done.report is not None and done.report["measured"]["requests"] > 20
     assert "starting an embedded tritonserver" not in worker_done.output
+
+
+def test_master_merges_its_workers_latency_histograms(tmp_path: Path) -> None:
+    """A real master and two worker processes whose users report known latencies (no server:
+    request events with set response times): 1.000-1.999 ms on one worker, 5.000-5.999 ms on
+    the other. The master's whole-run percentiles are those of all 4000 requests together, to
+    within the histogram's precision (3 significant digits, us resolution), not whole ms."""
+    port = free_port()
+    report = tmp_path / "report.json"
+    master = Locust(
+        locust_args(
+            KNOWN_LATENCY_LOCUSTFILE,
+            "--headless",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "8s",
+            "--host",
+            f"http://127.0.0.1:{free_port()}",  # loopback, nothing listening
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            "2",
+            report=report,
+        ),
+        report,
+    )
+    bases = (1000, 5000)
+    workers = [
+        Locust(
+            locust_args(
+                KNOWN_LATENCY_LOCUSTFILE,
+                "--worker",
+                "--master-host",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+            ),
+            env=subprocess_env(KNOWN_LATENCY_BASE_US=str(base)),
+        )
+        for base in bases
+    ]
+    done = master.finish(timeout=120)
+    for worker in workers:
+        assert worker.finish(timeout=30).code == 0
+    assert done.report is not None, done.tail()
+    measured = done.report["measured"]
+    # Locust gives each worker 2 of the 4 users; each user reports 1000 latencies
+    every_ms = [us / 1000 for base in bases for us in latencies_us(base) * 2]
+    assert measured["requests"] == len(every_ms) == 4000, done.tail()
+    assert measured["samples"] == 4000  # the log counted each request once, from its worker
+    assert measured["avg_ms"] == pytest.approx(sum(every_ms) / len(every_ms))
+    for p in (50, 95, 99):
+        assert_within_precision(measured[f"p{p}_ms"], exact_percentile(every_ms, p))
+    assert 1.9 < measured["p50_ms"] < 2.0 and 5.9 < measured["p99_ms"] < 6.0, measured
+    windows = done.report["windows"]
+    assert sum(w["requests"] for w in windows) <= 4000
+    assert all("latency_histogram" in w for w in windows)
 
 
 def test_refuses_a_non_loopback_host(tmp_path: Path) -> None:

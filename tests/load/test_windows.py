@@ -3,21 +3,20 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import statistics
+import tracemalloc
 
+import numpy as np
 import pytest
 
 from pytest_triton.load.locust.arrivals import Lag, rate_warning, schedule
-from pytest_triton.load.measure.window_log import SLICE_S, WindowLog, rounded_ms
-from pytest_triton.load.measure.windows import (
-    Criterion,
-    Window,
-    assess,
-    histogram_percentile,
-    merge,
-)
+from pytest_triton.load.measure.latency_histogram import LatencyHistogram, ms_text
+from pytest_triton.load.measure.window_log import SLICE_S, WindowLog
+from pytest_triton.load.measure.windows import PERCENTILES, Criterion, Window, assess, merge
+from tests.helpers.known_latencies import assert_within_precision, exact_percentile
 
 T0 = 1_000_000.0  # a wall-clock time on a slice boundary
 
@@ -105,13 +104,67 @@ def test_a_window_without_successes_never_agrees() -> None:
     assert not assess([window(1, 10, 1), window(2, 10, 1), empty], Criterion(3, 10.0)).stable
 
 
-def test_histogram_percentiles_follow_locust() -> None:
-    histogram = {1: 98, 50: 1, 200: 1}
-    assert histogram_percentile(histogram, 50) == 1
-    assert histogram_percentile(histogram, 99) == 50
-    assert histogram_percentile(histogram, 100) == 200
-    assert math.isnan(histogram_percentile({}, 99))
-    assert [rounded_ms(v) for v in (3.4, 154, 1549)] == [3, 150, 1500]
+def known_latencies(count: int, seed: int = 7) -> list[float]:
+    """A long-tailed distribution of fast requests: median ~2 ms, tail to ~30 ms."""
+    rng = np.random.default_rng(seed)
+    return [float(v) for v in np.exp(rng.normal(np.log(2.0), 0.6, count))]
+
+
+def test_percentiles_of_a_known_distribution_are_exact_to_the_histograms_precision() -> None:
+    latencies = known_latencies(50_000)
+    histogram = LatencyHistogram.of(latencies)
+    assert histogram.count == len(latencies)
+    for p, value in histogram.percentiles_ms([50, 90, 95, 99, 99.9]).items():
+        assert_within_precision(value, exact_percentile(latencies, p))
+    assert histogram.percentile_ms(50) < histogram.percentile_ms(99)  # not one ms bucket
+    travelled = LatencyHistogram.decode(histogram.encode())  # as workers send them
+    assert travelled.count == histogram.count
+    assert travelled.percentiles_ms(PERCENTILES) == histogram.percentiles_ms(PERCENTILES)
+    assert len(histogram.encode()) < 10_000  # base64 text, msgpack- and JSON-able
+    assert [ms_text(v) for v in (2.137, 0.2134, 25.37, 1250.4)] == [
+        "2.14",
+        "0.213",
+        "25.4",
+        "1,250",
+    ]
+
+
+def test_window_log_windows_hold_the_percentiles_of_their_requests() -> None:
+    """A known latency distribution through the WindowLog: each window's percentiles and
+    those of the merged stable windows are the exact ones of their requests, to within the
+    histogram's precision (no whole-ms rounding: p50 2.0x ms, p99 ~8 ms, both below 10)."""
+    log = WindowLog()
+    latencies = known_latencies(24_000, seed=11)
+    per_slice = 300  # 1200 requests/s for 20 s
+    by_window: dict[int, list[float]] = {}
+    for i, latency in enumerate(latencies):
+        k, j = divmod(i, per_slice)
+        log.record(T0 + k * SLICE_S + j * SLICE_S / per_slice, "m", latency, True, 2)
+        if k >= 4:  # after the 1 s warm-up: windows of 2 s = 8 slices
+            by_window.setdefault((k - 4) // 8 + 1, []).append(latency)
+    windows = log.windows(T0, T0 + 20, warmup_s=1.0, interval_s=2.0)
+    assert [w.index for w in windows] == list(range(1, 10))
+    for w in windows:
+        exact = by_window[w.index]
+        assert w.requests == len(exact) == 2400 and w.samples == 4800
+        assert w.avg_ms == pytest.approx(sum(exact) / len(exact))
+        for p in PERCENTILES:
+            assert_within_precision(w.latency(p), exact_percentile(exact, p))
+        assert w.p50_ms < w.p90_ms < w.p99_ms < 10
+        assert not float(w.p50_ms).is_integer()
+    chosen = windows[-3:]
+    merged = merge(chosen)
+    together = [v for w in chosen for v in by_window[w.index]]
+    assert merged.requests == len(together) and merged.histogram is not None
+    for p in PERCENTILES:  # the merge's percentiles are those of all its requests
+        assert_within_precision(merged.latency(p), exact_percentile(together, p))
+    assert merged.avg_ms == pytest.approx(sum(together) / len(together))
+    whole = log.total("m")
+    assert whole.requests == len(latencies)
+    assert_within_precision(whole.histogram.percentile_ms(99), exact_percentile(latencies, 99))
+    # a window read back from its JSON keeps its histogram, so merges stay exact
+    again = [Window.from_dict(w.as_dict()) for w in chosen]
+    assert merge(again).p99_ms == merged.p99_ms
 
 
 def test_window_log_cuts_time_windows_after_the_warmup() -> None:
@@ -165,10 +218,58 @@ def test_workers_logs_merge_into_the_masters() -> None:
     assert worker_a.take_unsent()["slices"] == {}  # sent once
     (w,) = master.windows(T0, T0 + 8, warmup_s=0, interval_s=8)
     assert w.requests == 16 and w.avg_ms == pytest.approx(20.0)
-    assert w.p50_ms == 10 and w.p99_ms == 30
+    assert_within_precision(w.p50_ms, 10.0)
+    assert_within_precision(w.p99_ms, 30.0)
+
+
+def test_workers_histograms_merge_exactly_into_the_masters() -> None:
+    """Two workers with different latencies: the master's windows hold the percentiles of
+    all their requests together, as one process logging everything would."""
+    master, alone = WindowLog(), WindowLog()
+    workers = [WindowLog(), WindowLog()]
+    everything: list[float] = []
+    for n, worker in enumerate(workers):
+        for i, latency in enumerate(known_latencies(4000, seed=n)):
+            at = T0 + i * 0.002
+            worker.record(at, "m", latency * (1 + 2 * n), True, 1)  # worker 1 is 3x slower
+            alone.record(at, "m", latency * (1 + 2 * n), True, 1)
+            everything.append(latency * (1 + 2 * n))
+            if i % 1500 == 0:  # reports every 3 s, as Locust's workers send them
+                master.merge(worker.take_unsent())
+        master.merge(worker.take_unsent())
+    (mine,) = master.windows(T0, T0 + 8, warmup_s=0, interval_s=8)
+    (theirs,) = alone.windows(T0, T0 + 8, warmup_s=0, interval_s=8)
+    assert mine.requests == theirs.requests == 8000
+    assert mine.avg_ms == pytest.approx(theirs.avg_ms)  # sums added in another order
+    assert {**mine.as_dict(), "avg_ms": 0} == {**theirs.as_dict(), "avg_ms": 0}
+    for p in PERCENTILES:
+        assert_within_precision(mine.latency(p), exact_percentile(everything, p))
+    assert master.total().histogram.percentiles_ms(PERCENTILES) == (
+        alone.total().histogram.percentiles_ms(PERCENTILES)
+    )
+
+
+def test_past_slices_are_kept_compact() -> None:
+    """An HdrHistogram holds ~190 kB of counters: past slices keep only their encoded text,
+    and histograms let go are freed at once (not left to the cyclic garbage collector)."""
+    gc.disable()
+    tracemalloc.start()
+    try:
+        log = WindowLog()
+        for k in range(2000):  # 500 s of slices, 20 requests each
+            for j in range(20):
+                log.record(T0 + k * SLICE_S + j * 0.01, "m", 1.0 + j * 0.1 + k * 1e-4, True, 1)
+        windows = log.windows(T0, T0 + 500, warmup_s=0, interval_s=5)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert len(windows) == 100 and all(w.requests == 400 for w in windows)
+    assert held < 20e6, f"{held / 1e6:.0f} MB for 2000 slices"  # 2000 x 190 kB = 380 MB
 
 
 def test_merge_weights_windows_by_their_requests() -> None:
+    """Windows without histograms (read from an older report): the weighted mean."""
     m = merge([window(1, 100, 10), window(2, 300, 20)])
     assert m.requests == 400 and m.p99_ms == pytest.approx((100 * 10 + 300 * 20) / 400)
 

@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytest_triton.client.wire.grpc_h2 import GrpcConnections, Http2Connection
 from pytest_triton.client.wire.http_conn import HttpConnection, raise_for_status
-from pytest_triton.client.wire.request import PreparedRequest
+from pytest_triton.client.wire.request import PreparedRequest, RawAnswer, answer_size
 
 Failure = Callable[[PreparedRequest, Exception], Exception]
 
@@ -42,6 +42,9 @@ class Lane(ABC, Generic[C]):
         self._failure = failure
         self._connection: C | None = None
         self._request: PreparedRequest | None = None
+        self.answered: tuple[PreparedRequest, RawAnswer] | None = None
+        """The last whole answer and its request (kept until the next one is whole, not
+        decoded): for a driver that checks answers."""
 
     def send(self, request: PreparedRequest) -> bool:
         """Start `request`; True when it went out on a new connection, whose fileno() the
@@ -70,12 +73,14 @@ class Lane(ABC, Generic[C]):
         try:
             if not connection.advance():
                 return None
-            return self._finish(connection)
+            raw = self._finish(connection)
         except Exception as exc:
             # a rejection leaves the connection as good as it was
             if not (isinstance(exc, InferenceServerException) and self._keeps(connection)):
                 self.close()
             raise self._failure(request, exc) from None
+        self.answered = (request, raw)
+        return answer_size(raw)
 
     def expire(self) -> Exception:
         """The request in flight took longer than the client's timeout: drop its connection
@@ -98,8 +103,8 @@ class Lane(ABC, Generic[C]):
     def _begin(self, connection: C, request: PreparedRequest) -> None: ...
 
     @abstractmethod
-    def _finish(self, connection: C) -> int:
-        """The whole answer's size; an error answer raises InferenceServerException, and a
+    def _finish(self, connection: C) -> RawAnswer:
+        """The whole answer; an error answer raises InferenceServerException, and a
         connection that must not carry another request is closed."""
         ...
 
@@ -121,12 +126,12 @@ class HttpLane(Lane[HttpConnection]):
         assert isinstance(connection, HttpConnection)
         connection.begin(request.wire)
 
-    def _finish(self, connection: HttpConnection) -> int:
+    def _finish(self, connection: HttpConnection) -> RawAnswer:
         reply, keep = connection.reply()
         if not keep:
             self.close()
         raise_for_status(reply)
-        return len(reply.body)
+        return reply
 
 
 class GrpcLane(Lane[Http2Connection]):
@@ -141,7 +146,7 @@ class GrpcLane(Lane[Http2Connection]):
         assert isinstance(connection, Http2Connection) and request.frames is not None
         connection.begin(request.frames)
 
-    def _finish(self, connection: Http2Connection) -> int:
+    def _finish(self, connection: Http2Connection) -> RawAnswer:
         if not connection.usable:  # GOAWAY, or out of stream ids
             self.close()
-        return len(connection.result())
+        return connection.result()

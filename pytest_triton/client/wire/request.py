@@ -28,6 +28,9 @@ from pytest_triton.client.wire.http_conn import HttpReply, raise_for_status, req
 from pytest_triton.client.wire.shm import ALIGNMENT, Block, SharedMemory
 
 Protocol = Literal["http", "grpc"]
+RawAnswer = HttpReply | bytes
+"""An answer as it came back, not decoded: the HTTP reply, or gRPC's ModelInferResponse
+message."""
 
 
 @dataclass(eq=False)
@@ -210,6 +213,59 @@ def reserve(
 
 
 # -- answers ---------------------------------------------------------------------------------
+def answer_size(raw: RawAnswer) -> int:
+    """The answer's size as it came over the wire (HTTP body, gRPC message)."""
+    return len(raw.body) if isinstance(raw, HttpReply) else len(raw)
+
+
+def read_answer(request: PreparedRequest, raw: RawAnswer) -> dict[str, Array]:
+    """Every output of an answer of either protocol (see read_http, read_grpc)."""
+    if isinstance(raw, HttpReply):
+        return read_http(request, raw)
+    return read_grpc(request, raw)
+
+
+_RAW_OUTPUT_CONTENTS = 6  # ModelInferResponse's field number of the output tensors' bytes
+
+
+def answer_header(raw: RawAnswer) -> bytes:
+    """The part of an answer that names its outputs, their datatypes, shapes (and
+    shared-memory places) and none of their data: the JSON header of an HTTP answer, the
+    gRPC message up to its raw_output_contents. Two answers of equal length and equal
+    headers have outputs of the same names, datatypes and shapes."""
+    if isinstance(raw, HttpReply):
+        body = raw.body
+        return bytes(body if raw.header_length is None else body[: raw.header_length])
+    position = 0
+    while position < len(raw):  # fields in number order, as protobuf serializes them
+        start = position
+        tag, position = _varint(raw, position)
+        field, kind = tag >> 3, tag & 7
+        if field == _RAW_OUTPUT_CONTENTS:
+            return bytes(raw[:start])
+        if kind == 0:
+            _, position = _varint(raw, position)
+        elif kind == 2:
+            length, position = _varint(raw, position)
+            position += length
+        elif kind in (1, 5):
+            position += 8 if kind == 1 else 4
+        else:
+            break  # not a message we know: the whole answer is its header
+    return bytes(raw)
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+
+
 def read_http(request: PreparedRequest, reply: HttpReply) -> dict[str, Array]:
     """Every output of an HTTP answer (an error answer raises InferenceServerException)."""
     raise_for_status(reply)

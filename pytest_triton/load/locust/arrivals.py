@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pytest_triton.base.config import Distribution
@@ -31,9 +31,11 @@ def schedule(
     *,
     start: float = 0.0,
     seed: int | None = None,
+    rate_at: Callable[[float], float | None] | None = None,
 ) -> Iterator[float]:
     """Due times (same clock as `start`) of requests at `rate` per second: evenly spaced, or
-    with exponential gaps (Poisson arrivals) of the same mean."""
+    with exponential gaps (Poisson arrivals) of the same mean. `rate_at(due)` (same clock),
+    when given, is the rate from each due time on (a traffic shape); None ends the schedule."""
     if not rate > 0 or not math.isfinite(rate):
         raise ValueError(f"a request rate must be a number > 0, got {rate!r}")
     if distribution not in DISTRIBUTIONS:
@@ -42,7 +44,10 @@ def schedule(
     due = start
     while True:
         yield due
-        due += 1.0 / rate if distribution == "constant" else rng.expovariate(rate)
+        now = rate if rate_at is None else rate_at(due)
+        if now is None:
+            return
+        due += 1.0 / now if distribution == "constant" else rng.expovariate(now)
 
 
 @dataclass

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from pytest_triton.base.formats import FORMATS
 from pytest_triton.base.importing import load_object
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import Variant
 from pytest_triton.session.deployment import Deployment
@@ -40,6 +41,7 @@ class EmbeddedModel:
     source: SpecSource
     fmt: str = DEFAULT_FORMAT
     _spec: ModelSpec | None = field(default=None, init=False, repr=False)
+    _native: NativeModel | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +63,16 @@ class EmbeddedModel:
 
     def inputs(self, batch_size: int, seed: int = 0) -> dict[str, Array]:
         return self.spec.make_inputs(batch_size, seed)
+
+    def reference(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        """PyTorch's outputs for `inputs` (the spec's module at fp32 on the CPU, as parity
+        computes them): what a right answer of the served model is."""
+        spec = self.spec
+        with self._lock:
+            if self._native is None:
+                self._native = NativeModel(spec)
+            native = self._native
+        return native(inputs)
 
 
 def check_format(fmt: str) -> str:

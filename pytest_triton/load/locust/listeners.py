@@ -21,7 +21,7 @@ from locust.event import Events
 from locust.runners import Runner, WorkerRunner
 
 from pytest_triton.base.errors import ConfigError, TritonTestError
-from pytest_triton.load.locust import distributed, generator_cpu, recording, verdict
+from pytest_triton.load.locust import distributed, generator_cpu, recording, shapes, verdict
 from pytest_triton.load.locust.options import add_options, web_ui_exposure
 from pytest_triton.load.locust.run import LoadRun, run_of
 from pytest_triton.load.webui import live
@@ -49,6 +49,7 @@ def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -
         if environment.parsed_options is None:
             return  # library use
         recording.attach_window_log(environment)
+        shapes.attach_shape_clock(environment)
         distributed.install_distributed(environment)
         generator_cpu.attach_cpu_watch(environment)
         if isinstance(runner, WorkerRunner):

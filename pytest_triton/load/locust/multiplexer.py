@@ -33,15 +33,17 @@ import gevent.event
 from gevent import monkey
 
 from pytest_triton.client.wire.lane import Lane
-from pytest_triton.client.wire.request import PreparedRequest
+from pytest_triton.client.wire.request import PreparedRequest, RawAnswer
 
 POLL_S = 0.002  # longest wait in epoll, with the hub stopped
 YIELD_S = 0.002  # longest time between turns of the hub
 EXPIRY_CHECK_S = 0.1  # how often requests in flight are checked against their timeout, and
 # lanes whose send failed (a refused connection) try again
 MAX_REQUEST_BYTES = 64 * 1024  # larger requests keep a greenlet per user
-Record = Callable[[float, int, "Exception | None"], None]
-"""Reports one request: (its latency in seconds, its answer's size, its failure)."""
+Answered = tuple[PreparedRequest, RawAnswer]
+Record = Callable[[float, int, "Exception | None", "Answered | None"], None]
+"""Reports one request: (its latency in seconds, its answer's size, its failure, and the
+request with its answer as it came back, not decoded: for a user that checks answers)."""
 
 
 def multiplexer_available() -> bool:
@@ -127,7 +129,7 @@ class Multiplexer:
     def _loop(self) -> None:
         clock = time.perf_counter
         turn = check = clock()
-        done: list[tuple[_Slot, float, int, Exception | None]] = []
+        done: list[tuple[_Slot, float, int, Exception | None, Answered | None]] = []
         while self._slots:
             for fd, _ in self._epoll.poll(POLL_S):
                 slot = self._by_fd.get(fd)
@@ -135,8 +137,8 @@ class Multiplexer:
                     self._readable(slot, done)
             # Answers of one batch arrive together: every next request is out before the
             # first answer is reported, so the last one's send does not wait for the events.
-            for slot, latency_s, size, error in done:
-                slot.record(latency_s, size, error)
+            for slot, latency_s, size, error, answer in done:
+                slot.record(latency_s, size, error, answer)
             done.clear()
             now = clock()
             if now >= check:
@@ -150,7 +152,9 @@ class Multiplexer:
                 turn = clock()
 
     def _readable(
-        self, slot: _Slot, done: list[tuple[_Slot, float, int, Exception | None]]
+        self,
+        slot: _Slot,
+        done: list[tuple[_Slot, float, int, Exception | None, Answered | None]],
     ) -> None:
         """Read what arrived; once the answer is whole, send the next request and add the
         answer to `done`."""
@@ -167,7 +171,8 @@ class Multiplexer:
                 return
             error = None
         slot.in_flight = False
-        done.append((slot, time.perf_counter() - slot.started, size, error))
+        answer = slot.lane.answered if error is None else None  # before the next send
+        done.append((slot, time.perf_counter() - slot.started, size, error, answer))
         if slot.active:  # (reading may have waited in gevent, and its user been stopped)
             self._send(slot)
 
@@ -178,7 +183,7 @@ class Multiplexer:
         try:
             fresh = slot.lane.send(next(slot.requests))
         except Exception as exc:  # refused or dropped at once: fails, tried at the next check
-            slot.record(time.perf_counter() - slot.started, 0, exc)
+            slot.record(time.perf_counter() - slot.started, 0, exc, None)
             return
         finally:
             slot.sending = False
@@ -211,7 +216,7 @@ class Multiplexer:
     def _time_out(self, slot: _Slot) -> None:
         """As a blocking send's socket timeout: a failure, and the connection dropped."""
         slot.in_flight = False
-        slot.record(time.perf_counter() - slot.started, 0, slot.lane.expire())
+        slot.record(time.perf_counter() - slot.started, 0, slot.lane.expire(), None)
         if slot.active:  # record() may have stopped the run, and this user with it
             self._send(slot)
 

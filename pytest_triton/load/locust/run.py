@@ -17,12 +17,20 @@ import gevent
 import gevent.lock
 from locust.env import Environment
 
-from pytest_triton.base.config import TritonConfig, check_replicas_behind
+from pytest_triton.base.config import TritonConfig, check_goodput, check_replicas_behind
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import check_host
 from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
 from pytest_triton.load.locust.monitor import RunMonitor
 from pytest_triton.load.locust.options import run_config
+from pytest_triton.load.locust.scrape import (
+    Scraper,
+    embedded_pid,
+    metrics_url,
+    server_process,
+    soak_wanted,
+)
+from pytest_triton.load.locust.shapes import install_shape
 from pytest_triton.load.locust.user_settings import (
     check_load_allowed,
     checked_shared_memory,
@@ -93,6 +101,7 @@ class LoadRun:
     embedded_host: str | None = None
     tracker: StatsTracker | None = None
     monitor: RunMonitor | None = None
+    scraper: Scraper | None = None
     started: bool = False
     finished: bool = False
     cpu_percent: float | None = None
@@ -110,6 +119,7 @@ class LoadRun:
     def create(cls, environment: Environment) -> LoadRun:
         """Resolve the run's settings (a bad one raises ConfigError before any load)."""
         run = cls(environment, run_config(environment))
+        check_goodput(run.config)
         setattr(environment, ATTRIBUTE, run)
         atexit.register(run.stop_server)
         return run
@@ -119,7 +129,14 @@ class LoadRun:
         """Bound a headless run, check the host, or start the embedded server."""
         options = self.environment.parsed_options
         assert options is not None  # only made for the locust command line
-        if options.headless and not options.run_time:
+        shape = install_shape(self.environment, self.config)
+        if shape is not None:
+            log.info(
+                "pytest-triton: traffic shape %s: %s",
+                self.config.load.shape,
+                ", ".join(f"{s.label} for {s.duration_s:g}s" for s in shape.stages),
+            )
+        elif options.headless and not options.run_time:
             options.run_time = DEFAULT_RUN_TIME_S
             log.info(
                 "pytest-triton: no --run-time given: the test stops after %ss (pass -t to "
@@ -208,6 +225,15 @@ class LoadRun:
             environment, config.load.max_requests, self.end, self.server_death
         )
         self.monitor.start()
+        self.scraper = None
+        if soak_wanted(config):
+            server = self.server
+            embedded = server.endpoints.metrics if server and server.deployment else None
+            self.scraper = Scraper(
+                metrics_url(config, embedded, host),
+                server_process(embedded_pid(server), host),
+            )
+            self.scraper.start()
 
     def server_death(self) -> str | None:
         """How the embedded server died, if it did."""
@@ -233,6 +259,8 @@ class LoadRun:
             return
         self.finished = True
         self.stopped_at = time.time()
+        if self.scraper is not None:
+            self.scraper.stop()
         if self.monitor is not None:
             self.cpu_percent = self.monitor.stop()
             self.cpu_warning = self.cpu_warning or self.monitor.cpu_warning

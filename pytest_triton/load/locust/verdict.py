@@ -3,6 +3,7 @@ the process exit code, and the printed and JSON reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -10,43 +11,120 @@ from pathlib import Path
 
 from locust import log as locust_log
 from locust.env import Environment
+from locust.stats import StatsError
 
 from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.errors import WrongAnswer
 from pytest_triton.load.locust.arrivals import rate_warning
 from pytest_triton.load.locust.distributed import worker_offsets
 from pytest_triton.load.locust.recording import schedule_lag, window_log
 from pytest_triton.load.locust.run import LoadRun, current_host
+from pytest_triton.load.locust.shapes import shape_of
 from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.goodput import goodput_between
+from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.server_side import generator_warnings
-from pytest_triton.load.measure.windows import Criterion, Stability, assess, windows_table
+from pytest_triton.load.measure.soak import SoakFigures, soak_figures, write_soak_plots
+from pytest_triton.load.measure.stages import StageResult, judge_stages, stage_check, stages_table
+from pytest_triton.load.measure.window_log import Slice
+from pytest_triton.load.measure.windows import (
+    PERCENTILES,
+    Criterion,
+    Stability,
+    assess,
+    windows_table,
+)
 
 
 def measured(environment: Environment) -> tg.Measured:
-    """The run's client-side figures from Locust's (aggregated) statistics; samples from the
-    request log (request events report bytes as their response length, not samples)."""
+    """The run's client-side figures: requests and duration from Locust's (aggregated)
+    statistics; latencies (us resolution) and samples from the request log, whose histograms
+    the workers send with their reports (request events report bytes as their response
+    length, not samples). Locust's own percentiles, whole ms below 100 ms, stay in its UI."""
     total = environment.stats.total
     requests = window_log(environment)
     duration = 0.0
     if total.last_request_timestamp and total.start_time:
         duration = max(total.last_request_timestamp - total.start_time, 1e-9)
-    nan = float("nan")
-    any_ = total.num_requests > 0
+    logged = requests.total() if requests is not None else Slice()
+    pct = logged.histogram.percentiles_ms(PERCENTILES)
     return tg.Measured(
         requests=total.num_requests,
         failures=total.num_failures,
-        samples=requests.samples() if requests is not None else 0,
+        samples=logged.samples,
         duration_s=duration,
-        avg_ms=total.avg_response_time if any_ else nan,
-        p95_ms=total.get_response_time_percentile(0.95) if any_ else nan,
-        p99_ms=total.get_response_time_percentile(0.99) if any_ else nan,
-        p50_ms=total.get_response_time_percentile(0.5) if any_ else nan,
+        avg_ms=logged.avg_ms,
+        p95_ms=pct[95],
+        p99_ms=pct[99],
+        p50_ms=pct[50],
+        wrong_answers=wrong_answers(environment),
+    )
+
+
+WRONG_ANSWER = WrongAnswer.__name__ + "("
+
+
+def wrong_answers(environment: Environment) -> int:
+    """Failed requests whose answer was wrong (users.py reports them as WrongAnswer): from
+    Locust's error table, which holds every worker's too."""
+    return sum(
+        e.occurrences
+        for e in environment.stats.errors.values()
+        if StatsError.parse_error(e.error).startswith(WRONG_ANSWER)
+    )
+
+
+def measured_span(run: LoadRun) -> tuple[float, float] | None:
+    """Wall-clock times from the end of the run's warm-up to its stop (None before a run)."""
+    log = window_log(run.environment)
+    if log is None or not run.started_at:
+        return None
+    begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
+    return begun + run.config.measurement.load_warmup / 1e3, run.stopped_at or time.time()
+
+
+def run_goodput(run: LoadRun) -> float:
+    """The share of the requests after the warm-up answered successfully within
+    --perf-slo-ms (NaN without an SLO)."""
+    log, span, slo = window_log(run.environment), measured_span(run), run.config.gate.perf_slo_ms
+    if log is None or span is None or slo is None:
+        return math.nan
+    return goodput_between(log, *span, slo)
+
+
+def soak_of(run: LoadRun) -> SoakFigures | None:
+    """The soak's figures, and its plots beside the JSON report (None without a soak)."""
+    log, span = window_log(run.environment), measured_span(run)
+    if run.scraper is None or span is None:
+        return None
+    soak = soak_figures(run.scraper.samples, log, *span)
+    if run.config.load.report_json:
+        path = Path(run.config.load.report_json)
+        limits = {
+            name: run.config.value(name)
+            for name in ("perf_memory_growth_mb_per_min", "perf_latency_p99")
+        }
+        soak.figures = write_soak_plots(
+            soak, log, run.started_at, span[1], path.with_name(path.stem), limits
+        )
+    return soak
+
+
+def stage_results(run: LoadRun) -> list[StageResult] | None:
+    """Each stage of the run's traffic shape judged on its own (None without a shape)."""
+    shape, log = shape_of(run.environment), window_log(run.environment)
+    if shape is None or log is None or not run.started_at:
+        return None
+    return judge_stages(
+        log, shape.stages, shape.started_at, run.stopped_at or time.time(), run.config
     )
 
 
 def stability_of(run: LoadRun) -> Stability | None:
-    """The run cut into measurement windows after its warm-up, and whether they agree."""
+    """The run cut into measurement windows after its warm-up, and whether they agree (not
+    asked of a shaped run: its load changes by design, each stage is judged instead)."""
     log = window_log(run.environment)
-    if log is None or not run.started_at:
+    if log is None or not run.started_at or shape_of(run.environment) is not None:
         return None
     c = run.config
     begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
@@ -105,7 +183,14 @@ def judge_run(run: LoadRun) -> None:
         return
     run.finish()
     run.settle_reports()  # workers' final reports may have come in since the test stopped
-    figures = measured(environment)
+    figures = dataclasses.replace(measured(environment), goodput=run_goodput(run))
+    soak = soak_of(run)
+    if soak is not None:
+        figures = dataclasses.replace(
+            figures,
+            memory_growth_mb_per_min=soak.memory_growth_mb_per_min,
+            p99_drift_pct=soak.p99_drift_pct,
+        )
     stability = stability_of(run)
     basis: tg.Rates = figures
     if stability is not None and stability.measurement is not None:
@@ -115,6 +200,8 @@ def judge_run(run: LoadRun) -> None:
     if stability is not None:
         allowed = run.config.measurement.allow_unstable or not speed
         checks.append(stability_check(stability, allowed))
+    stages = stage_results(run)
+    checks += [stage_check(r) for r in stages or []]
     failed = tg.failures(checks)
     warnings = generator_warnings(
         cpu_percent=run.cpu_percent, cpu_warning=run.cpu_warning, reports=run.reports
@@ -139,16 +226,23 @@ def judge_run(run: LoadRun) -> None:
         warnings += [warning] if warning else []
     run.summary = "\n\n".join(
         [
-            f"Client ({loop}): {figures.requests} requests ({figures.failures} failed) in "
+            f"Client ({loop}): {figures.requests} requests ({figures.failures} failed, "
+            f"{figures.wrong_answers} of them wrong answers) in "
             f"{figures.duration_s:.1f}s: {figures.request_rate:.1f} req/s, "
             f"{figures.throughput:.1f} samples/s",
             *([windows_text(stability)] if stability is not None else []),
+            *(
+                [f"Stages ({run.config.load.shape}):\n{stages_table(stages)}"]
+                if stages is not None
+                else []
+            ),
             *(
                 [f"Worker clocks, offset to the master's: {offsets_text(offsets)}"]
                 if (offsets := worker_offsets(environment))
                 else []
             ),
             *(r.text() for r in run.reports),
+            *([soak.text()] if soak is not None else []),
             *warnings,
             tg.verdict_table(checks, "Verdict (pytest-triton targets)"),
         ]
@@ -162,9 +256,15 @@ def judge_run(run: LoadRun) -> None:
             "throughput": figures.throughput,
             "request_rate": figures.request_rate,
             "fail_ratio": figures.fail_ratio,
+            "slo_ms": run.config.gate.perf_slo_ms,
         },
         "windows": [w.as_dict() for w in stability.windows] if stability else [],
         "stability": stability.as_dict() if stability else None,
+        "wrong_answers": figures.wrong_answers,
+        "shape": run.config.load.shape if stages is not None else None,
+        "stages": [r.as_dict() for r in stages] if stages is not None else None,
+        "soak": soak.as_dict() if soak is not None else None,
+        "figures": soak.figures if soak is not None else [],
         "server": [r.as_dict() for r in run.reports],
         "generator_cpu_percent": run.cpu_percent,
         "requests_outside_run": outside,
@@ -200,7 +300,8 @@ def windows_text(stability: Stability) -> str:
     if m is not None:
         lines.append(
             f"Measured: {m.throughput:,.1f} samples/s, {m.request_rate:,.1f} req/s, "
-            f"avg {m.avg_ms:.2f} ms, p95 {m.p95_ms:.2f} ms, p99 {m.p99_ms:.2f} ms"
+            f"avg {ms_text(m.avg_ms)} ms, p50 {ms_text(m.p50_ms)} ms, p95 {ms_text(m.p95_ms)} ms, "
+            f"p99 {ms_text(m.p99_ms)} ms"
         )
     return "\n".join(lines)
 

@@ -18,6 +18,9 @@ from pytest_triton.base.errors import ConfigError
 TARGET_DEFS = TARGETS
 """The target rows of the settings table (name, unit, bound, flag, env var)."""
 BY_NAME = {t.name: t for t in TARGET_DEFS}
+COUNTED_ALWAYS = ("wrong_answers",)
+"""Judged even when no request succeeded (every answer wrong is the worst case, not an
+unmeasured one)."""
 
 
 class Targets:
@@ -71,6 +74,7 @@ class Rates:
     avg_ms: float
     p95_ms: float
     p99_ms: float
+    wrong_answers: int = 0  # answers checked and found wrong (a run's; a sweep counts none)
 
     def successful_samples(self) -> int:
         raise NotImplementedError
@@ -94,14 +98,31 @@ class Rates:
         return self.failures / self.requests if self.requests else 0.0
 
     def value(self, name: str) -> float:
-        """The figure a target of this name limits."""
-        return {
+        """The figure a target of this name limits (NaN where this kind of result has none:
+        goodput without an SLO, memory growth without a soak)."""
+        figures = {
             "perf_latency_avg": self.avg_ms,
             "perf_latency_p95": self.p95_ms,
             "perf_latency_p99": self.p99_ms,
             "perf_throughput": self.throughput,
             "perf_fail_ratio": self.fail_ratio,
-        }[name]
+            "wrong_answers": float(self.wrong_answers),
+        }
+        if name in figures:
+            return figures[name]
+        value = getattr(self, OPTIONAL_FIGURES[name], None)
+        return math.nan if value is None else float(value)
+
+
+OPTIONAL_FIGURES = {
+    "perf_goodput": "goodput",
+    "perf_memory_growth_mb_per_min": "memory_growth_mb_per_min",
+    "perf_p99_drift": "p99_drift_pct",
+}
+"""Targets on figures only some runs have: their rows appear where the figure was measured or
+a limit was set."""
+WHOLE_RUN = frozenset({"perf_fail_ratio", "wrong_answers", *OPTIONAL_FIGURES})
+"""Targets judged on the whole run (after its warm-up), not on the stable windows."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +137,10 @@ class Measured(Rates):
     p95_ms: float
     p99_ms: float
     p50_ms: float = math.nan  # reported (the gate report's plot), no target limits it
+    goodput: float = math.nan  # share of requests successful within --perf-slo-ms
+    memory_growth_mb_per_min: float = math.nan  # soak: fitted slope of the server's memory
+    p99_drift_pct: float = math.nan  # soak: p99 of the last third over the first, in %
+    wrong_answers: int = 0  # failed requests whose answer came back but was not PyTorch's
 
     def successful_samples(self) -> int:
         return self.samples
@@ -160,11 +185,15 @@ def evaluate(targets: Targets, measured: Rates, whole: Rates | None = None) -> l
     for t in TARGET_DEFS:
         kind: Literal["max", "min"] = "min" if t.bound == "min" else "max"
         limit = targets.limits[t.name]
-        value = (whole if t.name == "perf_fail_ratio" else measured).value(t.name)
+        value = (whole if t.name in WHOLE_RUN else measured).value(t.name)
         if limit is None:
-            checks.append(Check(t.name, t.unit, kind, None, value, None))
+            if not (t.name in OPTIONAL_FIGURES and math.isnan(value)):
+                checks.append(Check(t.name, t.unit, kind, None, value, None))
             continue
-        if whole.successes == 0 or measured.successes == 0:
+        if t.name in COUNTED_ALWAYS:
+            checks.append(Check(t.name, t.unit, kind, limit, value, value <= limit))
+            continue
+        if whole.successes == 0 or measured.successes == 0 or math.isnan(value):
             checks.append(Check(t.name, t.unit, kind, limit, math.nan, False, "not measured"))
             continue
         ok = value <= limit if kind == "max" else value >= limit
@@ -188,6 +217,8 @@ def describe_failure(check: Check) -> str:
     """'measured 160, target <= 20' (or 'not measured'), with the check's note."""
     if check.note == "not measured":
         return "not measured"
+    if check.limit is None and check.note:  # a row standing for several (a shape's stage)
+        return check.note
     sign = "<=" if check.kind == "max" else ">="
     limit = check.limit if check.limit is not None else math.nan
     return f"measured {_num(check.measured)}, target {sign} {_num(limit)}" + (

@@ -6,67 +6,83 @@ cut from those would be as ragged as the reports. Instead each process logs its 
 in slices of the master's wall clock (workers measure their offset to it), and workers send
 their new slices to the master with their reports. Windows are then
 whole slices: by time (interval / slice of them), or by request count (slices until N
-requests). Latencies are kept as a histogram rounded as Locust rounds them. No locust import.
+requests). Latencies are kept in microseconds in an HdrHistogram per slice and request name
+(latency_histogram.py), which travels as HdrHistogram's base64 text; past slices are kept
+compact (a few hundred bytes each: a few MB per request name for an hour's run), and the
+run's totals per request name are kept as it goes (the live view and the verdict read them).
+No locust import.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_triton.base.config import MeasurementMode
-from pytest_triton.load.measure.windows import PERCENTILES, Window, histogram_percentile
+from pytest_triton.load.measure.latency_histogram import LatencyHistogram, to_us
+from pytest_triton.load.measure.windows import PERCENTILES, Window
 
 SLICE_S = 0.25
 REPORT_KEY = "pytest_triton_requests"
-
-
-def rounded_ms(latency_ms: float) -> int:
-    """Two significant digits above 100 ms, as Locust's histograms keep them."""
-    if latency_ms < 100:
-        return round(latency_ms)
-    if latency_ms < 1000:
-        return int(round(latency_ms, -1))
-    return int(round(latency_ms, -2))
+LIVE_SLICES = 20
+"""Slices this far (5 s) behind the newest keep their recording histograms; older ones are
+compacted (a late worker report decodes one again)."""
 
 
 @dataclass
 class Slice:
+    """Requests of one slice (or of several added up): counts, latency sum and histogram."""
+
     requests: int = 0
     failures: int = 0
     samples: int = 0
     latency_sum_ms: float = 0.0
-    histogram: Counter[int] = field(default_factory=Counter)
+    histogram: LatencyHistogram = field(default_factory=LatencyHistogram)
+
+    def record(self, latency_ms: float, latency_us: int, ok: bool, samples: int) -> None:
+        """One request (its latency in ms, and in whole us as `to_us` makes it)."""
+        self.requests += 1
+        self.latency_sum_ms += latency_ms
+        self.histogram.record_us(latency_us)
+        if ok:
+            self.samples += samples
+        else:
+            self.failures += 1
 
     def add(self, other: Slice) -> None:
         self.requests += other.requests
         self.failures += other.failures
         self.samples += other.samples
         self.latency_sum_ms += other.latency_sum_ms
-        self.histogram.update(other.histogram)
+        self.histogram.add(other.histogram)
+
+    @property
+    def avg_ms(self) -> float:
+        answered = self.histogram.count
+        return self.latency_sum_ms / answered if answered else math.nan
 
     def encode(self) -> list[Any]:
+        """msgpack- and JSON-able: counts, latency sum, the histogram's base64 text."""
         return [
             self.requests,
             self.failures,
             self.samples,
             self.latency_sum_ms,
-            [[k, v] for k, v in self.histogram.items()],
+            self.histogram.encode(),
         ]
 
     @classmethod
     def decode(cls, data: list[Any]) -> Slice:
-        requests, failures, samples, latency_sum, pairs = data
+        requests, failures, samples, latency_sum, histogram = data
         return cls(
             int(requests),
             int(failures),
             int(samples),
             float(latency_sum),
-            Counter({int(k): int(v) for k, v in pairs}),
+            LatencyHistogram.decode(histogram, int(requests)),  # each request has a latency
         )
 
 
@@ -74,15 +90,23 @@ class Slice:
 class WindowLog:
     """One process's (or, merged, a whole run's) requests by slice of completion time and
     request name: the run's measurement windows and its samples (rows of a batch) alike.
-    Kept for the whole run (a few hundred kB an hour)."""
+    Kept for the whole run (past slices compact: about 1 kB per slice and request name,
+    some 15 MB per request name for an hour)."""
 
     slice_s: float = SLICE_S
     slices: dict[int, dict[str, Slice]] = field(default_factory=dict)
     cleared_at: float = 0.0  # wall clock of the last clear (test start, stats reset)
+    totals: dict[str, Slice] = field(default_factory=dict)  # the run so far, by name
     # A worker logs on the master's clock (distributed.py), so that a clock off by seconds
     # does not move its requests into other windows.
     clock: Callable[[], float] = time.time
     _unsent: set[int] = field(default_factory=set)
+    _live: set[int] = field(default_factory=set)  # slices whose histograms record
+    _newest: int = 0
+    _touched: set[int] = field(default_factory=set)  # changed since windows were cut
+    _cut: dict[tuple[int, int, str | None], tuple[Slice, dict[float, float]]] = field(
+        default_factory=dict
+    )
 
     def record(self, at: float, name: str, latency_ms: float, ok: bool, samples: int) -> None:
         """One request completed at wall-clock time `at` (time.time())."""
@@ -91,14 +115,27 @@ class WindowLog:
         entry = by_name.get(name)
         if entry is None:
             entry = by_name[name] = Slice()
-        entry.requests += 1
-        entry.latency_sum_ms += latency_ms
-        entry.histogram[rounded_ms(latency_ms)] += 1
-        if ok:
-            entry.samples += samples
-        else:
-            entry.failures += 1
+        us = to_us(latency_ms)
+        entry.record(latency_ms, us, ok, samples)
+        total = self.totals.get(name)
+        if total is None:
+            total = self.totals[name] = Slice()
+        total.record(latency_ms, us, ok, samples)
         self._unsent.add(key)
+        self._touched.add(key)
+        if key not in self._live:
+            self._live.add(key)
+            self._compact(key)
+
+    def _compact(self, key: int) -> None:
+        """Compact the histograms of slices well behind `key` (the newest seen)."""
+        if key <= self._newest:
+            return
+        self._newest = key
+        for old in [k for k in self._live if k < key - LIVE_SLICES]:
+            self._live.discard(old)
+            for entry in self.slices.get(old, {}).values():
+                entry.histogram.compact()
 
     def take_unsent(self) -> dict[str, Any]:
         """What changed since the last call (a worker's part of its report to the master);
@@ -108,21 +145,56 @@ class WindowLog:
             for k in sorted(self._unsent)
             if k in self.slices
         }
+        self._live -= self._unsent
         self._unsent.clear()
+        self.totals.clear()  # everything recorded was unsent until now
         return {"slice_s": self.slice_s, "slices": sent}
 
     def merge(self, report: Mapping[str, Any]) -> None:
         if not math.isclose(float(report["slice_s"]), self.slice_s):
             raise ValueError("window logs of different slice lengths cannot be merged")
+        keys = []
         for key, by_name in report["slices"].items():
-            mine = self.slices.setdefault(int(key), {})
+            k = int(key)
+            keys.append(k)
+            mine = self.slices.setdefault(k, {})
             for name, data in by_name.items():
-                mine.setdefault(name, Slice()).add(Slice.decode(data))
+                theirs = Slice.decode(data)
+                mine.setdefault(name, Slice()).add(theirs)
+                self.totals.setdefault(name, Slice()).add(theirs)
+            self._touched.add(k)
+            self._live.add(k)
+        if keys:
+            self._compact(max(keys))
 
     def clear(self, at: float | None = None) -> None:
         self.slices.clear()
+        self.totals.clear()
         self._unsent.clear()
+        self._live.clear()
+        self._touched.clear()
+        self._cut.clear()
+        self._newest = 0
         self.cleared_at = time.time() if at is None else at
+
+    def total(self, name: str | None = None) -> Slice:
+        """The run so far (of one request name): counts, latency sum and histogram."""
+        total = Slice()
+        for n, entry in self.totals.items():
+            if name is None or n == name:
+                total.add(entry)
+        return total
+
+    def recent(self, name: str | None, since: float, until: float | None = None) -> Slice:
+        """Requests completed in the slices from wall-clock `since` on (until `until`)."""
+        first = math.floor(since / self.slice_s)
+        last = math.inf if until is None else until / self.slice_s
+        total = Slice()
+        for key in sorted(k for k in self.slices if first <= k < last):
+            for n, entry in self.slices[key].items():
+                if name is None or n == name:
+                    total.add(entry)
+        return total
 
     @property
     def first_at(self) -> float | None:
@@ -147,12 +219,7 @@ class WindowLog:
 
     def samples(self, name: str | None = None) -> int:
         """Successful samples of the run (of one request name)."""
-        return sum(
-            e.samples
-            for by_name in self.slices.values()
-            for n, e in by_name.items()
-            if name is None or n == name
-        )
+        return sum(e.samples for n, e in self.totals.items() if name is None or n == name)
 
     def sample_rate(self, name: str | None, first: float, last: float) -> float:
         """Samples per second completed between two wall-clock times."""
@@ -215,6 +282,13 @@ class WindowLog:
         first = math.ceil((start + warmup_s) / self.slice_s - 1e-9)
         last = math.floor(end / self.slice_s + 1e-9)  # slices [first, last) are complete
         origin = first * self.slice_s
+        if self._touched:  # windows cut before over slices that changed since are stale
+            self._cut = {
+                k: v
+                for k, v in self._cut.items()
+                if not any(k[0] <= t < k[1] for t in self._touched)
+            }
+            self._touched.clear()
         if mode == "time_windows":
             per = max(1, round(interval_s / self.slice_s))
             groups: Iterator[range] = (range(k, k + per) for k in range(first, last - per + 1, per))
@@ -222,27 +296,36 @@ class WindowLog:
             groups = self._by_count(first, last, request_count, name)
         return [self._window(i, group, origin, name) for i, group in enumerate(groups, start=1)]
 
-    def _slice(self, key: int, name: str | None) -> Slice:
-        total = Slice()
-        for n, entry in self.slices.get(key, {}).items():
-            if name is None or n == name:
-                total.add(entry)
-        return total
-
     def _by_count(self, first: int, last: int, count: int, name: str | None) -> Iterator[range]:
         begin, seen = first, 0
         for key in range(first, last):
-            seen += self._slice(key, name).requests
+            seen += sum(
+                e.requests for n, e in self.slices.get(key, {}).items() if name is None or n == name
+            )
             if seen >= count:
                 yield range(begin, key + 1)
                 begin, seen = key + 1, 0
 
+    def _total(self, keys: range, name: str | None) -> tuple[Slice, dict[float, float]]:
+        """The slices' requests added up and their percentiles (kept: a generator cuts the
+        same windows again and again while it waits for them to agree)."""
+        cut = (keys.start, keys.stop, name)
+        found = self._cut.get(cut)
+        if found is None:
+            total = Slice()
+            for key in keys:
+                for n, entry in self.slices.get(key, {}).items():
+                    if name is None or n == name:
+                        total.add(entry)
+            pct = total.histogram.percentiles_ms(PERCENTILES)
+            total.histogram.compact()  # an hour of windows kept live would be 100+ MB
+            if len(self._cut) > 4096:
+                self._cut.clear()
+            found = self._cut[cut] = (total, pct)
+        return found
+
     def _window(self, index: int, keys: range, origin: float, name: str | None) -> Window:
-        total = Slice()
-        for key in keys:
-            total.add(self._slice(key, name))
-        answered = sum(total.histogram.values())
-        pct = {p: histogram_percentile(total.histogram, p) for p in PERCENTILES}
+        total, pct = self._total(keys, name)
         return Window(
             index=index,
             start_s=keys.start * self.slice_s - origin,
@@ -250,9 +333,10 @@ class WindowLog:
             requests=total.requests,
             failures=total.failures,
             samples=total.samples,
-            avg_ms=total.latency_sum_ms / answered if answered else math.nan,
+            avg_ms=total.avg_ms,
             p50_ms=pct[50],
             p90_ms=pct[90],
             p95_ms=pct[95],
             p99_ms=pct[99],
+            histogram=total.histogram,
         )

@@ -3,39 +3,29 @@
 A run is cut into windows (by time, or by request count for slow models) after a warm-up
 that is not measured. A measurement is accepted only when N consecutive windows agree within
 X% on throughput and on the latency percentile (perf_analyzer: 3 windows, 10%); it is then
-the merge of those windows. window_log.py cuts a run into windows. No locust import here.
+the merge of those windows: their requests' latency histograms added up, so its percentiles
+are those of all its requests. window_log.py cuts a run into windows. No locust import here.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pytest_triton.load.measure.latency_histogram import LatencyHistogram, ms_text
 from pytest_triton.load.measure.targets import Rates
 
 PERCENTILES = (50, 90, 95, 99)
-
-
-def histogram_percentile(histogram: Mapping[int, int], percent: float) -> float:
-    """The latency that `percent` of the requests in a {latency_ms: count} histogram finished
-    within (Locust's rule: the smallest bucket reaching that share)."""
-    total = sum(histogram.values())
-    if total == 0:
-        return math.nan
-    needed = math.ceil(total * percent / 100)
-    seen = 0
-    for latency in sorted(histogram):
-        seen += histogram[latency]
-        if seen >= needed:
-            return float(latency)
-    return float(max(histogram))
+HISTOGRAM_KEY = "latency_histogram"
+"""A window's histogram in its JSON: HdrHistogram's base64 text (latency_histogram.py)."""
 
 
 @dataclass(frozen=True)
 class Window(Rates):
-    """One measurement window; latencies in ms, over its requests as Locust logs them."""
+    """One measurement window; latencies in ms with microsecond resolution, from the histogram
+    of its requests' latencies (None for a window read back from a report without one)."""
 
     index: int
     start_s: float  # since the end of the warm-up
@@ -48,6 +38,7 @@ class Window(Rates):
     p90_ms: float
     p95_ms: float
     p99_ms: float
+    histogram: LatencyHistogram | None = field(default=None, compare=False, repr=False)
 
     def successful_samples(self) -> int:
         return self.samples
@@ -56,14 +47,32 @@ class Window(Rates):
         return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "throughput": self.throughput, "request_rate": self.request_rate}
+        figures = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "histogram"}
+        if self.histogram is not None:
+            figures[HISTOGRAM_KEY] = self.histogram.encode()
+        return {**figures, "throughput": self.throughput, "request_rate": self.request_rate}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Window:
+        """A window from as_dict() (its histogram too, where the report has it)."""
+        known = {f.name for f in fields(cls)} - {"histogram"}
+        encoded = data.get(HISTOGRAM_KEY)
+        return cls(
+            **{k: v for k, v in data.items() if k in known},
+            histogram=LatencyHistogram.decode(encoded) if encoded else None,
+        )
 
 
 def merge(windows: Sequence[Window], index: int = -1) -> Window:
-    """Several windows as one (percentiles: the requests-weighted mean of the windows', as
-    perf_analyzer averages its stable windows)."""
+    """Several windows as one. Where every window has its histogram (windows cut from a run),
+    the merge's percentiles are those of the histograms added up: of all its requests. Else
+    (windows read back from an older report) the requests-weighted mean of the windows', as
+    perf_analyzer averages its stable windows."""
     if not windows:
         raise ValueError("nothing to merge")
+    histograms = [w.histogram for w in windows]
+    if all(h is not None for h in histograms):
+        return _merge_histograms(windows, index)
     ok = [w.successes for w in windows]
     total_ok = sum(ok)
 
@@ -84,6 +93,31 @@ def merge(windows: Sequence[Window], index: int = -1) -> Window:
         p90_ms=mean(w.p90_ms for w in windows),
         p95_ms=mean(w.p95_ms for w in windows),
         p99_ms=mean(w.p99_ms for w in windows),
+    )
+
+
+def _merge_histograms(windows: Sequence[Window], index: int) -> Window:
+    total = LatencyHistogram()
+    latency_sum = 0.0
+    for w in windows:
+        assert w.histogram is not None
+        total.add(w.histogram)
+        if w.histogram.count:
+            latency_sum += w.avg_ms * w.histogram.count
+    pct = total.percentiles_ms(PERCENTILES)
+    return Window(
+        index=index,
+        start_s=windows[0].start_s,
+        duration_s=sum(w.duration_s for w in windows),
+        requests=sum(w.requests for w in windows),
+        failures=sum(w.failures for w in windows),
+        samples=sum(w.samples for w in windows),
+        avg_ms=latency_sum / total.count if total.count else math.nan,
+        p50_ms=pct[50],
+        p90_ms=pct[90],
+        p95_ms=pct[95],
+        p99_ms=pct[99],
+        histogram=total,
     )
 
 
@@ -203,13 +237,13 @@ def windows_table(
     marked = {w.index for w in chosen}
     lines = [
         f"{'window':>6}  {'start s':>7}  {'requests':>8}  {'failed':>6}  "
-        f"{unit:>12}  {'avg ms':>8}  {'p95 ms':>8}  {'p99 ms':>8}"
+        f"{unit:>12}  {'avg ms':>8}  {'p50 ms':>8}  {'p95 ms':>8}  {'p99 ms':>8}"
     ]
     for w in windows:
         star = "*" if w.index in marked else " "
         lines.append(
             f"{w.index:>5}{star}  {w.start_s:>7.1f}  {w.requests:>8}  {w.failures:>6}  "
-            f"{w.throughput:>12,.1f}  {w.avg_ms:>8.2f}  {w.p95_ms:>8.2f}  "
-            f"{w.p99_ms:>8.2f}"
+            f"{w.throughput:>12,.1f}  {ms_text(w.avg_ms):>8}  {ms_text(w.p50_ms):>8}  "
+            f"{ms_text(w.p95_ms):>8}  {ms_text(w.p99_ms):>8}"
         )
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from pytest_triton.base.config import (
     TritonConfig,
     add_arguments,
     as_values,
+    check_goodput,
     from_arguments,
     from_environ,
     resolve,
@@ -34,6 +35,7 @@ from pytest_triton.base.urls import check_host, endpoints_from, parse_url
 from pytest_triton.client.triton_client import Protocol
 from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
 from pytest_triton.load.locust.user_settings import checked_shared_memory
+from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.sweep.points import Point, bound_search, parse_range, parse_rate_range
 from pytest_triton.load.sweep.report import exit_status, sweep_verdict, write_reports
 
@@ -185,6 +187,10 @@ def run(args: argparse.Namespace) -> int:
     concurrencies = parse_range(args.concurrency_range)
     unit = args.unit or UNITS.get(args.model, "infer/s")
     config = perf_config(args)
+    # Goodput: the share of requests within the SLO (--perf-slo-ms, else --latency-bound);
+    # with --latency-bound it replaces the percentile as what a point must hold.
+    args.slo_ms = check_goodput(config, args.latency_bound)
+    args.goodput = config.gate.perf_goodput
     rates = (
         parse_rate_range(args.request_rate_range)
         if args.request_rate_range is not None
@@ -280,6 +286,7 @@ def _sweep(
                         "concurrency": concurrency,
                         "request_rate": rate,
                         "percentile": args.percentile,
+                        "slo_ms": args.slo_ms,
                     }
                 )
             )
@@ -287,7 +294,8 @@ def _sweep(
             bar.update(1)
             bar.set_postfix_str(
                 f"{point.throughput:,.0f} {unit}, p{args.percentile} "
-                f"{point.latency(args.percentile):.1f} ms"
+                f"{ms_text(point.latency(args.percentile))} ms"
+                + (f", goodput {point.goodput:.3f}" if point.goodput is not None else "")
                 + ("" if point.stable else ", NOT STABLE")
             )
             return point
@@ -302,7 +310,12 @@ def _sweep(
                     return measure(batch, concurrency)
 
                 for _ in bound_search(
-                    at, args.latency_bound, min(concurrencies), max(concurrencies), args.percentile
+                    at,
+                    args.latency_bound,
+                    min(concurrencies),
+                    max(concurrencies),
+                    args.percentile,
+                    args.goodput,
                 ):
                     pass
             else:

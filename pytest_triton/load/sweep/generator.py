@@ -8,6 +8,7 @@ each answered by one JSON line on stdout (a measured point, or an error).
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -25,6 +26,7 @@ from pytest_triton.load.locust import recording
 from pytest_triton.load.locust.arrivals import rate_warning
 from pytest_triton.load.locust.embedded import model_source
 from pytest_triton.load.locust.options import attach_config
+from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
 from pytest_triton.load.users import TritonUser
@@ -88,10 +90,17 @@ class Generator:
         concurrency: int,
         request_rate: float | None = None,
         percentile: int = 99,
+        model: str | None = None,
+        slo_ms: float | None = None,
     ) -> dict[str, Any]:
         """Warm up, then measure windows until the last N agree or --max-trials is reached
-        (perf_analyzer's loop); an open loop runs one user at `request_rate`."""
+        (perf_analyzer's loop); an open loop runs one user at `request_rate`. `model` switches
+        to another model of the same inputs (triton-tune's candidates); with `slo_ms` the
+        answer's `goodput` is the share of the measured requests that succeeded within it."""
         c = self.config
+        if model is not None and model != self.model_name:
+            self.close_runner()
+            self.model_name = model
         env = self._runner_for(batch_size, request_rate)
         runner = env.runner
         assert runner is not None
@@ -139,6 +148,12 @@ class Generator:
                 f"(--triton-measurement-mode {c.measurement.measurement_mode})"
             )
         b = delta.latency_breakdown_us()
+        goodput = None
+        if slo_ms:  # over the measured windows' requests
+            origin = math.ceil(start / self.log.slice_s - 1e-9) * self.log.slice_s
+            first = origin + figures.start_s
+            share = goodput_between(self.log, first, first + figures.duration_s, slo_ms)
+            goodput = None if math.isnan(share) else share
         return {
             "batch_size": batch_size,
             "concurrency": users,
@@ -151,6 +166,7 @@ class Generator:
             "p90_ms": figures.p90_ms,
             "p95_ms": figures.p95_ms,
             "p99_ms": figures.p99_ms,
+            "latency_histogram": figures.histogram.encode() if figures.histogram else "",
             "server_queue_us": b["queue"],
             "server_compute_input_us": b["compute_input"],
             "server_compute_infer_us": b["compute_infer"],
@@ -162,6 +178,7 @@ class Generator:
             "stable": stability.stable,
             "stability": stability.summary(),
             "windows": [w.as_dict() for w in windows],
+            "goodput": goodput,
             "schedule_warning": (
                 rate_warning(
                     request_rate, figures.requests / figures.duration_s, recording.schedule_lag(env)
@@ -194,6 +211,8 @@ def run_in_process() -> int:
                             command["concurrency"],
                             command.get("request_rate"),
                             command.get("percentile", 99),
+                            command.get("model"),
+                            command.get("slo_ms"),
                         )
                     )
                 else:

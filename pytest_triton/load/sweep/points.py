@@ -8,12 +8,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.targets import Rates
 
 
 @dataclass(frozen=True)
 class Point(Rates):
-    """One measured (batch size, concurrency) point; latencies in ms, server times in us."""
+    """One measured (batch size, concurrency) point; latencies in ms (with microsecond
+    resolution, from the merged histogram of its measured windows), server times in us."""
 
     batch_size: int
     concurrency: int
@@ -38,7 +40,8 @@ class Point(Rates):
     stability: str = ""
     windows: list[dict[str, Any]] = field(default_factory=list, compare=False)
     schedule_warning: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    latency_histogram: str = field(default="", compare=False, repr=False)  # base64 HdrHistogram
+    goodput: float | None = None  # share of requests successful within the SLO, when one is set
 
     @property
     def load(self) -> str:
@@ -99,24 +102,38 @@ def parse_rate_range(text: str) -> list[float]:
 
 
 # -- latency-bounded search -----------------------------------------------------------------
+def holds(
+    point: Point, bound_ms: float, percentile: int = 99, goodput: float | None = None
+) -> bool:
+    """A point within the bound: no failed request and its latency percentile within
+    `bound_ms`; with `goodput`, at least that share of its requests within `bound_ms` instead
+    (the point's goodput, measured against that SLO)."""
+    if point.failures or not point.successes:
+        return False
+    if goodput is not None:
+        return point.goodput is not None and point.goodput >= goodput
+    return point.latency(percentile) <= bound_ms
+
+
 def largest_within_bound(
-    points: Iterable[Point], bound_ms: float, percentile: int = 99
+    points: Iterable[Point], bound_ms: float, percentile: int = 99, goodput: float | None = None
 ) -> Point | None:
-    """The point offering the most load (concurrency, or request rate in an open loop) whose
-    latency percentile stays within the bound, with no failed request and a stable
-    measurement; None when even the smallest one exceeds it."""
-    ok = [
-        p
-        for p in points
-        if p.failures == 0 and p.successes > 0 and p.stable and p.latency(percentile) <= bound_ms
-    ]
+    """The point offering the most load (concurrency, or request rate in an open loop) that
+    holds the bound (see `holds`) with a stable measurement; None when even the smallest one
+    exceeds it."""
+    ok = [p for p in points if p.stable and holds(p, bound_ms, percentile, goodput)]
     return max(
         ok, key=lambda p: (p.request_rate_asked or 0, p.concurrency, p.throughput), default=None
     )
 
 
 def bound_search(
-    measure: Callable[[int], Point], bound_ms: float, low: int, high: int, percentile: int = 99
+    measure: Callable[[int], Point],
+    bound_ms: float,
+    low: int,
+    high: int,
+    percentile: int = 99,
+    goodput: float | None = None,
 ) -> Iterator[Point]:
     """Double the concurrency from `low` until the percentile exceeds the bound (or `high` is
     reached), then bisect between the last point within it and the first beyond it. Yields
@@ -124,7 +141,7 @@ def bound_search(
     server is saturated."""
 
     def within(p: Point) -> bool:
-        return p.failures == 0 and p.successes > 0 and p.latency(percentile) <= bound_ms
+        return holds(p, bound_ms, percentile, goodput)
 
     good: int | None = None
     bad: int | None = None
@@ -152,7 +169,23 @@ def bound_search(
             bad = middle
 
 
-def bound_summary(best: Point | None, bound_ms: float, percentile: int, unit: str) -> str:
+def bound_summary(
+    best: Point | None, bound_ms: float, percentile: int, unit: str, goodput: float | None = None
+) -> str:
+    if goodput is not None:
+        what = f"goodput {goodput:g} within {bound_ms:g} ms"
+        if best is None:
+            return f"{what}: not met at any measured load"
+        load = (
+            f"an open-loop rate of {best.request_rate_asked:g} req/s"
+            if best.request_rate_asked
+            else f"{best.concurrency} concurrent requests"
+        )
+        return (
+            f"{what}: up to {load} of batch {best.batch_size} (goodput "
+            f"{best.goodput or 0:.4f}, p{percentile} {best.latency(percentile):.2f} ms), "
+            f"{best.throughput:,.1f} {unit}"
+        )
     if best is None:
         return f"p{percentile} latency bound {bound_ms:g} ms: not met at any measured concurrency"
     per_window = best.throughput * bound_ms / 1e3
@@ -163,7 +196,7 @@ def bound_summary(best: Point | None, bound_ms: float, percentile: int, unit: st
     )
     return (
         f"p{percentile} latency bound {bound_ms:g} ms: up to {load} "
-        f"of batch {best.batch_size} (p{percentile} {best.latency(percentile):.2f} "
+        f"of batch {best.batch_size} (p{percentile} {ms_text(best.latency(percentile))} "
         f"ms), {best.throughput:,.1f} {unit} - {per_window:,.0f} samples within "
         f"{bound_ms:g} ms"
     )

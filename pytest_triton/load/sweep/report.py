@@ -1,9 +1,11 @@
 """What a sweep prints and writes: the examples' table, the latency-bound summary, warnings,
 CSV / markdown / PNG / JSON files, and the verdict against targets. No locust import here.
 
-CSV columns follow perf_analyzer's where they overlap (times in microseconds, "Inferences/
-Second" counting samples); the markdown table is the examples' (batch size, concurrency or
-request rate | throughput | avg | p95 | p99 latency).
+The CSV reads where perf_analyzer's `-f file.csv` is read: perf_analyzer 2.51's columns first,
+with its names, order and units (times in whole microseconds, "Inferences/Second" counting
+samples), then ours. The markdown table is the examples' (batch size, concurrency or request
+rate | throughput | avg | p95 | p99 latency), latencies with the histogram's 3 significant
+digits.
 """
 
 from __future__ import annotations
@@ -18,13 +20,10 @@ from typing import Any
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.server_side import CPU_SATURATED_PERCENT
 from pytest_triton.load.measure.windows import Window, windows_table
 from pytest_triton.load.sweep.points import Point, bound_summary, largest_within_bound
-
-
-def _window(data: dict[str, Any]) -> Window:
-    return Window(**{k: v for k, v in data.items() if k in Window.__dataclass_fields__})
 
 
 def write_reports(
@@ -37,12 +36,25 @@ def write_reports(
     table = points_markdown(points, unit)
     print(table)
     lines = []
+    goodput = getattr(args, "goodput", None)
+    slo_ms = getattr(args, "slo_ms", None)
     if args.latency_bound is not None:
         for batch in sorted({p.batch_size for p in points}):
             best = largest_within_bound(
-                [p for p in points if p.batch_size == batch], args.latency_bound, args.percentile
+                [p for p in points if p.batch_size == batch],
+                args.latency_bound,
+                args.percentile,
+                goodput,
             )
-            lines.append(bound_summary(best, args.latency_bound, args.percentile, unit))
+            lines.append(
+                bound_summary(
+                    best,
+                    slo_ms if goodput is not None and slo_ms else args.latency_bound,
+                    args.percentile,
+                    unit,
+                    goodput,
+                )
+            )
     lines += [
         f"WARNING: batch {p.batch_size} {p.load}: {p.stability}" for p in points if not p.stable
     ]
@@ -66,7 +78,7 @@ def write_reports(
         print(line)
     for p in points:
         print(f"\nWindows of batch {p.batch_size} {p.load} ({p.stability or 'stable'}):")
-        print(windows_table([_window(w) for w in p.windows], unit))
+        print(windows_table([Window.from_dict(w) for w in p.windows], unit))
     if args.csv:
         write_points_csv(points, args.csv)
     if args.markdown:
@@ -91,6 +103,8 @@ def write_reports(
                     "points": [p.as_dict() for p in points],
                     "latency_bound_ms": args.latency_bound,
                     "percentile": args.percentile,
+                    "goodput": goodput,
+                    "slo_ms": slo_ms,
                     "within_bound": {
                         str(b): (best.as_dict() if best else None)
                         for b, best in (
@@ -100,6 +114,7 @@ def write_reports(
                                     [p for p in points if p.batch_size == b],
                                     args.latency_bound,
                                     args.percentile,
+                                    goodput,
                                 ),
                             )
                             for b in sorted({p.batch_size for p in points})
@@ -135,7 +150,11 @@ def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, An
             }
         )
     return {
-        "targets": {k: v for k, v in targets.limits.items() if v is not None},
+        "targets": {
+            k: v
+            for k, v in targets.limits.items()
+            if v is not None and (k != "wrong_answers" or config.load.check_every)
+        },
         "passed": any(r["passed"] for r in rows),
         "points": rows,
     }
@@ -163,21 +182,44 @@ def exit_status(verdict: dict[str, Any] | None) -> int:
 
 
 # -- reports -----------------------------------------------------------------------------------
-CSV_COLUMNS: tuple[tuple[str, Callable[[Point], Any]], ...] = (
-    # perf_analyzer's column names (times in usec) ...
-    ("Concurrency", lambda p: p.concurrency),
+def _us(value: float) -> int | str:
+    return "" if math.isnan(value) else round(value)
+
+
+def network_and_server_us(p: Point) -> float:
+    """perf_analyzer's "Network+Server Send/Recv": the client's average latency less the
+    server's average queue and compute times, never below 0. Our users time a request whole
+    (no separate send and receive times), so this holds the client's own overhead too."""
+    accounted = (
+        p.server_queue_us
+        + p.server_compute_input_us
+        + p.server_compute_infer_us
+        + p.server_compute_output_us
+    )
+    return max(p.avg_ms * 1e3 - accounted, 0.0) if not math.isnan(p.avg_ms) else math.nan
+
+
+Column = tuple[str, Callable[[Point], Any]]
+PERF_ANALYZER_COLUMNS: tuple[Column, ...] = (
+    # perf_analyzer 2.51's -f CSV (without --verbose-csv), in its order; times in whole usec.
+    # The first column is "Concurrency" or, for an open loop, "Request Rate" (see csv_columns).
     ("Inferences/Second", lambda p: round(p.throughput, 3)),
-    ("Server Queue", lambda p: round(p.server_queue_us)),
+    ("Client Send", lambda p: 0),  # a Locust user times its request whole: 0, as a cache hit
+    ("Network+Server Send/Recv", lambda p: _us(network_and_server_us(p))),
+    ("Server Queue", lambda p: round(p.server_queue_us)),  # Triton's statistics, as PA's
     ("Server Compute Input", lambda p: round(p.server_compute_input_us)),
     ("Server Compute Infer", lambda p: round(p.server_compute_infer_us)),
     ("Server Compute Output", lambda p: round(p.server_compute_output_us)),
-    ("p50 latency", lambda p: round(p.p50_ms * 1e3)),
-    ("p90 latency", lambda p: round(p.p90_ms * 1e3)),
-    ("p95 latency", lambda p: round(p.p95_ms * 1e3)),
-    ("p99 latency", lambda p: round(p.p99_ms * 1e3)),
-    ("Avg latency", lambda p: round(p.avg_ms * 1e3)),
-    # ... and ours
+    ("Client Recv", lambda p: 0),  # likewise in Network+Server Send/Recv
+    ("p50 latency", lambda p: _us(p.p50_ms * 1e3)),
+    ("p90 latency", lambda p: _us(p.p90_ms * 1e3)),
+    ("p95 latency", lambda p: _us(p.p95_ms * 1e3)),
+    ("p99 latency", lambda p: _us(p.p99_ms * 1e3)),
+)
+OUR_COLUMNS: tuple[Column, ...] = (
+    ("Avg latency", lambda p: _us(p.avg_ms * 1e3)),  # perf_analyzer's --verbose-csv name
     ("Batch Size", lambda p: p.batch_size),
+    ("Concurrency", lambda p: p.concurrency),  # only in an open loop's file (1 user)
     ("Requests/Second", lambda p: round(p.request_rate, 3)),
     ("Request Count", lambda p: p.requests),
     ("Failure Count", lambda p: p.failures),
@@ -192,18 +234,30 @@ CSV_COLUMNS: tuple[tuple[str, Callable[[Point], Any]], ...] = (
         "Generator CPU %",
         lambda p: "" if p.generator_cpu_percent is None else round(p.generator_cpu_percent, 1),
     ),
-    ("Request Rate", lambda p: "" if p.request_rate_asked is None else p.request_rate_asked),
     ("Stable", lambda p: "yes" if p.stable else "no"),
 )
 
 
+def csv_columns(points: Sequence[Point]) -> list[Column]:
+    """perf_analyzer's columns, then ours: a closed loop's file starts with "Concurrency", an
+    open loop's with "Request Rate" (and keeps the concurrency among ours)."""
+    if any(p.request_rate_asked for p in points):
+        first: Column = ("Request Rate", lambda p: p.request_rate_asked or "")
+        ours = list(OUR_COLUMNS)
+    else:
+        first = ("Concurrency", lambda p: p.concurrency)
+        ours = [c for c in OUR_COLUMNS if c[0] != "Concurrency"]
+    return [first, *PERF_ANALYZER_COLUMNS, *ours]
+
+
 def write_points_csv(points: Sequence[Point], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    columns = csv_columns(points)
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow([name for name, _ in CSV_COLUMNS])
+        writer.writerow([name for name, _ in columns])
         for p in points:
-            writer.writerow([get(p) for _, get in CSV_COLUMNS])
+            writer.writerow([get(p) for _, get in columns])
 
 
 def points_markdown(points: Sequence[Point], unit: str = "infer/s") -> str:
@@ -232,9 +286,9 @@ def points_markdown(points: Sequence[Point], unit: str = "infer/s") -> str:
     for p in sorted(points, key=lambda p: (p.batch_size, p.request_rate_asked or 0, p.concurrency)):
         cells = [get(p) for _, get in keys] + [
             f"{p.throughput:.1f} {unit}" + ("" if p.stable else " (not stable)"),
-            f"{p.avg_ms:.2f} ms",
-            f"{p.p95_ms:.2f} ms",
-            f"{p.p99_ms:.2f} ms",
+            f"{ms_text(p.avg_ms)} ms",
+            f"{ms_text(p.p95_ms)} ms",
+            f"{ms_text(p.p99_ms)} ms",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

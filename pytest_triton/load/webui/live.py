@@ -13,6 +13,7 @@ import collections
 import csv
 import io
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner
-from locust.stats import StatsEntry, calculate_response_time_percentile
+from locust.stats import StatsEntry
 
 from pytest_triton.client.stats import ModelStats
 from pytest_triton.load.locust.generator_cpu import cpu_of
@@ -43,18 +44,9 @@ def live_of(environment: Environment) -> LiveView | None:
     return getattr(environment, ATTRIBUTE, None)
 
 
-def _merged(entries: list[StatsEntry]) -> tuple[dict[int, int], int, int, float]:
-    """One model's requests over its protocols: response-time histogram, requests, failures,
-    total response time."""
-    times: collections.Counter[int] = collections.Counter()
-    for e in entries:
-        times.update(e.response_times)
-    return (
-        dict(times),
-        sum(e.num_requests - e.num_none_requests for e in entries),
-        sum(e.num_failures for e in entries),
-        sum(e.total_response_time for e in entries),
-    )
+def _counts(entries: list[StatsEntry]) -> tuple[int, int]:
+    """One model's requests and failures over its protocols, as Locust counts them."""
+    return sum(e.num_requests for e in entries), sum(e.num_failures for e in entries)
 
 
 class LiveView:
@@ -69,7 +61,6 @@ class LiveView:
         self.csv_path = Path(f"{csv_prefix}_triton.csv") if csv_prefix else None
         self.snapshot: Snapshot | None = None
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY_POINTS)
-        self._recent: dict[str, collections.deque[tuple[float, dict[int, int], int]]] = {}
         self._started = time.monotonic()
         self._greenlet: gevent.Greenlet | None = None
         self.final = False
@@ -91,7 +82,6 @@ class LiveView:
 
     def reset(self) -> None:
         """Locust's statistics were reset: so are the windows and the chart."""
-        self._recent.clear()
         self.history.clear()
         self._started = time.monotonic()
 
@@ -163,41 +153,31 @@ class LiveView:
     def _figures(
         self, name: str, entries: list[StatsEntry], requests: WindowLog, server: ModelStats | None
     ) -> ModelFigures:
+        """Counts as Locust's statistics have them; latencies from the request log's
+        histograms (us resolution), over the run and over about the last WINDOW_S."""
         total = self.environment.stats.total
-        times, timed, failures, total_ms = _merged(entries)
-        count = sum(e.num_requests for e in entries)
+        count, failures = _counts(entries)
+        run = requests.total(name)
+        pct = run.histogram.percentiles_ms((50, 95, 99))
+        recent = requests.recent(name, time.time() - WINDOW_S).histogram
 
-        def percentile(p: float) -> float | None:
-            return float(calculate_response_time_percentile(times, timed, p)) if timed else None
+        def known(value: float) -> float | None:
+            return None if math.isnan(value) else value
 
         return ModelFigures(
             model=name,
             requests=count,
             failures=failures,
-            samples=requests.samples(name),
+            samples=run.samples,
             request_rate=sum(e.current_rps for e in entries),
             sample_rate=requests.current_rate(name, total.start_time, total.last_request_timestamp),
-            avg_ms=total_ms / timed if timed else None,
-            p50_ms=percentile(0.5),
-            p95_ms=percentile(0.95),
-            p99_ms=percentile(0.99),
-            p99_now_ms=self._p99_now(name, times, timed),
+            avg_ms=known(run.avg_ms),
+            p50_ms=known(pct[50]),
+            p95_ms=known(pct[95]),
+            p99_ms=known(pct[99]),
+            p99_now_ms=known(recent.percentile_ms(99)),
             server=server,
         )
-
-    def _p99_now(self, name: str, times: dict[int, int], count: int) -> float | None:
-        """p99 of the requests since about WINDOW_S ago: the difference of two cumulative
-        response-time histograms, as Locust computes its current percentiles."""
-        now = time.monotonic()
-        recent = self._recent.setdefault(name, collections.deque())
-        recent.append((now, times, count))
-        while len(recent) > 2 and recent[1][0] <= now - WINDOW_S:
-            recent.popleft()
-        _, old_times, old_count = recent[0]
-        if count <= old_count:
-            return None
-        window = {t: n - old_times.get(t, 0) for t, n in times.items() if n > old_times.get(t, 0)}
-        return float(calculate_response_time_percentile(window, count - old_count, 0.99))
 
 
 def write_live_csv(path: Path, snapshot: Snapshot) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_triton.client.stats import PHASES, ModelStats
 from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.server_side import CPU_SATURATED_PERCENT, ModelReport
 
 AGGREGATED = "Aggregated"  # Locust's name for the all-requests row
@@ -118,7 +119,7 @@ def _model_rows(m: ModelFigures) -> list[dict[str, str]]:
             number(m.samples / m.successes if m.successes else None, 2),
         ),
         *(
-            _row(m.model, f"client latency {label} (ms)", number(value))
+            _row(m.model, f"client latency {label} (ms)", ms_text(value))
             for label, value in (("p50", m.p50_ms), ("p95", m.p95_ms), ("p99", m.p99_ms))
         ),
     ]
@@ -211,7 +212,7 @@ def csv_rows(snapshot: Snapshot) -> list[list[Any]]:
                 round(m.samples / m.successes, 3) if m.successes else "",
                 round(m.request_rate, 3),
                 round(m.sample_rate, 3),
-                *(round(v, 1) if v is not None else "" for v in (m.p50_ms, m.p95_ms, m.p99_ms)),
+                *(round(v, 3) if v is not None else "" for v in (m.p50_ms, m.p95_ms, m.p99_ms)),
                 *server,
             ]
         )

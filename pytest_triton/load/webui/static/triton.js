@@ -23,10 +23,17 @@ function fmt(value, digits) {
   return Number(value).toLocaleString("en-US", { maximumFractionDigits: digits ?? 1 });
 }
 
+function ms(value) {  // a latency with the histogram's 3 significant digits: 2.14, 0.213, 25.3
+  if (value === null || value === undefined || Number.isNaN(value)) return "n/a";
+  if (Math.abs(value) >= 99.95) return fmt(value, 0);
+  return Number(value).toPrecision(3);
+}
+
 function axes(svg, w, h, pad, yMax, xMin, xMax, unit) {
   svg.append(el("svg:line", { class: "axis", x1: pad, y1: h - 20, x2: w - 5, y2: h - 20 }));
   svg.append(el("svg:line", { class: "axis", x1: pad, y1: 5, x2: pad, y2: h - 20 }));
-  svg.append(el("svg:text", { x: pad - 4, y: 12, "text-anchor": "end" }, fmt(yMax, 0)));
+  svg.append(el("svg:text", { x: pad - 4, y: 12, "text-anchor": "end" },
+                         fmt(yMax, yMax < 10 ? 2 : 0)));
   svg.append(el("svg:text", { x: pad - 4, y: h - 20, "text-anchor": "end" }, "0"));
   svg.append(el("svg:text", { x: pad, y: h - 5 }, `${fmt(xMin, 0)} s`));
   svg.append(el("svg:text", { x: w - 5, y: h - 5, "text-anchor": "end" }, `${fmt(xMax, 0)} s`));
@@ -119,7 +126,7 @@ function drawModel(model, history) {
   kpis.append(kpi("samples/s (now)", fmt(model.samples_s)),
               kpi("requests/s (now)", fmt(model.requests_s)),
               kpi("p50 / p95 / p99 (ms)",
-                  `${fmt(model.p50_ms, 0)} / ${fmt(model.p95_ms, 0)} / ${fmt(model.p99_ms, 0)}`),
+                  `${ms(model.p50_ms)} / ${ms(model.p95_ms)} / ${ms(model.p99_ms)}`),
               kpi("server avg batch size", fmt(model.avg_batch_size, 2)));
   card.append(kpis);
   const series = (key) => history.filter((p) => p.models[model.model] &&

@@ -1,0 +1,455 @@
+"""triton-perf against perf_analyzer on one server, with Triton's statistics as referee.
+
+ONE tritonserver serves one model; perf_analyzer 2.51 (`make perf-analyzer`) and triton-perf
+then measure it in turn with the same batch size, concurrency (or request rate), protocol,
+measurement window, stability threshold and input data. Around each tool's run a sampler reads
+the server's statistics API every 0.25 s: the referee's figures (requests, server-side
+throughput, average queue and compute per request) come from the steady part of each run,
+after the first second of load and before it stops, so warm-up and the tools' different run
+lengths do not count. Printed: per tool, client throughput, p50/p99, the referee's figures,
+and perf_analyzer's latency breakdown for both tools (client send / network+server send-recv /
+client recv from perf_analyzer's --verbose-csv; for triton-perf, client overhead = its average
+latency - the server's average request latency). A benchmark, not a test.
+
+Targets: the referee's figures for the two tools within 3% of each other (exit 1 otherwise);
+client throughput within 5% and p99 within 10%, or the gap explained by the tools' measured
+client overheads (each case is printed; exit 1 when neither holds).
+
+    make perf-analyzer
+    python benchmarks/vs_perf_analyzer.py --model trivial --concurrency 8 --protocol grpc
+    python benchmarks/vs_perf_analyzer.py --model dlrm --batch 256 --concurrency 4
+    python benchmarks/vs_perf_analyzer.py --model resnext101-32x4d --batch 8 --request-rate 20
+
+Models: `trivial` (loadgen_vs_wrk.py's python-backend Y = X, the client-bound case) or a zoo
+model (small size), served as ONNX by the embedded server (the python backend hosts it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from perf_analyzer_tool import MISSING, find_perf_analyzer, run_perf_analyzer
+
+from pytest_triton import ModelSpec, TritonClient
+from pytest_triton.base.dtypes import Array
+from pytest_triton.client.stats import ModelStats, read_stats
+from pytest_triton.load.locust.embedded import EmbeddedServer, zoo_model
+from pytest_triton.server import LocalLauncher, ServerArgs
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SERVER_TOLERANCE = 0.03
+THROUGHPUT_TOLERANCE = 0.05
+P99_TOLERANCE = 0.10
+SAMPLE_S = 0.25
+SETTLE_S = 1.0  # load before this much time into a run is warm-up for the referee
+
+
+def trivial_spec() -> ModelSpec:
+    """The trivial model's signature as a spec, so that triton-perf (-m loadgen_vs_wrk's...)
+    can make its inputs: X, FP32 [4]; the served model is loadgen_vs_wrk.py's raw Y = X."""
+    return ModelSpec(
+        name="trivial",
+        module=torch.nn.Identity,
+        example_inputs={"X": torch.full((1, 4), 3.0)},
+        inputs=["X"],
+        outputs=["Y"],
+        max_batch_size=64,
+        input_factory=lambda batch, seed: {"X": torch.full((batch, 4), float(seed % 7))},
+    )
+
+
+@dataclass(frozen=True)
+class Served:
+    endpoints: Any
+    model: str  # the name on the server
+    source: str  # triton-perf's -m
+    inputs: Callable[[int, int], dict[str, Array]]
+
+
+@contextlib.contextmanager
+def serve(name: str, workdir: Path) -> Iterator[Served]:
+    """One server for both tools: the project's local launcher (trivial) or embedded server."""
+    if name == "trivial":
+        from loadgen_vs_wrk import write_trivial
+
+        write_trivial(workdir / "repo")
+        spec = trivial_spec()
+        args = ServerArgs(workdir / "repo", model_control_mode="none", startup_timeout_s=60)
+        with LocalLauncher().start(args) as local:
+            yield Served(
+                local.endpoints, "trivial", "vs_perf_analyzer:trivial_spec", spec.make_inputs
+            )
+        return
+    embedded = zoo_model(name)
+    server = EmbeddedServer([embedded], progress=lambda m: print(f"[vs-pa] {m}", file=sys.stderr))
+    try:
+        yield Served(server.start(), embedded.model_name(), name, embedded.inputs)
+    finally:
+        server.stop()
+
+
+def input_data(served: Served, batch: int, path: Path) -> Path:
+    """perf_analyzer's --input-data JSON: one entry per sample (no batch axis), the same
+    samples triton-perf sends (embedding indices must stay in range: random data would not)."""
+    arrays = served.inputs(max(batch, 16), 0)
+    count = next(iter(arrays.values())).shape[0]
+    entries = [
+        {
+            n: {"content": a[i].reshape(-1).tolist(), "shape": list(a.shape[1:])}
+            for n, a in arrays.items()
+        }
+        for i in range(count)
+    ]
+    path.write_text(json.dumps({"data": entries}))
+    return path
+
+
+# -- the referee -------------------------------------------------------------------------------
+@dataclass
+class Referee:
+    """The server's statistics sampled through a run."""
+
+    url: str
+    model: str
+    samples: list[tuple[float, ModelStats]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Referee:
+        client = TritonClient(self.url, "http", timeout_s=30)
+        self.samples = [(time.monotonic(), read_stats(client, self.model))]
+
+        def loop() -> None:
+            try:
+                while not self._stop.wait(SAMPLE_S):
+                    self.samples.append((time.monotonic(), read_stats(client, self.model)))
+            finally:
+                client.close()
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(2 * SAMPLE_S)  # statistics lag the last responses
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join()
+
+    @property
+    def whole(self) -> ModelStats:
+        return self.samples[-1][1] - self.samples[0][1]
+
+    def steady(self) -> tuple[ModelStats, float]:
+        """The delta (and seconds) between the first sample SETTLE_S after load began and the
+        last sample before it stopped."""
+        first = self.samples[0][1].requests
+        last = self.samples[-1][1].requests
+        began = next(t for t, s in self.samples if s.requests > first)
+        inner = [(t, s) for t, s in self.samples if t >= began + SETTLE_S and s.requests < last]
+        if len(inner) < 2:
+            raise SystemExit(f"the run was too short for the referee: {len(inner)} samples")
+        (t0, s0), (t1, s1) = inner[0], inner[-1]
+        return s1 - s0, t1 - t0
+
+
+@dataclass
+class Result:
+    tool: str
+    throughput: float  # client's infer/s
+    p50_us: float
+    p99_us: float
+    avg_us: float
+    breakdown: dict[str, float]  # perf_analyzer's client columns (send, network, recv), usec
+    requests: int = 0  # the server's count over the whole run
+    server_rate: float = 0.0  # the server's inferences/s, steady part
+    queue_us: float = 0.0
+    compute_us: float = 0.0  # input + infer + output per request
+    request_us: float = 0.0  # the server's average request latency
+    wall_s: float = 0.0
+    csv: str = ""
+    note: str = ""  # how the tool's own measurement went (windows, stability)
+
+    @property
+    def overhead_us(self) -> float:
+        """Client latency outside the server: avg client latency - server request latency."""
+        return self.avg_us - self.request_us
+
+    def judge(self, referee: Referee) -> None:
+        steady, seconds = referee.steady()
+        b = steady.latency_breakdown_us()
+        self.requests = referee.whole.requests
+        self.server_rate = steady.inference_count / seconds
+        self.queue_us = b["queue"]
+        self.compute_us = b["compute_input"] + b["compute_infer"] + b["compute_output"]
+        self.request_us = b["request"]
+
+
+def load_args(args: argparse.Namespace) -> list[str]:
+    if args.request_rate:
+        return ["--request-rate-range", f"{args.request_rate:g}"]
+    return ["--concurrency-range", str(args.concurrency)]
+
+
+def window_args(args: argparse.Namespace, trials: str = "-r") -> list[str]:
+    return ["-p", str(args.window_ms), "-s", f"{args.stability:g}", trials, str(args.max_trials)]
+
+
+def run_pa(executable: Path, served: Served, args: argparse.Namespace, workdir: Path) -> Result:
+    url = served.endpoints.url(args.protocol)
+    cmd = ["-m", served.model, "-u", url, "-i", args.protocol, "-b", str(args.batch)]
+    cmd += [*load_args(args), *window_args(args), "--verbose-csv", "-v"]
+    cmd += ["--input-data", str(input_data(served, args.batch, workdir / "input.json"))]
+    csv_path = workdir / "perf_analyzer.csv"
+    with Referee(served.endpoints.http, served.model) as referee:
+        done = run_perf_analyzer(executable, cmd, csv_path, timeout_s=args.timeout)
+    if done.returncode != 0 or not done.rows:
+        raise SystemExit(f"perf_analyzer failed ({done.returncode}):\n{done.output[-3000:]}")
+    row = done.rows[-1]
+
+    def us(column: str) -> float:
+        return float(row.get(column) or "nan")
+
+    result = Result(
+        "perf_analyzer",
+        float(row["Inferences/Second"]),
+        us("p50 latency"),
+        us("p99 latency"),
+        us("Avg latency"),
+        {
+            "send": us("Client Send"),
+            "network": us("Network+Server Send/Recv"),
+            "recv": us("Client Recv"),
+        },
+        wall_s=done.wall_s,
+        csv=csv_path.read_text(),
+        note=f"{done.output.count('Pass [')} windows, stable",
+    )
+    result.judge(referee)
+    return result
+
+
+def run_triton_perf(served: Served, args: argparse.Namespace, workdir: Path) -> Result:
+    url = f"{args.protocol}://{served.endpoints.url(args.protocol)}"
+    cmd = [sys.executable, "-m", "pytest_triton.load.sweep", "-m", served.source]
+    cmd += ["--model-name", served.model, "-u", url, "--triton-protocol", args.protocol]
+    cmd += ["-b", str(args.batch), *load_args(args), *window_args(args, "--max-trials")]
+    cmd += ["--triton-allow-unstable", "--no-progress"]
+    csv_path, report = workdir / "triton-perf.csv", workdir / "triton-perf.json"
+    cmd += ["-f", str(csv_path), "--json", str(report)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(HERE), str(REPO), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    start = time.monotonic()
+    with Referee(served.endpoints.http, served.model) as referee:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO, env=env
+        )
+    if done.returncode != 0:
+        raise SystemExit(f"triton-perf failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    (point,) = json.loads(report.read_text())["points"]
+    result = Result(
+        "triton-perf",
+        point["throughput"],
+        point["p50_ms"] * 1e3,
+        point["p99_ms"] * 1e3,
+        point["avg_ms"] * 1e3,
+        {},
+        wall_s=time.monotonic() - start,
+        csv=csv_path.read_text(),
+        note=f"{len(point['windows'])} windows, "
+        + ("stable" if point["stable"] else f"NOT stable: {point['stability']}"),
+    )
+    result.judge(referee)
+    return result
+
+
+# -- verdicts ----------------------------------------------------------------------------------
+def gap(a: float, b: float) -> float:
+    """Relative difference of two figures (to their mean)."""
+    mean = (abs(a) + abs(b)) / 2
+    return abs(a - b) / mean if mean else 0.0
+
+
+def verdicts(pa: Result, tp: Result, args: argparse.Namespace) -> list[tuple[bool, str]]:
+    """(passed, line) per target."""
+    lines: list[tuple[bool, str]] = []
+    for label, a, b in (
+        ("server inferences/s", pa.server_rate, tp.server_rate),
+        ("server avg queue", pa.queue_us, tp.queue_us),
+        ("server avg compute", pa.compute_us, tp.compute_us),
+    ):
+        d = gap(a, b)
+        ok = d <= SERVER_TOLERANCE
+        lines.append(
+            (
+                ok,
+                f"{label}: {a:,.1f} vs {b:,.1f} ({100 * d:.1f}% apart; target 3%): "
+                + ("PASS" if ok else "FAIL"),
+            )
+        )
+    # Closed loop: throughput = concurrency x batch / latency (Little's law). With each tool's
+    # client overhead taken out of its latency, what is left is the server's side; if those
+    # agree, the tools' own overheads explain the gap. Open loop: both send the asked rate.
+    d = gap(pa.throughput, tp.throughput)
+    if d <= THROUGHPUT_TOLERANCE:
+        lines.append((True, f"client throughput: {100 * d:.1f}% apart: within 5%"))
+    else:
+        explained = (
+            gap(pa.request_us, tp.request_us) <= THROUGHPUT_TOLERANCE and not args.request_rate
+        )
+        lines.append(
+            (
+                explained,
+                f"client throughput: {100 * d:.1f}% apart (target 5%): "
+                + (
+                    f"explained by client overhead ({pa.overhead_us:.0f} us per request for "
+                    f"perf_analyzer, {tp.overhead_us:.0f} us for triton-perf; server request "
+                    f"latencies {pa.request_us:.0f} vs {tp.request_us:.0f} us agree)"
+                    if explained
+                    else "NOT explained by client overhead"
+                ),
+            )
+        )
+    d = gap(pa.p99_us, tp.p99_us)
+    if d <= P99_TOLERANCE:
+        lines.append((True, f"client p99: {100 * d:.1f}% apart: within 10%"))
+    else:
+        left = gap(pa.p99_us - pa.overhead_us, tp.p99_us - tp.overhead_us)
+        explained = left <= P99_TOLERANCE
+        lines.append(
+            (
+                explained,
+                f"client p99: {100 * d:.1f}% apart (target 10%): "
+                + ("explained" if explained else "NOT explained")
+                + f" by client overhead (p99 - overhead: {pa.p99_us - pa.overhead_us:.0f} vs "
+                f"{tp.p99_us - tp.overhead_us:.0f} us, {100 * left:.1f}% apart)",
+            )
+        )
+    return lines
+
+
+def fmt(value: float, digits: int = 0) -> str:
+    return "-" if math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def tables(results: list[Result]) -> str:
+    lines = [
+        "| tool | client infer/s | p50 | p99 | server requests | server infer/s | "
+        "avg queue | avg compute |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.tool} | {fmt(r.throughput, 1)} | {fmt(r.p50_us)} µs | {fmt(r.p99_us)} µs | "
+            f"{r.requests:,} | {fmt(r.server_rate, 1)} | {fmt(r.queue_us)} µs | "
+            f"{fmt(r.compute_us)} µs |"
+        )
+    lines += [
+        "",
+        "| tool | avg latency | client send | network + server send/recv | client recv | "
+        "client overhead (avg - server request) | server request | server queue | "
+        "server compute |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        send, net, recv = (r.breakdown.get(k, math.nan) for k in ("send", "network", "recv"))
+        lines.append(
+            f"| {r.tool} | {fmt(r.avg_us)} µs | {fmt(send)} | {fmt(net)} | {fmt(recv)} | "
+            f"{fmt(r.overhead_us)} µs | {fmt(r.request_us)} µs | {fmt(r.queue_us)} µs | "
+            f"{fmt(r.compute_us)} µs |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--model", default="trivial", help="trivial, or a zoo model (dlrm, resnext101-32x4d, ...)"
+    )
+    parser.add_argument("--batch", type=int, default=1, help="batch size of every request")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    parser.add_argument(
+        "--request-rate", type=float, default=None, help="open loop at this many requests/s"
+    )
+    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
+    parser.add_argument(
+        "--duration", type=float, default=3.0, help="seconds per measurement window (-p)"
+    )
+    parser.add_argument(
+        "--stability",
+        type=float,
+        default=20.0,
+        help="-s, percent (default 20: windows on a shared 2-core machine vary by 10-30%%)",
+    )
+    parser.add_argument("--max-trials", type=int, default=10, help="-r: windows at most")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per tool run")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args()
+    args.window_ms = int(args.duration * 1000)
+    executable = find_perf_analyzer()
+    if executable is None:
+        print(MISSING, file=sys.stderr)
+        return 2
+    workdir = Path(tempfile.mkdtemp(prefix="pytest-triton-vs-pa-"))
+    try:
+        with serve(args.model, workdir) as served:
+            print(f"[vs-pa] perf_analyzer on {served.model} ...", file=sys.stderr, flush=True)
+            pa = run_pa(executable, served, args, workdir)
+            print(f"[vs-pa] triton-perf on {served.model} ...", file=sys.stderr, flush=True)
+            tp = run_triton_perf(served, args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    load = (
+        f"request rate {args.request_rate:g}/s"
+        if args.request_rate
+        else f"concurrency {args.concurrency}"
+    )
+    print(
+        f"\n{args.model}, batch {args.batch}, {load}, {args.protocol}, {args.window_ms} ms "
+        f"windows (stability {args.stability:g}%, at most {args.max_trials}); server figures "
+        f"from the statistics API over each run's steady part; {os.cpu_count()} cores, load "
+        f"average {os.getloadavg()[0]:.1f}\n"
+    )
+    print(tables([pa, tp]))
+    print()
+    for r in (pa, tp):
+        print(f"  {r.tool}: {r.note}, {r.wall_s:.0f} s")
+    judged = verdicts(pa, tp, args)
+    for ok, line in judged:
+        print(("  " if ok else "! ") + line)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "results": [vars(r) for r in (pa, tp)],
+                    "verdicts": [{"passed": ok, "line": line} for ok, line in judged],
+                },
+                indent=2,
+            )
+        )
+    return 0 if all(ok for ok, _ in judged) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Which answers a load test checks, and against what: the wiring of parity/answers.py into
+the Locust users (no locust import here).
+
+A user whose class has a reference (its `reference` attribute: inputs -> outputs, or else
+its `served` model's PyTorch module) checks every answer's outputs for shape and dtype, and
+every N-th answer's values with the parity tolerances (--triton-check-every N). By default
+that is every 100th on the server a locustfile starts itself, whose model was exported from
+that very spec; against --host nothing is checked unless --triton-check-every is given,
+since a locustfile's weights (a zoo model's are random) need not be the deployed model's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.dtypes import Array
+from pytest_triton.base.urls import parse_url
+from pytest_triton.client.triton_client import PreparedRequest
+from pytest_triton.load.locust.embedded import EmbeddedModel
+from pytest_triton.load.locust.user_settings import embedded_endpoints
+from pytest_triton.parity.answers import AnswerCheck
+
+log = logging.getLogger("pytest_triton.load")
+DEFAULT_CHECK_EVERY = 100
+"""Values compared on every 100th answer of each user: checking then costs the load
+generator under 10% of its CPU on the cheapest requests (docs/load.md has the figures)."""
+Reference = Callable[[Mapping[str, Array]], Mapping[str, Array]]
+_said: set[str] = set()
+
+
+def _once(message: str, *args: Any) -> None:
+    text = message % args
+    if text not in _said:
+        _said.add(text)
+        log.info("pytest-triton: %s", text)
+
+
+def on_embedded_server(host: str, config: TritonConfig) -> bool:
+    """Whether `host` is the server this run started itself (from the users' own specs)."""
+    known = embedded_endpoints(config)
+    return known is not None and parse_url(host)[1] in (known.http, known.grpc)
+
+
+def answers_every(config: TritonConfig, host: str) -> int:
+    """Every how many answers values are compared; 0: answers are not checked."""
+    if config.load.check_every is not None:
+        return config.load.check_every
+    return DEFAULT_CHECK_EVERY if on_embedded_server(host, config) else 0
+
+
+def user_reference(user_class: Any) -> tuple[Reference | None, str]:
+    """The user's reference and the export format its tolerances are for ("" unknown)."""
+    own: Reference | None = getattr(user_class, "reference", None)
+    served: EmbeddedModel | None = getattr(user_class, "served", None)
+    if own is not None:
+        return own, served.fmt if served is not None else ""
+    if served is not None:
+        return served.reference, served.fmt
+    return None, ""
+
+
+def user_answer_check(
+    user_class: Any,
+    config: TritonConfig,
+    host: str,
+    model: str,
+    batches: Sequence[Mapping[str, Array]],
+    prepared: Sequence[PreparedRequest],
+    *,
+    number: int = 0,
+    context: str = "",
+) -> AnswerCheck | None:
+    """The check of one user's answers, or None where they are not checked."""
+    every = answers_every(config, host)
+    if not every:
+        if config.load.check_every is None:
+            _once(
+                "answers are not checked against a server given with --host (the locustfile's "
+                "model need not be the one deployed); pass --triton-check-every N to check them"
+            )
+        return None
+    reference, fmt = user_reference(user_class)
+    if reference is None:
+        _once(
+            "answers of %s are not checked: it has no `reference` and no `served` model",
+            user_class.__name__,
+        )
+        return None
+    # Elsewhere what the server runs is not known: torch.testing's tolerances.
+    fmt = (config.serving.format or fmt) if on_embedded_server(host, config) else ""
+    expected = [
+        (request, {"reference": dict(reference(batch))})
+        for request, batch in zip(prepared, batches, strict=True)
+    ]
+    _once(
+        "answers checked against PyTorch: every answer's shapes and dtypes, and the values "
+        "of %s (--triton-check-every)",
+        "every answer" if every == 1 else f"one answer in {every} of each user",
+    )
+    return AnswerCheck(model, expected, every=every, fmt=fmt, offset=number, context=context)

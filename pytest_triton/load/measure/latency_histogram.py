@@ -1,0 +1,214 @@
+"""Client latencies as an HdrHistogram: every percentile the project reports or gates on comes
+from here (the window log's slices, measurement windows and their merge, the verdict, the live
+view, triton-perf and, through their JSON, the gate report). Locust's own statistics stay
+Locust's, rounded to whole milliseconds below 100 ms, for its own UI only.
+
+Values are recorded in microseconds from 1 us to one hour with 3 significant digits: a value
+is kept within 0.1% (exactly below 2.048 ms), a percentile is the largest value equivalent to
+the one holding that share of the counts (HdrHistogram's rule). Histograms add up exactly,
+so windows and whole runs are merged from their requests, not averaged from percentiles.
+
+A histogram travels (Locust worker to master, generator to triton-perf, JSON reports) as
+HdrHistogram's compressed base64 string (`encode()` / `decode()`), which msgpack and JSON
+carry as it is and any HdrHistogram library reads. An HdrHistogram in memory holds its whole
+counts array (about 190 kB); `compact()` keeps only the encoded string (tens to hundreds of
+bytes) for histograms that are done, such as a run's past time slices. No locust import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from hdrh.histogram import HdrHistogram
+
+LOWEST_US = 1
+HIGHEST_US = 3_600_000_000  # one hour
+SIGNIFICANT_DIGITS = 3
+
+
+def _new() -> HdrHistogram:
+    return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+
+
+def _release(hdr: HdrHistogram) -> None:
+    """Drop a histogram we are done with at once: an HdrHistogram and its encoder refer to
+    each other, so without this its 190 kB wait for Python's cyclic garbage collector."""
+    hdr.encoder = None
+
+
+def to_us(latency_ms: float) -> int:
+    """A latency in ms as the whole microseconds the histogram records (clamped to its range;
+    NaN counts as 0)."""
+    if not latency_ms > 0:
+        return 0
+    return min(round(latency_ms * 1e3), HIGHEST_US)
+
+
+class LatencyHistogram:
+    """Latencies of some requests; `count` of them. Record in ms (as Locust's request events
+    report them), read percentiles in ms with microsecond resolution.
+
+    Recording only counts microsecond values in a dict (a request costs well under a
+    microsecond); they go into the HdrHistogram when it is read, added, encoded or compacted.
+    """
+
+    __slots__ = ("_blob", "_hdr", "_pending", "count")
+
+    def __init__(self) -> None:
+        self._hdr: HdrHistogram | None = None
+        self._blob: str | None = None
+        self._pending: dict[int, int] = {}
+        self.count = 0
+
+    # -- recording -------------------------------------------------------------------------
+    def _live(self) -> HdrHistogram:
+        """The HdrHistogram with every count (decoded from the compact form when needed)."""
+        if self._hdr is None:
+            self._hdr = HdrHistogram.decode(self._blob) if self._blob is not None else _new()
+            self._blob = None
+        if self._pending:
+            record = self._hdr.record_value
+            for value, count in self._pending.items():
+                record(value, count)
+            self._pending = {}
+        return self._hdr
+
+    def record(self, latency_ms: float) -> None:
+        self.record_us(to_us(latency_ms))
+
+    def record_us(self, latency_us: int, count: int = 1) -> None:
+        """Count a latency already in whole microseconds within range (`to_us`)."""
+        pending = self._pending
+        pending[latency_us] = pending.get(latency_us, 0) + count
+        self.count += count
+
+    def add(self, other: LatencyHistogram) -> None:
+        """Add another histogram's counts (exact: both have the same buckets)."""
+        if other.count == 0:
+            return
+        self.count += other.count
+        if other._hdr is None and other._blob is None:  # recorded values only
+            pending = self._pending
+            for value, count in other._pending.items():
+                pending[value] = pending.get(value, 0) + count
+            return
+        decoded = None
+        if other._hdr is not None:
+            theirs = other._live()
+        else:
+            theirs = decoded = HdrHistogram.decode(other._blob)
+            for value, count in other._pending.items():
+                decoded.record_value(value, count)
+        mine = self._live()
+        empty = mine.total_count == 0
+        mine.add(theirs)
+        if empty:  # HdrHistogram's add takes an empty histogram's minimum as 0
+            mine.min_value = theirs.min_value
+        if decoded is not None:
+            _release(decoded)
+
+    def compact(self) -> None:
+        """Keep only the encoded form until the histogram is read or recorded into again."""
+        if self._hdr is not None or self._pending:
+            self._blob = self.encode()
+            if self._hdr is not None:
+                _release(self._hdr)
+            self._hdr = None
+
+    # -- travel ----------------------------------------------------------------------------
+    def encode(self) -> str:
+        """HdrHistogram's compressed, base64 encoding (V2), as text."""
+        if self._hdr is None and not self._pending:
+            return self._blob if self._blob is not None else _EMPTY
+        encoded: bytes = self._live().encode()
+        return encoded.decode("ascii")
+
+    @classmethod
+    def decode(cls, text: str | bytes, count: int | None = None) -> LatencyHistogram:
+        """A histogram from `encode()`'s text, kept compact until used (`count`, where the
+        sender says how many values it holds, saves decoding it to count them)."""
+        histogram = cls()
+        blob = text.decode("ascii") if isinstance(text, bytes) else str(text)
+        if count is None:
+            decoded = HdrHistogram.decode(blob)
+            count = int(decoded.get_total_count())
+            _release(decoded)
+        histogram.count = count
+        if count:
+            histogram._blob = blob
+        return histogram
+
+    @classmethod
+    def merged(cls, histograms: Iterable[LatencyHistogram]) -> LatencyHistogram:
+        total = cls()
+        for h in histograms:
+            total.add(h)
+        return total
+
+    @classmethod
+    def of(cls, latencies_ms: Iterable[float]) -> LatencyHistogram:
+        histogram = cls()
+        for value in latencies_ms:
+            histogram.record(value)
+        return histogram
+
+    # -- reading ---------------------------------------------------------------------------
+    def percentiles_ms(self, percents: Sequence[float]) -> dict[float, float]:
+        """{percent: latency in ms} (NaN for an empty histogram): the largest latency that
+        the histogram cannot tell from the one at that share of the requests."""
+        if self.count == 0:
+            return {p: math.nan for p in percents}
+        values = self._live().get_percentile_to_value_dict(list(percents))
+        return {p: values[p] / 1e3 for p in percents}
+
+    def percentile_ms(self, percent: float) -> float:
+        return self.percentiles_ms([percent])[percent]
+
+    def share_within_ms(self, bound_ms: float) -> float:
+        """The share of the latencies at or below `bound_ms` (NaN when empty), to the
+        histogram's precision: a latency counts when the histogram cannot tell it from one
+        within the bound (so a latency of exactly the bound is within it)."""
+        if self.count == 0:
+            return math.nan
+        bound = to_us(bound_ms)
+        hdr = self._live()
+        within = sum(
+            item.count_at_value_iterated_to
+            for item in hdr.get_recorded_iterator()
+            if hdr.get_lowest_equivalent_value(item.value_iterated_to) <= bound
+        )
+        return float(within) / self.count
+
+    def max_ms(self) -> float:
+        return self._live().get_max_value() / 1e3 if self.count else math.nan
+
+    def min_ms(self) -> float:
+        return self._live().get_min_value() / 1e3 if self.count else math.nan
+
+    def equivalent_range_ms(self, latency_ms: float) -> tuple[float, float]:
+        """The latencies (ms) the histogram keeps as the same value as this one: what a
+        percentile read from it is exact to."""
+        us = to_us(latency_ms)
+        low = _TEMPLATE.get_lowest_equivalent_value(us)
+        high = _TEMPLATE.get_highest_equivalent_value(us)
+        return low / 1e3, high / 1e3
+
+    def __repr__(self) -> str:
+        if not self.count:
+            return "LatencyHistogram(empty)"
+        p = self.percentiles_ms([50, 99])
+        return f"LatencyHistogram(count={self.count}, p50={p[50]:.3f} ms, p99={p[99]:.3f} ms)"
+
+
+_TEMPLATE = _new()  # bucket arithmetic only; never recorded into
+_EMPTY: str = _TEMPLATE.encode().decode("ascii")
+
+
+def ms_text(value: float | None) -> str:
+    """A latency in ms with the digits the histogram has: '2.14', '0.213', '25.3', '1,250'."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    if abs(value) >= 99.95:
+        return f"{value:,.0f}"
+    return f"{value:#.3g}" if value else "0"

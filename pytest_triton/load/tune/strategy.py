@@ -1,0 +1,317 @@
+"""How triton-tune chooses and ranks candidates: objectives, constraints, the quick search
+(coordinate steps from the committed configuration, as model_analyzer's quick search climbs
+from its start), the exhaustive one, and the Pareto front of throughput against p99.
+
+Plain code over a `measure(candidate) -> Trial` callback: tested without a server. No locust
+import here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.load.tune.space import DIMENSIONS, Candidate, SearchSpace
+
+Objective = Literal["throughput", "p99", "goodput"]
+OBJECTIVES: tuple[Objective, ...] = ("throughput", "p99", "goodput")
+Status = Literal["measured", "disqualified", "failed"]
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """model_analyzer's constraints: p99 at most (ms), throughput at least (samples/s),
+    the server's resident memory at most (MB, where it can be read)."""
+
+    max_p99_ms: float | None = None
+    min_throughput: float | None = None
+    max_memory_mb: float | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.max_p99_ms is not None:
+            parts.append(f"p99 <= {self.max_p99_ms:g} ms")
+        if self.min_throughput is not None:
+            parts.append(f"throughput >= {self.min_throughput:g}/s")
+        if self.max_memory_mb is not None:
+            parts.append(f"memory <= {self.max_memory_mb:g} MB")
+        return ", ".join(parts) or "none"
+
+
+@dataclass
+class Trial:
+    """One candidate tried: deployed, parity-checked and (unless disqualified) measured."""
+
+    index: int
+    candidate: Candidate
+    status: Status
+    model_name: str = ""
+    throughput: float = math.nan  # samples/s
+    p99_ms: float = math.nan
+    avg_ms: float = math.nan
+    within_slo: float = math.nan  # share of requests within the SLO (goodput runs)
+    memory_mb: float | None = None
+    stable: bool = True
+    message: str = ""  # the parity mismatch or the error
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    committed: bool = False
+    point: dict[str, Any] = field(default_factory=dict, repr=False)
+    # figures (throughput, p99, avg) of the search's measurement and of each re-measurement
+    # (--confirm); the figures above are then their medians
+    measurements: list[tuple[float, float, float]] = field(default_factory=list)
+
+    @property
+    def goodput(self) -> float:
+        """Samples per second answered within the SLO."""
+        return self.throughput * self.within_slo
+
+    @property
+    def feasible(self) -> bool:
+        return self.status == "measured" and not self.violations
+
+    def value(self, objective: Objective) -> float:
+        return {"throughput": self.throughput, "p99": self.p99_ms, "goodput": self.goodput}[
+            objective
+        ]
+
+    def as_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["candidate"] = self.candidate.as_dict()
+        data["goodput"] = self.goodput
+        data["feasible"] = self.feasible
+        return data
+
+
+def remeasured(trial: Trial, again: Trial, constraints: Constraints) -> None:
+    """Fold another measurement of the same candidate into a trial: its figures become the
+    medians of all its measurements."""
+    if again.status != "measured":
+        return
+    if not trial.measurements:
+        trial.measurements.append((trial.throughput, trial.p99_ms, trial.avg_ms))
+    trial.measurements.append((again.throughput, again.p99_ms, again.avg_ms))
+    trial.throughput, trial.p99_ms, trial.avg_ms = (
+        statistics.median(m[i] for m in trial.measurements) for i in range(3)
+    )
+    trial.stable = trial.stable and again.stable
+    trial.violations = check_constraints(trial, constraints) + [
+        v for v in trial.violations if "requests failed" in v
+    ]
+
+
+def check_constraints(trial: Trial, constraints: Constraints) -> list[str]:
+    """What a measured trial breaks, each as 'p99 12.3 ms > 10 ms'."""
+    broken = []
+    c = constraints
+    if c.max_p99_ms is not None and not trial.p99_ms <= c.max_p99_ms:
+        broken.append(f"p99 {trial.p99_ms:.2f} ms > {c.max_p99_ms:g} ms")
+    if c.min_throughput is not None and not trial.throughput >= c.min_throughput:
+        broken.append(f"throughput {trial.throughput:,.1f}/s < {c.min_throughput:g}/s")
+    memory = trial.memory_mb
+    if c.max_memory_mb is not None and memory is not None and memory > c.max_memory_mb:
+        broken.append(f"memory {trial.memory_mb:,.0f} MB > {c.max_memory_mb:g} MB")
+    return broken
+
+
+def _excess(trial: Trial, constraints: Constraints) -> float:
+    """How far an infeasible trial is from its constraints (relative; 0 when none broken)."""
+    c = constraints
+    total = 0.0
+    if c.max_p99_ms is not None and trial.p99_ms > c.max_p99_ms:
+        total += trial.p99_ms / c.max_p99_ms - 1
+    if c.min_throughput is not None and trial.throughput < c.min_throughput:
+        total += 1 - trial.throughput / c.min_throughput
+    if c.max_memory_mb is not None and trial.memory_mb and trial.memory_mb > c.max_memory_mb:
+        total += trial.memory_mb / c.max_memory_mb - 1
+    return total
+
+
+def rank_key(trial: Trial, objective: Objective, constraints: Constraints) -> tuple[float, ...]:
+    """Larger is better: feasible before infeasible (the nearer its constraints, the
+    better), measured before disqualified; then the objective."""
+    if trial.status != "measured":
+        return (-2.0, 0.0, -math.inf)
+    value = trial.value(objective)
+    if math.isnan(value):
+        value = -math.inf if objective != "p99" else math.inf
+    score = -value if objective == "p99" else value
+    if trial.violations:
+        return (-1.0, -_excess(trial, constraints), score)
+    return (0.0, 0.0, score)
+
+
+def best_trial(
+    trials: Sequence[Trial], objective: Objective, constraints: Constraints
+) -> Trial | None:
+    """The best feasible trial, or None when none is."""
+    feasible = [t for t in trials if t.feasible]
+    return max(feasible, key=lambda t: rank_key(t, objective, constraints), default=None)
+
+
+def committed_trial(
+    trials: Sequence[Trial], objective: Objective, constraints: Constraints
+) -> Trial | None:
+    """The committed configuration's best-ranked trial (its best concurrency), feasible or
+    not; None when it was not tried."""
+    mine = [t for t in trials if t.committed]
+    return max(mine, key=lambda t: rank_key(t, objective, constraints), default=None)
+
+
+def pareto_front(trials: Sequence[Trial]) -> list[Trial]:
+    """Measured trials no other beats on both throughput (higher) and p99 (lower)."""
+    measured = [t for t in trials if t.status == "measured" and not math.isnan(t.throughput)]
+    front = [
+        t
+        for t in measured
+        if not any(
+            o.throughput >= t.throughput
+            and o.p99_ms <= t.p99_ms
+            and (o.throughput > t.throughput or o.p99_ms < t.p99_ms)
+            for o in measured
+        )
+    ]
+    return sorted(front, key=lambda t: t.throughput)
+
+
+# -- the searches ---------------------------------------------------------------------------------
+Measure = Callable[[Candidate], Trial]
+
+
+@dataclass
+class Budget:
+    """--time-budget: a candidate starts only when the mean time of those before it still
+    fits in what is left."""
+
+    seconds: float | None
+    started: float = field(default_factory=time.monotonic)
+    spent: list[float] = field(default_factory=list)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def mean(self) -> float:
+        return sum(self.spent) / len(self.spent) if self.spent else 0.0
+
+    def allows_another(self) -> bool:
+        if self.seconds is None or not self.spent:
+            return True
+        return self.elapsed + self.mean <= self.seconds
+
+    def eta(self, remaining: int) -> float:
+        left = self.mean * remaining
+        if self.seconds is not None:
+            left = min(left, max(0.0, self.seconds - self.elapsed))
+        return left
+
+
+@dataclass
+class Search:
+    """One search over a space from the committed configuration: `run` yields every trial;
+    `stopped` says why it ended early (the time budget), if it did."""
+
+    space: SearchSpace
+    start: Candidate
+    request_batch: int
+    objective: Objective
+    constraints: Constraints
+    budget: Budget
+    mode: Literal["quick", "exhaustive"] = "quick"
+    trials: dict[Candidate, Trial] = field(default_factory=dict)
+    stopped: str = ""
+    remaining: int = 0  # what the progress line's ETA counts: left in the list, or this pass
+
+    def __post_init__(self) -> None:
+        problem = self.start.problem(self.request_batch)
+        if problem:
+            raise ConfigError(f"the committed configuration cannot serve the requests: {problem}")
+        self.space = self.space.including(self.start)
+
+    def run(self, measure: Measure) -> Iterator[Trial]:
+        if self.mode == "exhaustive":
+            yield from self._exhaustive(measure)
+        else:
+            yield from self._quick(measure)
+
+    def _try(self, candidate: Candidate, measure: Measure) -> Trial | None:
+        """The trial of a candidate (measured once); None when the budget is spent."""
+        if candidate in self.trials:
+            return self.trials[candidate]
+        if self.trials and not self.budget.allows_another():
+            self.stopped = (
+                f"time budget of {self.budget.seconds:g} s reached after "
+                f"{len(self.trials)} candidates"
+            )
+            return None
+        began = time.monotonic()
+        trial = measure(candidate)
+        self.budget.spent.append(time.monotonic() - began)
+        self.trials[candidate] = trial
+        return trial
+
+    def _exhaustive(self, measure: Measure) -> Iterator[Trial]:
+        everything = [self.start, *(c for c in self.space.every(self.request_batch))]
+        todo = list(dict.fromkeys(everything))
+        for number, candidate in enumerate(todo):
+            self.remaining = len(todo) - number - 1
+            trial = self._try(candidate, measure)
+            if trial is None:
+                return
+            yield trial
+
+    def _better(self, a: Trial, b: Trial) -> bool:
+        return rank_key(a, self.objective, self.constraints) > rank_key(
+            b, self.objective, self.constraints
+        )
+
+    def _quick(self, measure: Measure) -> Iterator[Trial]:
+        """Coordinate search: along each dimension in turn, step from the current best to
+        the neighbouring value, up first then down, and keep stepping while it improves;
+        passes repeat until one changes nothing (or the budget is spent)."""
+        self.remaining = 2 * len(DIMENSIONS)
+        current = self._try(self.start, measure)
+        if current is None:
+            return
+        yield current
+        improved = True
+        while improved:
+            improved = False
+            for position, dimension in enumerate(DIMENSIONS):
+                values = self.space.values(dimension)
+                value = getattr(current.candidate, dimension)
+                if len(values) < 2 or value not in values:
+                    continue  # nothing to try, or it means nothing here (no batching)
+                here = values.index(value)
+                for step in (1, -1):
+                    moved = False
+                    index = here + step
+                    while 0 <= index < len(values):
+                        candidate = self.space.completed(
+                            dataclasses.replace(current.candidate, **{dimension: values[index]})
+                        ).normalized()
+                        index += step
+                        if candidate == current.candidate:
+                            break  # this dimension means nothing here (no batching)
+                        if candidate.problem(self.request_batch):
+                            continue
+                        self.remaining = 2 * (len(DIMENSIONS) - position)
+                        fresh = candidate not in self.trials
+                        trial = self._try(candidate, measure)
+                        if trial is None:
+                            return
+                        if fresh:
+                            yield trial
+                        if not self._better(trial, current):
+                            break
+                        current, moved, improved = trial, True, True
+                    if moved:
+                        break
+        self.remaining = 0

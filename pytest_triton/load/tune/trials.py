@@ -1,0 +1,253 @@
+"""Trying one candidate: deploy it with the repository builder (the format's artifact is
+exported once; each configuration gets a model directory of its own), check that it still
+answers like PyTorch, then measure it with triton-perf's load generator.
+
+A configuration that changes answers (a model whose output depends on the batch, under
+dynamic batching) is disqualified with the mismatch message and never measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pytest_triton.base.config import TritonConfig, as_values
+from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.urls import check_host
+from pytest_triton.client.triton_client import Protocol
+from pytest_triton.load.sweep.command import GeneratorProcess
+from pytest_triton.load.sweep.points import Point
+from pytest_triton.load.tune.space import Candidate, thread_parameter
+from pytest_triton.load.tune.strategy import Constraints, Trial, check_constraints
+from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.repository.variants import Variant
+from pytest_triton.session.deployment import Deployment, ServedModel
+from pytest_triton.session.lifecycle import start_deployment
+
+BATCHED_PARITY_REQUESTS = 8
+"""Single-row requests sent together to check that batching them changes no answer."""
+
+
+@dataclasses.dataclass
+class Deployed:
+    serving: Candidate
+    variant: Variant
+    config: mc.ModelConfig
+
+
+class CandidateRunner:
+    """The server, repository and load generator of one search; `close()` stops them all."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        source: str,
+        size: str,
+        formats: Sequence[str],
+        config: TritonConfig,
+        *,
+        request_batch: int,
+        constraints: Constraints,
+        slo_ms: float | None = None,
+        progress: Callable[[str], None] = print,
+    ) -> None:
+        self.spec = dataclasses.replace(spec, formats=tuple(formats))
+        self.source, self.size = source, size
+        self.formats = tuple(formats)
+        self.request_batch = request_batch
+        self.constraints = constraints
+        self.slo_ms = slo_ms
+        self.progress = progress
+        if config.server.url:
+            check_host(config.server.url, config.load.allow_remote)
+            self.config = config
+        else:
+            self.config = config.with_overrides({"launcher": "local", "model_control": "explicit"})
+        self.repository: Repository | None = None
+        self.deployment: Deployment | None = None
+        self.generator: GeneratorProcess | None = None
+        self.bases: dict[str, Variant] = {}
+        self.current: Deployed | None = None
+        self.deployed: dict[Candidate, Deployed] = {}  # every configuration deployed so far
+        self.parity: dict[Candidate, str] = {}  # serving -> "" (passed) or the mismatch
+        self.names: dict[Candidate, str] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            self.repository = Repository.create([self.spec], progress=self.progress)
+            self.deployment = start_deployment(self.config, self.repository)
+            if self.deployment.server.model_control_mode != "explicit":
+                raise ConfigError(
+                    "triton-tune loads each candidate itself: the server must run with "
+                    "--model-control-mode=explicit"
+                )
+            for variant in self.repository.variants:
+                if variant.precision == "fp32":
+                    self.bases.setdefault(variant.format, variant)
+            missing = [f for f in self.formats if f not in self.bases]
+            if missing:
+                reasons = "; ".join(f"{u.id}: {u.reason}" for u in self.repository.unavailable)
+                raise ConfigError(f"this server cannot serve {missing}: {reasons}")
+            self.generator = self._generator()
+        except BaseException:
+            self.close()
+            raise
+
+    def _generator(self) -> GeneratorProcess:
+        assert self.deployment is not None
+        endpoints = self.deployment.server.endpoints
+        chosen = self.config.client.protocol
+        protocol: Protocol = "grpc" if chosen and chosen[0] == "grpc" else "http"
+        secure = {"http": "https", "grpc": "grpcs"}
+        host = f"{secure[protocol] if protocol in endpoints.tls else protocol}://"
+        return GeneratorProcess(
+            {
+                "host": host + endpoints.url(protocol),
+                "model": "",
+                "source": self.source,
+                "size": self.size,
+                "format": self.formats[0],
+                "stats_url": endpoints.url("http"),
+                "stats_protocol": "http",
+                "stats_tls": "http" in endpoints.tls,
+                "config": as_values(self.config),
+            }
+        )
+
+    def close(self) -> None:
+        try:
+            if self.generator is not None:
+                self.generator.close()
+        finally:
+            self.generator = None
+            try:
+                if self.deployment is not None:
+                    self.deployment.close()
+            finally:
+                self.deployment = None
+                if self.repository is not None:
+                    self.repository.remove()
+                self.repository = None
+
+    # -- one candidate ---------------------------------------------------------------------
+    def name_of(self, serving: Candidate) -> str:
+        if serving not in self.names:
+            base = self.bases[serving.format].model_name
+            self.names[serving] = f"{base}_tune{len(self.names)}"
+        return self.names[serving]
+
+    def _deploy(self, serving: Candidate) -> Deployed:
+        """The candidate's configuration loaded (the one before it unloaded)."""
+        assert self.deployment is not None and self.repository is not None
+        if self.current is not None and self.current.serving == serving:
+            return self.current
+        if self.current is not None:
+            with contextlib.suppress(TritonTestError):
+                self.deployment.unload(self.current.variant)
+            self.current = None
+        base = self.bases[serving.format]
+        spec = serving.spec(self.spec, self.name_of(serving), thread_parameter(base))
+        variant = self.repository.derive(base, spec)
+        deployed = Deployed(serving, variant, self.repository.config(variant))
+        self.deployed[serving] = deployed
+        self.deployment.load(variant)
+        self.current = deployed
+        return deployed
+
+    def _check_parity(self, deployed: Deployed) -> str:
+        """'' when the configuration answers like PyTorch, else the mismatch."""
+        assert self.deployment is not None
+        model = ServedModel(deployed.variant, self.deployment)
+        client = self.deployment.client("http")
+        try:
+            model.assert_parity(client, batch_size=self.request_batch)
+            if self.spec.batched and deployed.serving.max_batch_size > 1:
+                model.assert_batched_parity(client, requests=BATCHED_PARITY_REQUESTS)
+        except AssertionError as exc:
+            return str(exc)
+        return ""
+
+    def memory_mb(self) -> float | None:
+        """Resident memory of the server and its backends' processes (a local server)."""
+        assert self.deployment is not None
+        process = getattr(self.deployment.server, "process", None)
+        if process is None:
+            return None
+        import psutil
+
+        try:
+            root = psutil.Process(process.pid)
+            total: int = root.memory_info().rss
+            for child in root.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    total += int(child.memory_info().rss)
+        except psutil.Error:
+            return None
+        return float(total) / 2**20
+
+    def measure(self, index: int, candidate: Candidate, committed: bool) -> Trial:
+        """Deploy, check parity (once per configuration), measure."""
+        began = time.monotonic()
+        serving = candidate.serving
+        trial = Trial(index, candidate, "failed", committed=committed)
+        try:
+            deployed = self._deploy(serving)
+            trial.model_name = deployed.variant.model_name
+            if serving not in self.parity:
+                self.parity[serving] = self._check_parity(deployed)
+            if self.parity[serving]:
+                trial.status = "disqualified"
+                trial.message = self.parity[serving]
+            else:
+                self._measure(trial, deployed)
+        except TritonTestError as exc:
+            trial.status = "failed"
+            trial.message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if self.current is not None and self.current.serving == serving:
+                self.current = None  # reload it next time
+        trial.seconds = time.monotonic() - began
+        return trial
+
+    def _measure(self, trial: Trial, deployed: Deployed) -> None:
+        assert self.generator is not None
+        memory_idle = self.memory_mb()
+        answer: dict[str, Any] = self.generator.ask(
+            {
+                "op": "measure",
+                "batch_size": self.request_batch,
+                "concurrency": trial.candidate.concurrency,
+                "percentile": 99,
+                "model": deployed.variant.model_name,
+                "slo_ms": self.slo_ms,
+            }
+        )
+        point = Point(**{k: v for k, v in answer.items() if k in Point.__dataclass_fields__})
+        memory = self.memory_mb()
+        trial.status = "measured"
+        trial.throughput = point.throughput
+        trial.p99_ms = point.p99_ms
+        trial.avg_ms = point.avg_ms
+        trial.within_slo = math.nan if point.goodput is None else point.goodput
+        trial.memory_mb = max(m for m in (memory_idle, memory) if m is not None) if memory else None
+        trial.stable = point.stable
+        trial.point = point.as_dict()
+        trial.violations = check_constraints(trial, self.constraints)
+        if point.failures:
+            trial.violations.append(f"{point.failures} of {point.requests} requests failed")
+        if not point.stable:
+            trial.message = point.stability
+
+    def config_of(self, serving: Candidate) -> mc.ModelConfig | None:
+        deployed = self.deployed.get(serving)
+        return deployed.config if deployed else None
+
+    def thread_key(self, fmt: str) -> str | None:
+        return thread_parameter(self.bases[fmt])

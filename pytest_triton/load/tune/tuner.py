@@ -1,0 +1,538 @@
+"""`triton-tune`: find the serving configuration of one model that serves it best and still
+answers like PyTorch.
+
+    triton-tune -m dlrm -b 256 --perf-latency-p99 20 --time-budget 10m -o tune-dlrm
+    triton-tune -m dlrm --committed model_repository/dlrm/config.pbtxt --gate-within 10
+
+From Python: `tune(TuneOptions(model="dlrm", request_batch=256))` returns the `Outcome`.
+Every candidate is deployed with the repository builder on the embedded local server (or
+--triton-url of a server in explicit model-control mode), checked for parity, then measured
+with triton-perf's load generator in measurement windows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pytest_triton.base.config import (
+    TritonConfig,
+    add_arguments,
+    from_arguments,
+    from_environ,
+    resolve,
+)
+from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, Size, check_format, model_source
+from pytest_triton.load.sweep.command import UNITS
+from pytest_triton.load.sweep.points import parse_range
+from pytest_triton.load.tune import space as sp
+from pytest_triton.load.tune.space import Candidate, SearchSpace
+from pytest_triton.load.tune.strategy import (
+    OBJECTIVES,
+    Budget,
+    Constraints,
+    Objective,
+    Search,
+    Trial,
+    best_trial,
+    committed_trial,
+    remeasured,
+)
+from pytest_triton.load.tune.tables import Outcome, describe, gate_check, markdown, write_all
+from pytest_triton.load.tune.trials import CandidateRunner
+from pytest_triton.repository import pbtxt
+from pytest_triton.repository.spec import ModelSpec
+
+TUNE_MEASUREMENT = {"measurement_interval": 2000.0, "load_warmup": 500.0, "max_trials": 5}
+"""Shorter windows than triton-perf's by default (each still needs 3 that agree): a quick
+search measures a few dozen candidates. Flags and TRITON_* variables override them."""
+PLATFORM_BACKENDS = {
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "tensorrt_plan": "tensorrt",
+}
+
+
+@dataclass
+class SpaceChoice:
+    """Values per dimension given by the user; None: the default around the committed one."""
+
+    formats: tuple[str, ...] | None = None
+    max_batch_sizes: tuple[int, ...] | None = None
+    dynamic_batching: tuple[bool, ...] | None = None
+    queue_delays_us: tuple[int, ...] | None = None
+    preferred_batch_sizes: tuple[tuple[int, ...], ...] | None = None
+    instance_counts: tuple[int, ...] | None = None
+    instance_kinds: tuple[str | None, ...] | None = None
+    threads: tuple[int, ...] | None = None
+    concurrencies: tuple[int, ...] | None = None
+
+
+@dataclass
+class TuneOptions:
+    """One search: the model (zoo name or MODULE:CALLABLE), what may change, what counts."""
+
+    model: str
+    size: Size = "small"
+    request_batch: int = 1
+    choice: SpaceChoice = field(default_factory=SpaceChoice)
+    objective: Objective = "throughput"
+    constraints: Constraints = field(default_factory=Constraints)
+    slo_ms: float | None = None
+    mode: Literal["quick", "exhaustive"] = "quick"
+    time_budget_s: float | None = None
+    committed: Path | None = None  # a committed config.pbtxt; None: the spec's own settings
+    committed_concurrency: int | None = None  # None: the smallest concurrency searched
+    gate_within: float | None = None  # percent
+    confirm: int = 1  # re-measurements of the committed and the best configuration at the end
+    config: TritonConfig | None = None
+    output_dir: Path | None = None
+    json_path: Path | None = None
+    unit: str | None = None
+    progress: Callable[[str], None] = field(
+        default=lambda line: print(f"[triton-tune] {line}", file=sys.stderr, flush=True)
+    )
+
+
+def default_space(
+    committed: Candidate, request_batch: int, choice: SpaceChoice, batched: bool
+) -> SearchSpace:
+    """The user's values where given; else a few around the committed configuration."""
+    b = request_batch
+    cores = os.cpu_count() or 1
+    mbs = tuple(sorted({committed.max_batch_size, *(b * 4**k for k in range(3))}))
+    if not batched:
+        mbs = (0,)
+    space = SearchSpace(
+        format=choice.formats or (committed.format,),
+        max_batch_size=choice.max_batch_sizes or mbs,
+        dynamic_batching=choice.dynamic_batching or ((False, True) if batched else (False,)),
+        max_queue_delay_us=choice.queue_delays_us or (0, 500, 2000),
+        preferred_batch_sizes=choice.preferred_batch_sizes or ((),),
+        instance_count=choice.instance_counts or tuple(sorted({1, min(2, cores)})),
+        instance_kind=choice.instance_kinds or (None,),
+        threads=choice.threads or (0, 1),
+        concurrency=choice.concurrencies or (1, 2, 4, 8),
+    )
+    return space
+
+
+def _committed(options: TuneOptions, spec: ModelSpec, fmt: str, concurrency: int) -> Candidate:
+    if options.committed is None:
+        return sp.from_spec(spec, fmt, concurrency)
+    config = pbtxt.read_config(options.committed)
+    return sp.from_config(config, fmt, concurrency)
+
+
+def tune_config(config: TritonConfig | None) -> TritonConfig:
+    """The tuner's measurement defaults under whatever was set explicitly."""
+    config = config or resolve()
+    unset = {k: v for k, v in TUNE_MEASUREMENT.items() if config.origins.get(k) == "default"}
+    return config.with_overrides(unset) if unset else config
+
+
+def tune(options: TuneOptions) -> Outcome:
+    """Search, then write the files (with `output_dir`) and the gate check (`gate_within`)."""
+    config = tune_config(options.config)
+    if options.objective not in OBJECTIVES:
+        raise ConfigError(f"objective {options.objective!r}: use {', '.join(OBJECTIVES)}")
+    if options.objective == "goodput" and options.slo_ms is None:
+        raise ConfigError("the goodput objective needs an SLO: --slo MS")
+    if options.request_batch < 1:
+        raise ConfigError("the request batch size must be >= 1")
+    formats = options.choice.formats or (config.serving.format or DEFAULT_FORMAT,)
+    if not config.server.url:
+        for fmt in formats:
+            check_format(fmt)
+    spec = model_source(options.model, options.size, formats[0]).spec
+    concurrencies = options.choice.concurrencies or (1, 2, 4, 8)
+    start = _committed(
+        options, spec, formats[0], options.committed_concurrency or min(concurrencies)
+    )
+    choice = dataclasses.replace(options.choice, formats=formats)
+    space = default_space(start, options.request_batch, choice, spec.batched)
+    unit = options.unit or UNITS.get(options.model, "infer/s")
+    search = Search(
+        space,
+        start,
+        options.request_batch,
+        options.objective,
+        options.constraints,
+        Budget(options.time_budget_s),
+        options.mode,
+    )
+    runner = CandidateRunner(
+        spec,
+        options.model,
+        options.size,
+        search.space.format,
+        config,
+        request_batch=options.request_batch,
+        constraints=options.constraints,
+        slo_ms=options.slo_ms,
+        progress=lambda m: options.progress(m),
+    )
+    say = options.progress
+    say(
+        f"{options.mode} search over {search.space.size()} combinations of "
+        + ", ".join(f"{d} {list(search.space.values(d))}" for d in sp.DIMENSIONS)
+    )
+    say(f"committed configuration: {start.label()}")
+    trials: list[Trial] = []
+    began = time.monotonic()
+    runner.start()
+    try:
+        committed_serving = start.serving
+
+        def measure(candidate: Candidate) -> Trial:
+            return runner.measure(
+                len(search.trials) + 1, candidate, candidate.serving == committed_serving
+            )
+
+        for trial in search.run(measure):
+            trials.append(trial)
+            say(_progress_line(trial, search, unit))
+        _confirm(trials, runner, options, say, unit)
+        outcome = Outcome(
+            model=options.model,
+            unit=unit,
+            objective=options.objective,
+            constraints=options.constraints,
+            mode=options.mode,
+            request_batch=options.request_batch,
+            trials=trials,
+            seconds=time.monotonic() - began,
+            stopped=search.stopped,
+            slo_ms=options.slo_ms,
+        )
+        _best_config(outcome, options, runner, spec, start)
+    finally:
+        runner.close()
+    if options.gate_within is not None:
+        outcome.gate = gate_check(outcome, options.gate_within)
+    if options.output_dir is not None:
+        write_all(outcome, options.output_dir, options.json_path)
+    return outcome
+
+
+def _confirm(
+    trials: list[Trial],
+    runner: CandidateRunner,
+    options: TuneOptions,
+    say: Callable[[str], None],
+    unit: str,
+) -> None:
+    """Measure the committed and the best configuration again, alternately, `confirm` times:
+    on a busy machine one window series can be off by tens of percent, and the gate compares
+    exactly these two. Their figures become medians over every measurement."""
+    committed = committed_trial(trials, options.objective, options.constraints)
+    if options.confirm < 1 or committed is None:
+        return
+    confirmed: list[Trial] = []
+    for _ in range(3):  # a best that lost its place to another is replaced by that one
+        best = best_trial(trials, options.objective, options.constraints)
+        if best is None or best is committed or any(best is t for t in confirmed):
+            break
+        for _round in range(options.confirm):
+            for trial in (committed, best):
+                if trial is committed and any(committed is t for t in confirmed):
+                    continue
+                again = runner.measure(trial.index, trial.candidate, trial.committed)
+                remeasured(trial, again, options.constraints)
+        confirmed += [committed, best]
+    for trial in {t.index: t for t in confirmed}.values():
+        say(f"confirmed: {describe(trial, unit)}")
+
+
+def _progress_line(trial: Trial, search: Search, unit: str) -> str:
+    done = len(search.trials)
+    budget = search.budget
+    if search.mode == "exhaustive":
+        count = f"candidate {done}/{done + search.remaining}"
+    else:  # the quick search's length is known one pass at a time
+        count = f"candidate {done} (pass: <= {search.remaining} more)"
+    eta = budget.eta(search.remaining)
+    return (
+        f"{count}, {_clock(budget.elapsed)} elapsed, ETA {'<= ' if search.mode == 'quick' else ''}"
+        f"{_clock(eta)} | "
+        f"{describe(trial, unit)} ({trial.seconds:.1f} s)"
+    )
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _backend_of(config: mc.ModelConfig) -> str:
+    return config.backend or PLATFORM_BACKENDS.get(config.platform, "")
+
+
+def _best_config(
+    outcome: Outcome,
+    options: TuneOptions,
+    runner: CandidateRunner,
+    spec: ModelSpec,
+    start: Candidate,
+) -> None:
+    """The best configuration as a config.pbtxt: the committed file with the best serving
+    fields (with --committed), else the best candidate's own config on this server; both
+    named as the model is, diffed against what is committed."""
+    best = outcome.best
+    if best is None:
+        return
+    if options.committed is not None:
+        committed = pbtxt.read_config(options.committed)
+        backend = _backend_of(committed)
+        key = sp.THREAD_PARAMETERS.get(backend)
+        chosen = sp.apply(committed, best.candidate, key)
+        outcome.committed_source = outcome.committed_file = str(options.committed)
+        if best.candidate.threads and key is None:
+            outcome.notes.append(
+                f"note: the {backend or 'committed'} backend takes no intra-op thread count; "
+                f"the best candidate used {best.candidate.threads}"
+            )
+        if best.candidate.format != start.format:
+            outcome.notes.append(
+                f"note: the best candidate serves {best.candidate.format}, the committed "
+                f"config {start.format}: export that format for it (e.g. triton-deploy)"
+            )
+    else:
+        committed_config = runner.config_of(start.serving)
+        best_config = runner.config_of(best.candidate.serving)
+        if committed_config is None or best_config is None:
+            return
+        committed, chosen = mc.ModelConfig(), mc.ModelConfig()
+        committed.CopyFrom(committed_config)
+        chosen.CopyFrom(best_config)
+        name = runner.bases[start.format].model_name
+        committed.name = chosen.name = name
+        outcome.committed_source = f"the model spec's own settings ({name} on this server)"
+    outcome.committed_config = pbtxt.to_text(committed)
+    outcome.best_config = pbtxt.to_text(chosen)
+    if outcome.best_config == outcome.committed_config:
+        outcome.notes.append("the committed configuration is the best found: config.diff is empty")
+    outcome.notes.append(
+        f"best concurrency: {best.candidate.concurrency} requests of batch "
+        f"{outcome.request_batch} in flight"
+    )
+
+
+# -- the command --------------------------------------------------------------------------------
+def _duration(text: str) -> float:
+    """Seconds: '600', '90s', '10m', '1h'."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 600, 90s or 10m")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="triton-tune",
+        description="Search serving configurations of one model (format, max_batch_size, "
+        "dynamic batching, instances, intra-op threads, client concurrency): each candidate "
+        "is deployed, parity-checked against PyTorch and measured; writes every candidate "
+        "(CSV, markdown, JSON), a Pareto plot and the best config.pbtxt with its diff.",
+    )
+    p.add_argument(
+        "-m", "--model", required=True, help="zoo model or MODULE:CALLABLE returning a ModelSpec"
+    )
+    p.add_argument("--size", choices=("small", "full"), default="small")
+    p.add_argument("-b", "--batch-size", type=int, default=1, help="rows per request (default 1)")
+    space = p.add_argument_group("search space (comma lists; default: a few around the committed)")
+    space.add_argument(
+        "--formats", default=None, help="export formats (default --triton-format or onnx)"
+    )
+    space.add_argument("--max-batch-sizes", default=None, metavar="N,N")
+    space.add_argument("--dynamic-batching", default=None, metavar="off,on", help="default off,on")
+    space.add_argument(
+        "--queue-delays", default=None, metavar="US,US", help="max_queue_delay_microseconds"
+    )
+    space.add_argument(
+        "--preferred-batch-sizes",
+        default=None,
+        metavar="SETS",
+        help="sets separated by ';', e.g. 'none;4,8' (default none)",
+    )
+    space.add_argument("--instance-counts", default=None, metavar="N,N")
+    space.add_argument(
+        "--instance-kinds", default=None, metavar="KIND,KIND", help="default: the server's"
+    )
+    space.add_argument(
+        "--threads",
+        default=None,
+        metavar="N,N",
+        help="intra-op threads per instance, 0 = the backend's default (default 0,1)",
+    )
+    space.add_argument(
+        "--concurrency-range",
+        default=None,
+        help="client concurrencies, START:END:STEP or a comma list (default 1,2,4,8)",
+    )
+    goal = p.add_argument_group("objective and constraints")
+    goal.add_argument("--objective", choices=OBJECTIVES, default="throughput")
+    goal.add_argument(
+        "--slo",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="latency SLO: each candidate's share of requests within it (goodput)",
+    )
+    goal.add_argument(
+        "--max-memory",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="server resident memory at most (a local server)",
+    )
+    search = p.add_argument_group("search")
+    search.add_argument("--mode", choices=("quick", "exhaustive"), default="quick")
+    search.add_argument(
+        "--time-budget", type=_duration, default=None, help="stop starting candidates after it"
+    )
+    search.add_argument(
+        "--committed",
+        type=Path,
+        default=None,
+        metavar="CONFIG_PBTXT",
+        help="the committed config.pbtxt: the search starts from its serving settings "
+        "(default: the model spec's own) and the best config is written as a change to it",
+    )
+    search.add_argument(
+        "--committed-concurrency",
+        type=int,
+        default=None,
+        help="where the search starts (default: the smallest concurrency)",
+    )
+    search.add_argument(
+        "--confirm",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measure the committed and the best configuration N more times at the end, "
+        "alternately; their figures become medians (default 1; 0: off)",
+    )
+    search.add_argument(
+        "--gate-within",
+        type=float,
+        default=None,
+        metavar="PERCENT",
+        help="exit 1 when the committed configuration is more than this share below the "
+        "best one found on the objective",
+    )
+    out = p.add_argument_group("output")
+    out.add_argument("-o", "--output-dir", type=Path, default=None, help="default tune-MODEL")
+    out.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="also write the JSON here (e.g. REPORT_DIR/load-tune-dlrm.json for the gate report)",
+    )
+    out.add_argument("--unit", default=None, help="throughput unit label")
+    add_arguments(
+        p.add_argument_group("pytest-triton settings (also read from TRITON_* variables)"),
+        "perf",
+    )
+    return p
+
+
+def options_from(args: argparse.Namespace) -> TuneOptions:
+    config = resolve(from_arguments(args, "perf"), from_environ(os.environ, "perf"))
+    if config.load.request_rate:
+        raise ConfigError("triton-tune measures closed loops: leave out --triton-request-rate")
+    choice = SpaceChoice(
+        formats=tuple(f.strip() for f in args.formats.split(",") if f.strip())
+        if args.formats
+        else None,
+        max_batch_sizes=sp.parse_ints(args.max_batch_sizes, "max batch sizes", 0)
+        if args.max_batch_sizes
+        else None,
+        dynamic_batching=sp.parse_switch(args.dynamic_batching) if args.dynamic_batching else None,
+        queue_delays_us=sp.parse_ints(args.queue_delays, "queue delays", 0)
+        if args.queue_delays
+        else None,
+        preferred_batch_sizes=sp.parse_preferred(args.preferred_batch_sizes)
+        if args.preferred_batch_sizes
+        else None,
+        instance_counts=sp.parse_ints(args.instance_counts, "instance counts", 1)
+        if args.instance_counts
+        else None,
+        instance_kinds=sp.parse_kinds(args.instance_kinds) if args.instance_kinds else None,
+        threads=sp.parse_ints(args.threads, "threads", 0) if args.threads else None,
+        concurrencies=tuple(parse_range(args.concurrency_range))
+        if args.concurrency_range
+        else None,
+    )
+    constraints = Constraints(
+        max_p99_ms=config.gate.perf_latency_p99,
+        min_throughput=config.gate.perf_throughput,
+        max_memory_mb=args.max_memory,
+    )
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.model.rsplit(":", 1)[-1])
+    return TuneOptions(
+        model=args.model,
+        size=args.size,
+        request_batch=args.batch_size,
+        choice=choice,
+        objective=args.objective,
+        constraints=constraints,
+        slo_ms=args.slo,
+        mode=args.mode,
+        time_budget_s=args.time_budget,
+        committed=args.committed,
+        committed_concurrency=args.committed_concurrency,
+        gate_within=args.gate_within,
+        confirm=args.confirm,
+        config=config,
+        output_dir=args.output_dir or Path(f"tune-{name}"),
+        json_path=args.json,
+        unit=args.unit,
+    )
+
+
+def tune_main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        options = options_from(args)
+        outcome = tune(options)
+    except KeyboardInterrupt:
+        print("[triton-tune] interrupted", file=sys.stderr)
+        return 130
+    except (TritonTestError, OSError) as exc:
+        print(f"[triton-tune] error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(open_table(outcome, options))
+    for line in outcome.summary():
+        print(line)
+    if outcome.gate is not None and not outcome.gate.passed:
+        return 1
+    if outcome.best is None:
+        return 1
+    return 0
+
+
+def open_table(outcome: Outcome, options: TuneOptions) -> str:
+    where = f"\nwritten to {options.output_dir}/" if options.output_dir else ""
+    return markdown(outcome) + where
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(tune_main())

@@ -1,0 +1,62 @@
+"""Models for triton-tune's tests: one whose answers depend on the batch it is run in, and
+one whose cost per execution does not depend on the batch (batching pays off)."""
+
+from __future__ import annotations
+
+import torch
+
+from pytest_triton import ModelSpec
+
+
+class BatchCentered(torch.nn.Module):
+    """Each row minus the mean of the batch it was run in: a request of one row alone answers
+    zeros, the same row batched with others does not. Dynamic batching changes its answers."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x - x.mean(dim=0, keepdim=True)
+
+
+class FixedCost(torch.nn.Module):
+    """A few milliseconds of work that does not depend on the batch (matrix products of its
+    own weights, as a launch-bound GPU kernel costs the same for 1 row or 16), then a tiny
+    per-row layer: batching requests multiplies its throughput. Serve it as TorchScript:
+    ONNX Runtime would fold the weights-only products into a constant at load."""
+
+    def __init__(self, size: int = 256, rounds: int = 4) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.rounds = rounds
+        self.big = torch.nn.Parameter(torch.randn(size, size, generator=g) / size**0.5, False)
+        self.weight = torch.nn.Parameter(0.5 * torch.eye(4) + 0.01, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.big
+        for _ in range(self.rounds):
+            h = torch.tanh(h @ self.big)
+        return torch.tanh(x @ self.weight) + 0.0 * h.mean()
+
+
+def _inputs(batch: int, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(batch, 4, generator=g)}
+
+
+def _spec(name: str, module: torch.nn.Module) -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        module=module,
+        example_inputs=_inputs(2, 0),
+        inputs=["x"],
+        outputs=["y"],
+        max_batch_size=16,
+        dynamic_batching=None,  # committed: no dynamic batching
+        input_factory=_inputs,
+    )
+
+
+def batch_centered_spec() -> ModelSpec:
+    return _spec("centered", BatchCentered())
+
+
+def fixed_cost_spec() -> ModelSpec:
+    return _spec("fixedcost", FixedCost())

@@ -1,0 +1,170 @@
+"""Answers checked under load, on real servers and real Locust runs: a model that answers
+wrongly only when the dynamic batcher combines requests fails the run with the wrong answers
+named (both protocols, system shared memory, the multiplexed users and users with a greenlet
+of their own), the same model under one user passes, and the seed models pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_triton.base.urls import Endpoints
+from pytest_triton.server import LocalLauncher, ServerArgs
+from tests.helpers.locust_runs import LOCUSTFILES, PROBE_LOCUSTFILE, REPO, run_locust
+from tests.helpers.probe_models import CORRUPTED_INDEX, write_wrong_when_batched
+
+RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
+pytestmark = [pytest.mark.load, pytest.mark.triton]
+
+
+@pytest.fixture(scope="module")
+def wrong_when_batched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    root = tmp_path_factory.mktemp("repo")
+    write_wrong_when_batched(root)
+    with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
+        yield server.endpoints
+
+
+def run(
+    endpoints: Endpoints | None,
+    *args: str,
+    users: int,
+    tmp_path: Path,
+    locustfile: Path = PROBE_LOCUSTFILE,
+    seconds: int = 5,
+    timeout: float = 90,
+) -> dict[str, Any]:
+    host = (
+        [
+            "--host",
+            f"http://{endpoints.http}",
+            "--triton-grpc-url",
+            f"grpc://{endpoints.grpc}",
+            "--triton-model",
+            "wrong_when_batched",
+        ]
+        if endpoints is not None
+        else []
+    )
+    done = run_locust(
+        locustfile,
+        *args,
+        "--headless",
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        f"{seconds}s",
+        *host,
+        tmp_path=tmp_path,
+        timeout=timeout,
+    )
+    assert done.report is not None, done.tail()
+    return {**done.report, "code": done.code, "output": done.output}
+
+
+WRONG = [
+    pytest.param(("--triton-protocol", "http"), id="http"),
+    pytest.param(("--triton-protocol", "grpc"), id="grpc"),
+    pytest.param(("--triton-protocol", "grpc", "--triton-shared-memory", "system"), id="grpc-shm"),
+    pytest.param(("--triton-protocol", "http", "--triton-shared-memory", "system"), id="http-shm"),
+]
+
+
+@pytest.mark.parametrize("args", WRONG)
+def test_wrong_answers_under_concurrency_fail_the_run(
+    wrong_when_batched: Endpoints, args: tuple[str, ...], tmp_path: Path
+) -> None:
+    """8 users: the batcher combines their requests and the model corrupts one element of
+    each answer. Every answer's values are compared (--triton-check-every 1)."""
+    report = run(wrong_when_batched, *args, "--triton-check-every", "1", users=8, tmp_path=tmp_path)
+    output = report["output"]
+    assert report["code"] == 1, output[-3000:]
+    wrong = report["wrong_answers"]
+    assert wrong > 0 and report["measured"]["wrong_answers"] == wrong
+    assert report["measured"]["failures"] >= wrong
+    (check,) = [c for c in report["checks"] if c["name"] == "wrong_answers"]
+    assert check["passed"] is False and check["measured"] == wrong
+    assert "wrong answer: model 'wrong_when_batched'" in output, output[-3000:]
+    assert f"worst at index {CORRUPTED_INDEX}" in output and "max abs diff 0.25" in output
+    assert "RESULT: FAIL - " in output and "wrong_answers measured" in output
+
+
+def test_a_sample_of_answers_finds_them_too(wrong_when_batched: Endpoints, tmp_path: Path) -> None:
+    """The default share on the multiplexed users: values compared on one answer in 10."""
+    report = run(wrong_when_batched, "--triton-check-every", "10", users=8, tmp_path=tmp_path)
+    assert report["code"] == 1 and report["wrong_answers"] > 0, report["output"][-3000:]
+    requests = report["measured"]["requests"]
+    assert report["wrong_answers"] <= requests / 10 + 8, report["output"][-3000:]
+
+
+def test_users_with_a_greenlet_of_their_own_check_too(
+    wrong_when_batched: Endpoints, tmp_path: Path
+) -> None:
+    """Paced users (Locust's constant_throughput) send from their own greenlets, not
+    through the multiplexer."""
+    report = run(
+        wrong_when_batched,
+        "PacedUser",
+        "--triton-check-every",
+        "1",
+        users=8,
+        tmp_path=tmp_path,
+        locustfile=RATE_LOCUSTFILE,
+    )
+    assert report["code"] == 1 and report["wrong_answers"] > 0, report["output"][-3000:]
+    assert "wrong answer: model 'wrong_when_batched'" in report["output"]
+
+
+def test_one_user_gets_right_answers_from_the_same_model(
+    wrong_when_batched: Endpoints, tmp_path: Path
+) -> None:
+    """No concurrency, no batches, no wrong answer: the check itself is right."""
+    report = run(wrong_when_batched, "--triton-check-every", "1", users=1, tmp_path=tmp_path)
+    assert report["code"] == 0, report["output"][-3000:]
+    assert report["wrong_answers"] == 0 and report["measured"]["failures"] == 0
+
+
+def test_without_the_flag_a_host_is_not_checked(
+    wrong_when_batched: Endpoints, tmp_path: Path
+) -> None:
+    """The locustfile's model need not be the deployed one: no check unless asked."""
+    report = run(wrong_when_batched, users=8, tmp_path=tmp_path, seconds=3)
+    assert report["code"] == 0 and report["wrong_answers"] == 0, report["output"][-3000:]
+    assert "pass --triton-check-every N to check them" in report["output"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_probe_model_passes_on_its_own_server(protocol: str, tmp_path: Path) -> None:
+    """The embedded server serves the locustfile's own spec: checked by default."""
+    report = run(
+        None, "--triton-protocol", protocol, "--triton-check-every", "1", users=8, tmp_path=tmp_path
+    )
+    assert report["code"] == 0, report["output"][-3000:]
+    assert report["wrong_answers"] == 0 and report["measured"]["failures"] == 0
+    assert report["measured"]["requests"] > 50
+    assert "answers checked against PyTorch" in report["output"]
+
+
+def test_dlrm_passes_under_load(tmp_path: Path) -> None:
+    """A zoo model (DLRM, small) on its embedded server, values checked on every answer over
+    system shared memory."""
+    report = run(
+        None,
+        "--triton-check-every",
+        "1",
+        "--triton-shared-memory",
+        "system",
+        users=4,
+        tmp_path=tmp_path,
+        locustfile=LOCUSTFILES / "dlrm.py",
+        seconds=8,
+        timeout=180,
+    )
+    assert report["code"] == 0, report["output"][-3000:]
+    assert report["wrong_answers"] == 0 and report["measured"]["failures"] == 0
+    assert report["measured"]["requests"] > 10

@@ -1,0 +1,267 @@
+"""triton-tune: the search strategies on a synthetic model of the server (no server), then
+two short real runs (a real tritonserver, real exports, the real load generator): a quick
+search that writes its table, plot and best config and disqualifies a configuration that
+changes answers, and the gate check failing a committed configuration that falls short."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pytest_triton.load.tune import space as sp
+from pytest_triton.load.tune.space import Candidate, SearchSpace
+from pytest_triton.load.tune.strategy import (
+    Budget,
+    Constraints,
+    Search,
+    Trial,
+    check_constraints,
+    pareto_front,
+    remeasured,
+)
+from pytest_triton.load.tune.tables import Outcome, gate_check, markdown
+from tests.helpers.locust_runs import Locust, subprocess_env
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+# -- the strategies, on a model of a server -------------------------------------------------------
+def synthetic(candidate: Candidate) -> tuple[float, float]:
+    """Throughput and p99 of a made-up server: batching helps, and more with a longer queue
+    delay up to 1 ms; two instances help; concurrency raises both throughput and p99."""
+    rate = 100.0 * min(candidate.concurrency, 4)
+    if candidate.dynamic_batching:
+        rate *= 2 + min(candidate.max_queue_delay_us, 1000) / 1000
+    rate *= 1.3 if candidate.instance_count == 2 else 1.0
+    p99 = 2.0 * candidate.concurrency + candidate.max_queue_delay_us / 1000
+    return rate, p99
+
+
+def space(**changes: object) -> SearchSpace:
+    values: dict[str, object] = dict(
+        format=("onnx",),
+        max_batch_size=(8,),
+        dynamic_batching=(False, True),
+        max_queue_delay_us=(0, 500, 1000, 4000),
+        preferred_batch_sizes=((),),
+        instance_count=(1, 2),
+        instance_kind=(None,),
+        threads=(0,),
+        concurrency=(1, 2, 4, 8),
+    )
+    values.update(changes)
+    return SearchSpace(**values)  # type: ignore[arg-type]
+
+
+def measurer(constraints: Constraints, calls: list[Candidate]):  # type: ignore[no-untyped-def]
+    def measure(candidate: Candidate) -> Trial:
+        calls.append(candidate)
+        throughput, p99 = synthetic(candidate)
+        trial = Trial(len(calls), candidate, "measured", throughput=throughput, p99_ms=p99)
+        trial.violations = check_constraints(trial, constraints)
+        return trial
+
+    return measure
+
+
+COMMITTED = Candidate("onnx", 8, False, concurrency=1)
+
+
+def test_quick_search_climbs_to_the_best_within_the_constraint() -> None:
+    constraints = Constraints(max_p99_ms=10)
+    calls: list[Candidate] = []
+    search = Search(space(), COMMITTED, 1, "throughput", constraints, Budget(None))
+    trials = list(search.run(measurer(constraints, calls)))
+    best = max((t for t in trials if t.feasible), key=lambda t: t.throughput)
+    # concurrency 4 (8 breaks p99 10 ms), batching with a 1 ms delay, two instances
+    assert (best.candidate.concurrency, best.candidate.dynamic_batching) == (4, True)
+    assert (best.candidate.max_queue_delay_us, best.candidate.instance_count) == (1000, 2)
+    assert len(calls) == len(set(calls)) == len(trials)  # each candidate measured once
+    every = list(space().every(1))
+    assert len(every) == 2 * 4 * 4 + 2 * 4  # batching: delays x counts x concurrencies
+    assert len(calls) < len(every) / 2  # quick: far fewer than every combination
+
+
+def test_exhaustive_search_tries_everything_and_the_budget_stops_it() -> None:
+    calls: list[Candidate] = []
+    none = Constraints()
+    search = Search(space(), COMMITTED, 1, "p99", none, Budget(None), "exhaustive")
+    trials = list(search.run(measurer(none, calls)))
+    assert len(trials) == len(list(space().every(1)))
+    assert min(trials, key=lambda t: t.p99_ms).candidate.concurrency == 1
+    # a budget already spent after the first candidate: it alone is measured
+    budget = Budget(1e-9)
+    short = Search(space(), COMMITTED, 1, "p99", none, budget, "exhaustive")
+    assert len(list(short.run(measurer(none, [])))) == 1
+    assert "time budget" in short.stopped
+
+
+def test_pareto_front_and_gate_check() -> None:
+    def trial(index: int, throughput: float, p99: float, committed: bool = False) -> Trial:
+        c = Candidate("onnx", 8, True, concurrency=index)
+        return Trial(index, c, "measured", throughput=throughput, p99_ms=p99, committed=committed)
+
+    trials = [trial(1, 100, 5, True), trial(2, 200, 4), trial(3, 300, 9), trial(4, 150, 9)]
+    assert [t.index for t in pareto_front(trials)] == [2, 3]
+    outcome = Outcome("m", "rec/s", "throughput", Constraints(), "quick", 1, trials, 1.0)
+    fail = gate_check(outcome, 10)
+    assert not fail.passed and fail.shortfall_percent == pytest.approx(100 * 200 / 300)
+    assert "falls 66.7% short of the best" in fail.message
+    assert gate_check(outcome, 70).passed
+    broken = dataclass_copy(trials[0], violations=["p99 5.00 ms > 4 ms"])
+    alone = Outcome("m", "rec/s", "throughput", Constraints(), "quick", 1, [broken], 1.0)
+    verdict = gate_check(alone, 50)
+    assert not verdict.passed and "breaks its constraints" in verdict.message
+    dq = Trial(5, Candidate("onnx", 8, True), "disqualified", message="parity FAILED: y")
+    table = markdown(
+        Outcome("m", "rec/s", "throughput", Constraints(), "quick", 1, [*trials, dq], 1.0)
+    )
+    assert "DISQUALIFIED: parity FAILED: y" in table and "**best**" in table
+
+
+def test_a_remeasured_trial_takes_the_medians() -> None:
+    """--confirm: the committed and the best configuration are measured again; their
+    figures become medians, and the constraints are judged on those."""
+    c = Candidate("onnx", 8, True, concurrency=4)
+    limits = Constraints(max_p99_ms=10)
+    trial = Trial(1, c, "measured", throughput=1000.0, p99_ms=30.0, avg_ms=3.0)
+    trial.violations = check_constraints(trial, limits)
+    assert trial.violations == ["p99 30.00 ms > 10 ms"]
+    for throughput, p99 in ((500.0, 6.0), (600.0, 7.0)):
+        again = Trial(1, c, "measured", throughput=throughput, p99_ms=p99, avg_ms=2.0)
+        remeasured(trial, again, limits)
+    assert (trial.throughput, trial.p99_ms, len(trial.measurements)) == (600.0, 7.0, 3)
+    assert trial.feasible
+    remeasured(trial, Trial(1, c, "failed"), limits)  # a failed re-measurement changes nothing
+    assert len(trial.measurements) == 3
+
+
+def dataclass_copy(trial: Trial, **changes: object) -> Trial:
+    return dataclasses.replace(trial, **changes)  # type: ignore[arg-type]
+
+
+def test_committed_config_round_trip_and_parsing() -> None:
+    config = mc.ModelConfig(name="dlrm", platform="onnxruntime_onnx", max_batch_size=65536)
+    config.dynamic_batching.max_queue_delay_microseconds = 1000
+    config.instance_group.append(
+        mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_GPU)
+    )
+    committed = sp.from_config(config, "onnx", 1)
+    assert committed == Candidate("onnx", 65536, True, 1000, (), 1, None, 0, 1)
+    best = Candidate("onnx", 4096, True, 200, (1024, 4096), 2, None, 1, 8)
+    out = sp.apply(config, best, "intra_op_thread_count")
+    assert out.max_batch_size == 4096 and out.instance_group[0].count == 2
+    assert out.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU  # kind kept
+    assert list(out.dynamic_batching.preferred_batch_size) == [1024, 4096]
+    assert out.parameters["intra_op_thread_count"].string_value == "1"
+    assert sp.from_config(out, "onnx", 8) == best
+    off = sp.apply(config, Candidate("onnx", 64, False), None)
+    assert not off.HasField("dynamic_batching")
+    assert sp.parse_preferred("none; 4,8") == ((), (4, 8))
+    assert sp.parse_switch("off,on") == (False, True)
+    assert sp.parse_kinds("cpu,KIND_GPU") == ("KIND_CPU", "KIND_GPU")
+    assert math.isnan(Trial(1, best, "failed").goodput)
+
+
+# -- real runs ----------------------------------------------------------------------------------
+def tune(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
+    out = tmp_path / "tune"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest_triton.load.tune",
+        *args,
+        "-b",
+        "1",
+        "--max-batch-sizes",
+        "16",
+        "--dynamic-batching",
+        "off,on",
+        "--instance-counts",
+        "1",
+        "--threads",
+        "0",
+        "-p",
+        "500",
+        "--warmup",
+        "200",
+        "-o",
+        str(out),
+    ]
+    finished = Locust(cmd, env=subprocess_env()).finish(timeout=180)
+    return finished.code, finished.output, out
+
+
+@pytest.mark.load
+def test_quick_search_writes_its_files_and_disqualifies_changed_answers(
+    tmp_path: Path,
+) -> None:
+    """A model whose rows are centred on their batch's mean: with dynamic batching, single-row
+    requests sent together come back changed, so that configuration is disqualified (never
+    measured) with the mismatch; the committed one (no batching) is the best."""
+    code, output, out = tune(
+        tmp_path,
+        "-m",
+        "tests.helpers.tune_models:batch_centered_spec",
+        "--queue-delays",
+        "20000",
+        "--concurrency-range",
+        "2",
+        "--gate-within",
+        "50",
+        "--slo",
+        "500",
+        "--json",
+        str(tmp_path / "report" / "load-tune-centered.json"),
+    )
+    assert code == 0, output[-3000:]
+    result = json.loads((out / "tune.json").read_text())
+    by_status = {c["status"]: c for c in result["candidates"]}
+    assert set(by_status) == {"measured", "disqualified"}, result["candidates"]
+    dq = by_status["disqualified"]
+    assert dq["candidate"]["dynamic_batching"] and dq["throughput"] is None
+    assert "parity FAILED" in dq["message"] and "max abs diff" in dq["message"]
+    assert result["best"]["committed"] and result["gate"]["passed"] is True
+    assert by_status["measured"]["within_slo"] > 0.9  # --slo: its share within 500 ms
+    assert "DISQUALIFIED #2" in output and "GATE PASS" in output
+    assert "ETA" in output  # the progress line
+    header = (out / "candidates.csv").read_text().splitlines()[0]
+    assert header.startswith("candidate,committed,status,format,max_batch_size")
+    assert "DISQUALIFIED: request 0 of 8 sent together" in (out / "candidates.md").read_text()
+    assert (out / "pareto.png").read_bytes()[:8] == PNG
+    assert 'backend: "python"' in (out / "config.pbtxt").read_text()
+    assert (tmp_path / "report" / "load-tune-centered.json").is_file()
+
+
+@pytest.mark.load
+def test_gate_fails_a_committed_config_that_falls_short(tmp_path: Path) -> None:
+    """A model whose execution costs the same whatever its batch, committed without dynamic
+    batching: batching 8 concurrent requests serves far more (measured ~2x here), so
+    --gate-within 10 exits 1 and says by how much the committed configuration falls short;
+    the best config's diff adds the dynamic_batching block."""
+    code, output, out = tune(
+        tmp_path,
+        "-m",
+        "tests.helpers.tune_models:fixed_cost_spec",
+        "--formats",
+        "torchscript-trace",
+        "--queue-delays",
+        "2000",
+        "--concurrency-range",
+        "8",
+        "--gate-within",
+        "10",
+    )
+    assert code == 1, output[-3000:]
+    result = json.loads((out / "tune.json").read_text())
+    assert result["gate"]["passed"] is False and result["gate"]["shortfall_percent"] > 10
+    assert "GATE FAIL: the committed configuration falls" in output
+    assert not result["best"]["committed"] and result["best"]["candidate"]["dynamic_batching"]
+    diff = (out / "config.diff").read_text()
+    assert "+dynamic_batching {" in diff and "+  max_queue_delay_microseconds: 2000" in diff
