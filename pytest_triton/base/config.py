@@ -629,6 +629,23 @@ class LoadSettings:
         "triton-perf 0, since the locustfile's weights need not be the served model's",
         aliases=("--check-every",),
     )
+    update_to: str | None = _setting(
+        None,
+        "a model update under load: MODULE:CALLABLE returning the next version's ModelSpec "
+        "(the served model's name and signature, another version); the embedded server loads "
+        "it beside the served version at --triton-update-at, then retires the old one. Every "
+        "answer is checked: the old or new version's before, only the new one's after",
+        frozenset({"locust"}),
+        parse=parse_optional,
+        metavar="MODULE:CALLABLE",
+    )
+    update_at: float = _setting(
+        5.0,
+        "seconds after the test starts when --triton-update-to begins the update",
+        frozenset({"locust"}),
+        parse=parse_positive_float,
+        metavar="SECONDS",
+    )
     max_in_flight: int = _setting(
         64,
         "open loop: requests one user keeps outstanding at most; a send due beyond it "

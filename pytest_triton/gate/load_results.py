@@ -128,6 +128,10 @@ def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str
         "stages": list(document.get("stages") or []),
         "soak": _soak_summary(document.get("soak")),
         "figures": [str(f) for f in document.get("figures") or []],
+        "wrong_answers": document.get("wrong_answers"),
+        "goodput": measured.get("goodput"),
+        "slo_ms": measured.get("slo_ms"),
+        "update": document.get("update"),
     }
 
 

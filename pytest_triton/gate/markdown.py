@@ -245,6 +245,26 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
                 f"{num(soak['memory_growth_mb_per_min'])} MB/min over the steady part; p99 "
                 f"drift {num(soak['p99_drift_pct'])}%"
             )
+        if run.get("wrong_answers") is not None:
+            notes.append(f"Answers of {run['name']} checked: {run['wrong_answers']} wrong.")
+        if _finite(run.get("goodput")):
+            notes.append(
+                f"Goodput of {run['name']}: {num(run['goodput'])} of the requests succeeded "
+                f"within {num(run.get('slo_ms'))} ms."
+            )
+        update = run.get("update")
+        if update:
+            notes.append(
+                f"Model update in {run['name']}: {update['model']} version "
+                f"{update['old_version']} -> {update['new_version']}, "
+                + (
+                    f"p99 {num(update['p99_during_switch_ms'])} ms during the switch, "
+                    f"{update['requests_after_switch']} requests after it"
+                    if update.get("done")
+                    else f"not done ({update.get('error') or 'the run ended before it'})"
+                )
+                + "."
+            )
         notes += [f"{run['name']}: {w}" for w in run["warnings"]]
         if run.get("before_session"):
             notes.append(

@@ -39,11 +39,12 @@ from pytest_triton.client.triton_client import PreparedRequest, Protocol, Triton
 from pytest_triton.client.wire.lane import Lane
 from pytest_triton.client.wire.request import RawAnswer, answer_size
 from pytest_triton.load.locust import grpc_gevent, listeners, multiplexer
-from pytest_triton.load.locust.checking import Reference, user_answer_check
+from pytest_triton.load.locust.checking import Reference, update_label, user_answer_check
 from pytest_triton.load.locust.distributed import tell_master_refused
 from pytest_triton.load.locust.embedded import EmbeddedModel, zoo_model
 from pytest_triton.load.locust.open_loop import OpenLoop, ReplayLoop, open_loop
 from pytest_triton.load.locust.options import default_targets, run_config
+from pytest_triton.load.locust.rollout import sent_after_retirement
 from pytest_triton.load.locust.user_settings import (
     check_load_allowed,
     user_batch_size,
@@ -101,6 +102,7 @@ class TritonUser(User):
     timeout_s: float = 60.0
 
     _open_loop: OpenLoop | ReplayLoop | None = None
+    _update_label: str | None = None  # the new version's, during a model update
 
     def on_start(self) -> None:
         cls = type(self)
@@ -152,6 +154,7 @@ class TritonUser(User):
                 number=number,
                 context=f"model {self._model!r}, protocol {self._client.id!r}",
             )
+            self._update_label = update_label(config) if self._check is not None else None
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
             self._by_batch: dict[int, Iterator[PreparedRequest]] = {}
             if isinstance(self._open_loop, ReplayLoop):  # a trace's own batch sizes
@@ -222,6 +225,9 @@ class TritonUser(User):
     ) -> None:
         """A Locust request event for one request; a wrong answer fails it."""
         if answer is not None and error is None and self._check is not None:
+            if self._update_label is not None:  # after the update, only the new version
+                after = sent_after_retirement(self.environment, latency_s)
+                self._check.allowed = (self._update_label,) if after else None
             error = self._check.check(*answer).wrong
         self.environment.events.request.fire(
             request_type=self._request_type,

@@ -398,7 +398,7 @@ def test_report_files_markdown_and_plots(tmp_path: Path) -> None:
     assert step.startswith("earlier step\n# Release gate: PASS") and "![" not in step
 
 
-def test_stages_soak_figures_and_plots_reach_the_gate_report() -> None:
+def test_stages_soak_answers_update_and_plots_reach_the_gate_report() -> None:
     document = locust_document()
     document["stages"] = [
         {
@@ -429,6 +429,16 @@ def test_stages_soak_figures_and_plots_reach_the_gate_report() -> None:
         "samples": [{"at": 1.0}],
     }
     document["figures"] = ["load-dlrm-memory.png", "load-dlrm-latency.png"]
+    document["wrong_answers"] = 0
+    document["measured"] = {**document["measured"], "goodput": 0.99, "slo_ms": 20.0}
+    document["update"] = {
+        "model": "dlrm_onnx",
+        "old_version": 1,
+        "new_version": 2,
+        "done": True,
+        "p99_during_switch_ms": 38.1,
+        "requests_after_switch": 1928,
+    }
     run = load_run("dlrm", "load-dlrm.json", document)
     assert run["soak"]["memory_growth_mb_per_min"] == 300.0 and "samples" not in run["soak"]
     doc = gd.build_document(
@@ -446,6 +456,10 @@ def test_stages_soak_figures_and_plots_reach_the_gate_report() -> None:
         "Stage 2 of dlrm (8 users): 120 samples/s, p99 80 ms, 0 failed: FAIL",
         "Soak of dlrm: memory (rss) 400 -> 700 MB, 300 MB/min over the steady part",
         "![dlrm: load-dlrm-memory.png](load-dlrm-memory.png)",
+        "Answers of dlrm checked: 0 wrong.",
+        "Goodput of dlrm: 0.99 of the requests succeeded within 20 ms.",
+        "Model update in dlrm: dlrm_onnx version 1 -> 2, p99 38.1 ms during the switch, "
+        "1928 requests after it.",
     ):
         assert part in text, part
     assert "![" not in render(gd.decide(doc), images=False)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.helpers.locust_runs import (
     Locust,
     run_locust,
     subprocess_env,
+    triton_perf_args,
 )
 from tests.helpers.probe_models import LAUNCH_MS, SLEEP_MS, write_launch_bound, write_sleepy
 
@@ -154,11 +154,7 @@ def test_latency_bound_search_finds_the_largest_concurrency(
     90 ms bound allows 4 concurrent requests at ~50 requests/s."""
     out = tmp_path / "sweep"
     cmd = [
-        sys.executable,
-        "-m",
-        "pytest_triton.load.sweep.command",
-        "-m",
-        "tests.helpers.probe_models:probe_spec",
+        *triton_perf_args("tests.helpers.probe_models:probe_spec"),
         "--url",
         f"http://{sleepy_server.http}",
         "--model-name",
@@ -220,11 +216,7 @@ def test_latency_bound_search_finds_the_largest_concurrency(
 def test_sweep_refuses_a_bad_range() -> None:
     done = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "pytest_triton.load.sweep.command",
-            "-m",
-            "mnist",
+            *triton_perf_args("mnist"),
             "--concurrency-range",
             "8:2",
         ],

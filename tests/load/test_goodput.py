@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from pytest_triton.load.measure.goodput import goodput_between, share_within
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram
 from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.load.sweep import points as perf
-from tests.helpers.locust_runs import REPO, Locust, run_locust
+from tests.helpers.locust_runs import REPO, Locust, run_locust, triton_perf_args
 
 RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
 
@@ -131,11 +130,7 @@ def test_triton_perf_reports_the_highest_rate_at_which_goodput_holds(
     out = tmp_path / "perf.json"
     run = Locust(
         [
-            sys.executable,
-            "-m",
-            "pytest_triton.load.sweep.command",
-            "-m",
-            "tests.helpers.probe_models:probe_spec",
+            *triton_perf_args("tests.helpers.probe_models:probe_spec"),
             "--url",
             f"http://{sleepy_server.http}",
             "--model-name",

@@ -8,7 +8,6 @@ import csv
 import json
 import re
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from tests.helpers.locust_runs import (
     locust_args,
     run_locust,
     subprocess_env,
+    triton_perf_args,
     tritonservers,
 )
 from tests.helpers.raw_models import write_bytes_model
@@ -176,11 +176,7 @@ def test_triton_perf_over_shared_memory(probe_server: Endpoints, tmp_path: Path)
     out = tmp_path / "perf.json"
     table = tmp_path / "perf.csv"
     cmd = [
-        sys.executable,
-        "-m",
-        "pytest_triton.load.sweep.command",
-        "-m",
-        "tests.helpers.probe_models:probe_spec",
+        *triton_perf_args("tests.helpers.probe_models:probe_spec"),
         "--url",
         f"grpc://{probe_server.grpc}",
         "--model-name",

@@ -5,7 +5,6 @@ latency-bounded analysis works in both modes."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.server import LocalLauncher, ServerArgs
-from tests.helpers.locust_runs import REPO, Locust, run_locust, subprocess_env
+from tests.helpers.locust_runs import REPO, Locust, run_locust, subprocess_env, triton_perf_args
 from tests.helpers.probe_models import SLOWING_MODEL, STALL_MODEL, STALL_MS, write_sleepy
 
 RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
@@ -177,11 +176,7 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
     out = tmp_path / "perf.json"
     run = Locust(
         [
-            sys.executable,
-            "-m",
-            "pytest_triton.load.sweep.command",
-            "-m",
-            "tests.helpers.probe_models:probe_spec",
+            *triton_perf_args("tests.helpers.probe_models:probe_spec"),
             "--url",
             f"http://{models.http}",
             "--model-name",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from pytest_triton.repository.builder import Repository
 from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers import certificates, nginx
 from tests.helpers.certificates import Pki, make_pki
-from tests.helpers.locust_runs import REPO, Locust, run_locust, subprocess_env
+from tests.helpers.locust_runs import REPO, Locust, run_locust, subprocess_env, triton_perf_args
 from tests.helpers.probe_models import probe_spec
 from tests.helpers.raw_models import write_python_model
 
@@ -94,11 +93,7 @@ def test_triton_perf_measures_through_the_tls_ingress(
     ingress, pki = secured
     out = tmp_path / "perf.json"
     cmd = [
-        sys.executable,
-        "-m",
-        "pytest_triton.load.sweep.command",
-        "-m",
-        "tests.helpers.probe_models:probe_spec",
+        *triton_perf_args("tests.helpers.probe_models:probe_spec"),
         "--url",
         f"https://{ingress}",
         "--model-name",

@@ -11,17 +11,21 @@ since a locustfile's weights (a zoo model's are random) need not be the deployed
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.dtypes import Array
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.importing import load_object
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.triton_client import PreparedRequest
 from pytest_triton.load.locust.embedded import EmbeddedModel
 from pytest_triton.load.locust.user_settings import embedded_endpoints
 from pytest_triton.parity.answers import AnswerCheck
+from pytest_triton.repository.spec import ModelSpec
 
 log = logging.getLogger("pytest_triton.load")
 DEFAULT_CHECK_EVERY = 100
@@ -45,10 +49,41 @@ def on_embedded_server(host: str, config: TritonConfig) -> bool:
 
 
 def answers_every(config: TritonConfig, host: str) -> int:
-    """Every how many answers values are compared; 0: answers are not checked."""
+    """Every how many answers values are compared; 0: answers are not checked. A model
+    update under load compares every answer unless told otherwise (which version answered
+    is the question)."""
     if config.load.check_every is not None:
         return config.load.check_every
-    return DEFAULT_CHECK_EVERY if on_embedded_server(host, config) else 0
+    if not on_embedded_server(host, config):
+        return 0
+    return 1 if config.load.update_to else DEFAULT_CHECK_EVERY
+
+
+@functools.lru_cache(maxsize=4)
+def _next_version(target: str) -> ModelSpec:
+    made = load_object(target)()
+    if not isinstance(made, ModelSpec):
+        raise ConfigError(
+            f"--triton-update-to {target} returned {type(made).__name__}, not a ModelSpec"
+        )
+    return made
+
+
+def next_version_spec(config: TritonConfig) -> ModelSpec:
+    """--triton-update-to's ModelSpec (made once per process)."""
+    assert config.load.update_to is not None
+    return _next_version(config.load.update_to)
+
+
+def version_label(version: int) -> str:
+    return f"version {version}"
+
+
+def update_label(config: TritonConfig) -> str | None:
+    """The label of the answers a model update makes right after it (None without one)."""
+    if not config.load.update_to:
+        return None
+    return version_label(next_version_spec(config).version)
 
 
 def user_reference(user_class: Any) -> tuple[Reference | None, str]:
@@ -91,8 +126,16 @@ def user_answer_check(
         return None
     # Elsewhere what the server runs is not known: torch.testing's tolerances.
     fmt = (config.serving.format or fmt) if on_embedded_server(host, config) else ""
+    references: dict[str, Reference] = {"reference": reference}
+    served: EmbeddedModel | None = getattr(user_class, "served", None)
+    if config.load.update_to and served is not None:  # either version may answer
+        upcoming = next_version_spec(config)
+        references = {
+            version_label(served.spec.version): reference,
+            version_label(upcoming.version): EmbeddedModel(upcoming, served.fmt).reference,
+        }
     expected = [
-        (request, {"reference": dict(reference(batch))})
+        (request, {label: dict(ref(batch)) for label, ref in references.items()})
         for request, batch in zip(prepared, batches, strict=True)
     ]
     _once(

@@ -21,7 +21,14 @@ from locust.event import Events
 from locust.runners import Runner, WorkerRunner
 
 from pytest_triton.base.errors import ConfigError, TritonTestError
-from pytest_triton.load.locust import distributed, generator_cpu, recording, shapes, verdict
+from pytest_triton.load.locust import (
+    distributed,
+    generator_cpu,
+    recording,
+    rollout,
+    shapes,
+    verdict,
+)
 from pytest_triton.load.locust.options import add_options, web_ui_exposure
 from pytest_triton.load.locust.run import LoadRun, run_of
 from pytest_triton.load.webui import live
@@ -51,6 +58,7 @@ def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -
         recording.attach_window_log(environment)
         shapes.attach_shape_clock(environment)
         distributed.install_distributed(environment)
+        rollout.listen_for_retirement(environment)
         generator_cpu.attach_cpu_watch(environment)
         if isinstance(runner, WorkerRunner):
             return  # a worker: the master decides and sends its options

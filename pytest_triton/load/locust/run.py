@@ -23,6 +23,7 @@ from pytest_triton.base.urls import check_host
 from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
 from pytest_triton.load.locust.monitor import RunMonitor
 from pytest_triton.load.locust.options import run_config
+from pytest_triton.load.locust.rollout import PlannedUpdate, plan_update
 from pytest_triton.load.locust.scrape import (
     Scraper,
     embedded_pid,
@@ -107,6 +108,7 @@ class LoadRun:
     cpu_percent: float | None = None
     cpu_warning: bool = False
     reports: list[ModelReport] = field(default_factory=list)
+    update: PlannedUpdate | None = None  # --triton-update-to
     client_counts: dict[str, int] = field(default_factory=dict)  # what reports settled on
     summary: str = ""
     result: dict[str, Any] = field(default_factory=dict)
@@ -150,6 +152,7 @@ class LoadRun:
             log.info("pytest-triton: tensors travel through %s shared memory", transport)
         if host:
             check_host(host, self.config.load.allow_remote)
+            plan_update(self.config, None)  # refused: only the embedded server's model
         elif len(_user_hosts(self.environment)) <= 1:
             self.start_server()
         # several explicit class hosts: each is checked when its users start
@@ -174,6 +177,7 @@ class LoadRun:
         options.host = environment.host
         options.triton_endpoints = endpoints.encode()  # workers get the master's options
         self.config = run_config(environment)
+        self.update = plan_update(self.config, server)
         log.info(
             "pytest-triton: embedded server ready in %.1fs at http://%s and grpc://%s; "
             "load goes to %s",
@@ -225,6 +229,8 @@ class LoadRun:
             environment, config.load.max_requests, self.end, self.server_death
         )
         self.monitor.start()
+        if self.update is not None:
+            self.update.start(environment)
         self.scraper = None
         if soak_wanted(config):
             server = self.server
@@ -259,6 +265,8 @@ class LoadRun:
             return
         self.finished = True
         self.stopped_at = time.time()
+        if self.update is not None:
+            self.update.stop()
         if self.scraper is not None:
             self.scraper.stop()
         if self.monitor is not None:

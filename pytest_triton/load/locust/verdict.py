@@ -8,6 +8,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 from locust import log as locust_log
 from locust.env import Environment
@@ -202,6 +203,12 @@ def judge_run(run: LoadRun) -> None:
         checks.append(stability_check(stability, allowed))
     stages = stage_results(run)
     checks += [stage_check(r) for r in stages or []]
+    update = (
+        run.update.figures(window_log(environment), run.stopped_at or time.time())
+        if run.update is not None
+        else None
+    )
+    checks += update_checks(update) if update is not None else []
     failed = tg.failures(checks)
     warnings = generator_warnings(
         cpu_percent=run.cpu_percent, cpu_warning=run.cpu_warning, reports=run.reports
@@ -243,6 +250,7 @@ def judge_run(run: LoadRun) -> None:
             ),
             *(r.text() for r in run.reports),
             *([soak.text()] if soak is not None else []),
+            *([update_text(update)] if update is not None else []),
             *warnings,
             tg.verdict_table(checks, "Verdict (pytest-triton targets)"),
         ]
@@ -261,6 +269,7 @@ def judge_run(run: LoadRun) -> None:
         "windows": [w.as_dict() for w in stability.windows] if stability else [],
         "stability": stability.as_dict() if stability else None,
         "wrong_answers": figures.wrong_answers,
+        "update": update,
         "shape": run.config.load.shape if stages is not None else None,
         "stages": [r.as_dict() for r in stages] if stages is not None else None,
         "soak": soak.as_dict() if soak is not None else None,
@@ -272,6 +281,40 @@ def judge_run(run: LoadRun) -> None:
         "warnings": warnings,
     }
     set_exit_code(environment, bool(failed))
+
+
+def update_checks(update: dict[str, Any]) -> list[tg.Check]:
+    """A model update under load passes when it finished and requests went on after it (the
+    failed requests and wrong answers during it are judged by their own targets)."""
+    done = bool(update["done"])
+    after = int(update.get("requests_after_switch", 0))
+    return [
+        tg.Check("model update done", "", "min", 1, float(done), done, update["error"] or ""),
+        tg.Check(
+            "requests after the update",
+            "",
+            "min",
+            1,
+            float(after),
+            after >= 1,
+            "" if after else "none: lengthen -t or make --triton-update-at earlier",
+        ),
+    ]
+
+
+def update_text(update: dict[str, Any]) -> str:
+    head = (
+        f"Model update: {update['model']} version {update['old_version']} -> "
+        f"{update['new_version']}"
+    )
+    if not update["done"]:
+        return f"{head}: not done ({update['error'] or 'the run ended before it'})"
+    return (
+        f"{head}: both served after {update['both_served_after_s']:.2f}s, the old one retired "
+        f"after {update['finished_after_s']:.2f}s; {update['requests_during_switch']} requests "
+        f"answered during the switch (p99 {ms_text(update['p99_during_switch_ms'])} ms, "
+        f"{update['failures_during_switch']} failed), {update['requests_after_switch']} after"
+    )
 
 
 def requests_outside_run(run: LoadRun) -> int:
