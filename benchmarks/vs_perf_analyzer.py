@@ -2,7 +2,8 @@
 
 ONE tritonserver serves one model; perf_analyzer 2.51 (`make perf-analyzer`) and triton-perf
 then measure it in turn with the same batch size, concurrency (or request rate), protocol,
-measurement window, stability threshold and input data. Around each tool's run a sampler reads
+measurement window, stability threshold and input data, after the same load unmeasured
+(--warmup), in the order --first says. Around each tool's run a sampler reads
 the server's statistics API every 0.25 s: the referee's figures (requests, server-side
 throughput, average queue and compute per request) come from the steady part of each run,
 after the first second of load and before it stops, so warm-up and the tools' different run
@@ -211,6 +212,17 @@ def window_args(args: argparse.Namespace, trials: str = "-r") -> list[str]:
     return ["-p", str(args.window_ms), "-s", f"{args.stability:g}", trials, str(args.max_trials)]
 
 
+def warm_up(executable: Path, served: Served, args: argparse.Namespace, workdir: Path) -> None:
+    """The same load, unmeasured: three windows of a third of --warmup each."""
+    url = served.endpoints.url(args.protocol)
+    cmd = ["-m", served.model, "-u", url, "-i", args.protocol, "-b", str(args.batch)]
+    cmd += [*load_args(args), "-p", str(max(1, int(args.warmup * 1000 / 3))), "-s", "100"]
+    cmd += ["-r", "3", "--input-data", str(input_data(served, args.batch, workdir / "in.json"))]
+    done = run_perf_analyzer(executable, cmd, workdir / "warmup.csv", timeout_s=args.timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"perf_analyzer's warm-up failed ({done.returncode}):\n{done.output}")
+
+
 def run_pa(executable: Path, served: Served, args: argparse.Namespace, workdir: Path) -> Result:
     url = served.endpoints.url(args.protocol)
     cmd = ["-m", served.model, "-u", url, "-i", args.protocol, "-b", str(args.batch)]
@@ -402,6 +414,19 @@ def main() -> int:
         help="-s, percent (default 20: windows on a shared 2-core machine vary by 10-30%%)",
     )
     parser.add_argument("--max-trials", type=int, default=10, help="-r: windows at most")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=9.0,
+        help="seconds of the same load, unmeasured, before either tool measures (the first "
+        "tool would otherwise measure a cold model: JIT, caches, the python backend's stubs)",
+    )
+    parser.add_argument(
+        "--first",
+        choices=("perf_analyzer", "triton-perf"),
+        default="perf_analyzer",
+        help="which tool measures first (run both orders to see what order costs)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per tool run")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
@@ -413,10 +438,19 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="pytest-triton-vs-pa-"))
     try:
         with serve(args.model, workdir) as served:
-            print(f"[vs-pa] perf_analyzer on {served.model} ...", file=sys.stderr, flush=True)
-            pa = run_pa(executable, served, args, workdir)
-            print(f"[vs-pa] triton-perf on {served.model} ...", file=sys.stderr, flush=True)
-            tp = run_triton_perf(served, args, workdir)
+            if args.warmup > 0:
+                print(f"[vs-pa] warming {served.model} up ...", file=sys.stderr, flush=True)
+                warm_up(executable, served, args, workdir)
+            runs: dict[str, Callable[[], Result]] = {
+                "perf_analyzer": lambda: run_pa(executable, served, args, workdir),
+                "triton-perf": lambda: run_triton_perf(served, args, workdir),
+            }
+            order = sorted(runs, key=lambda tool: tool != args.first)
+            done: dict[str, Result] = {}
+            for tool in order:
+                print(f"[vs-pa] {tool} on {served.model} ...", file=sys.stderr, flush=True)
+                done[tool] = runs[tool]()
+            pa, tp = done["perf_analyzer"], done["triton-perf"]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     load = (
@@ -426,7 +460,8 @@ def main() -> int:
     )
     print(
         f"\n{args.model}, batch {args.batch}, {load}, {args.protocol}, {args.window_ms} ms "
-        f"windows (stability {args.stability:g}%, at most {args.max_trials}); server figures "
+        f"windows (stability {args.stability:g}%, at most {args.max_trials}), after "
+        f"{args.warmup:g} s of warm-up, {args.first} first; server figures "
         f"from the statistics API over each run's steady part; {os.cpu_count()} cores, load "
         f"average {os.getloadavg()[0]:.1f}\n"
     )

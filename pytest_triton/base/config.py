@@ -713,12 +713,24 @@ class MeasurementSettings:
 
     load_warmup: float = _setting(
         1000.0,
-        "load sent before the first measurement window, not measured",
+        "load sent before the first measurement window, not measured (a Locust run's warm-up "
+        "lasts longer, in whole seconds, until the request rate settles: see "
+        "--triton-fixed-warmup)",
         LOAD,
         parse=parse_limit,
         unit="ms",
         metavar="MS",
         aliases=("--warmup",),
+    )
+    fixed_warmup: bool = _setting(
+        False,
+        "measure right after --triton-load-warmup; by default the warm-up goes on (up to 30 s "
+        "more) until a second's request rate agrees with the next two seconds' within "
+        "--triton-stability-percentage, so a JIT-compiling backend's first seconds are not "
+        "measured",
+        frozenset({"locust"}),
+        parse=parse_bool,
+        flag=True,
     )
     measurement_mode: MeasurementMode = _setting(
         "time_windows",

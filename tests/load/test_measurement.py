@@ -19,6 +19,25 @@ RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
 
+WARMING_MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.first = None
+
+    def execute(self, requests):
+        now = time.monotonic()
+        self.first = self.first or now
+        # a backend warming up: 200 ms a request for its first 1.1 s, then 20 ms
+        time.sleep(0.2 if now - self.first < 1.1 else 0.02)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
+            for r in requests]
+"""
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
@@ -29,6 +48,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
     # a second one: the first stays slow after its test (it slows from its first request)
     write_sleepy(root, "slowing_too", source=SLOWING_MODEL)
     write_sleepy(root, "sleepy")
+    write_sleepy(root, "warming", source=WARMING_MODEL)
+    write_sleepy(root, "warming_too", source=WARMING_MODEL)
     with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
         yield server.endpoints
 
@@ -211,3 +232,39 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
     assert report["within_bound"]["1"]["request_rate_asked"] == 25
     assert "up to an open-loop rate of 25 req/s" in done.stdout
     assert "Windows of batch 1 rate 15 req/s" in done.stdout
+
+
+@pytest.mark.parametrize(("model", "fixed"), [("warming", False), ("warming_too", True)])
+def test_the_warmup_lasts_until_the_rate_settles(
+    models: Endpoints, tmp_path: Path, model: str, fixed: bool
+) -> None:
+    """A first short run of a warming backend (200 ms a request for 1.1 s, then 20 ms):
+    measured from the end of a fixed 0.5 s warm-up, its first window holds the slow second;
+    by default the warm-up goes on, in whole seconds, until the rate settles (1.5 s here),
+    and every window is measured warm."""
+    run = rate_run(
+        models,
+        model,
+        "OpenUser",
+        "--triton-measurement-interval",
+        "2000",
+        "--triton-load-warmup",
+        "500",
+        "--triton-stability-percentage",
+        "40",
+        *(["--triton-fixed-warmup"] if fixed else []),
+        tmp_path=tmp_path,
+        seconds=9,
+        TRITON_ALLOW_UNSTABLE="false",
+    )
+    warmup, windows = run["warmup"], run["windows"]
+    assert run["code"] == 0, run["output"][-3000:]  # no speed target: a warning at most
+    assert f"after a warm-up {warmup['seconds']:.1f}s" in run["output"]
+    if fixed:
+        assert warmup == {**warmup, "seconds": 0.5, "settled": None}
+        assert windows[0]["p99_ms"] >= 150, windows  # the slow second, measured
+        assert 1 not in run["stability"]["chosen"]
+    else:
+        assert warmup == {**warmup, "seconds": 1.5, "settled": True}
+        assert all(w["p99_ms"] < 100 for w in windows), windows
+        assert run["stability"]["stable"] is True, run["output"][-3000:]

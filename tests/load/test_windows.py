@@ -183,6 +183,27 @@ def test_window_log_cuts_time_windows_after_the_warmup() -> None:
     assert first.p99_ms == 2.0 and first.avg_ms == pytest.approx(2.0)
 
 
+def test_the_warmup_lasts_until_the_request_rate_settles() -> None:
+    """The issue's 20-second DLRM run: slow for its first 3 s (a JIT-compiling backend), 5 s
+    windows; measured from 1 s, its first window holds the slow seconds and no three agree."""
+    log = WindowLog()
+    for k in range(int(20 / SLICE_S)):
+        for j in range(2 if k < 3 / SLICE_S else 10):
+            log.record(T0 + k * SLICE_S + j * 0.01, "m", 2.0, ok=True, samples=1)
+    settled = log.settled_after(T0, T0 + 20, minimum_s=1.0, latest_s=5.0, tolerance_pct=10)
+    assert settled == 3.0
+    criterion = Criterion(windows=3, tolerance_pct=10)
+    assert not assess(log.windows(T0, T0 + 20, warmup_s=1.0, interval_s=5.0), criterion).stable
+    assert assess(log.windows(T0, T0 + 20, warmup_s=settled, interval_s=5.0), criterion).stable
+    # a rate that keeps changing never settles, nor does one that settles too late
+    assert log.settled_after(T0, T0 + 20, minimum_s=1.0, latest_s=2.0, tolerance_pct=10) is None
+    slowing = WindowLog()
+    for k in range(int(20 / SLICE_S)):
+        for j in range(round(40 * 0.97**k)):  # 11% slower every second
+            slowing.record(T0 + k * SLICE_S + j * 0.001, "m", 2.0, ok=True, samples=1)
+    assert slowing.settled_after(T0, T0 + 20, minimum_s=1.0, latest_s=5.0, tolerance_pct=10) is None
+
+
 def test_window_log_cuts_count_windows_for_slow_models() -> None:
     log = WindowLog()
     for k in range(40):  # one request every 0.5 s (every second slice)

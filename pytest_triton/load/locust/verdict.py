@@ -75,13 +75,60 @@ def wrong_answers(environment: Environment) -> int:
     )
 
 
-def measured_span(run: LoadRun) -> tuple[float, float] | None:
-    """Wall-clock times from the end of the run's warm-up to its stop (None before a run)."""
+# How much longer than --triton-load-warmup a warm-up may last while the rate settles.
+MAX_SETTLE_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Warmup:
+    """The run's warm-up: from the load's first request, `seconds` long; `settled` says whether
+    the request rate had settled then (None: not looked for, --triton-fixed-warmup)."""
+
+    begun: float
+    seconds: float
+    settled: bool | None
+
+    def text(self) -> str:
+        how = {
+            None: "fixed",
+            True: "until the request rate settled",
+            False: "the rate had not settled by then",
+        }[self.settled]
+        return f"warm-up {self.seconds:.1f}s ({how})"
+
+
+def warmup_of(run: LoadRun) -> Warmup | None:
+    """The warm-up not measured: at least --triton-load-warmup, then (unless
+    --triton-fixed-warmup) whole seconds more until the request rate settles, leaving room
+    for the windows a stable measurement needs (None before a run)."""
     log = window_log(run.environment)
     if log is None or not run.started_at:
         return None
+    c = run.config.measurement
     begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
-    return begun + run.config.measurement.load_warmup / 1e3, run.stopped_at or time.time()
+    minimum = c.load_warmup / 1e3
+    if c.fixed_warmup or shape_of(run.environment) is not None:
+        return Warmup(begun, minimum, None)
+    end = run.stopped_at or time.time()
+    room = end - begun - c.stability_windows * c.measurement_interval / 1e3
+    if c.measurement_mode != "time_windows":
+        room = end - begun - 3.0
+    settled = log.settled_after(
+        begun,
+        end,
+        minimum_s=minimum,
+        latest_s=min(room, minimum + MAX_SETTLE_S),
+        tolerance_pct=c.stability_percentage,
+    )
+    return Warmup(begun, minimum if settled is None else settled, settled is not None)
+
+
+def measured_span(run: LoadRun) -> tuple[float, float] | None:
+    """Wall-clock times from the end of the run's warm-up to its stop (None before a run)."""
+    warmup = warmup_of(run)
+    if warmup is None:
+        return None
+    return warmup.begun + warmup.seconds, run.stopped_at or time.time()
 
 
 def run_goodput(run: LoadRun) -> float:
@@ -128,11 +175,12 @@ def stability_of(run: LoadRun) -> Stability | None:
     if log is None or not run.started_at or shape_of(run.environment) is not None:
         return None
     c = run.config
-    begun = max(run.started_at, log.cleared_at, log.first_at or 0.0)  # warm-up from load's start
+    warmup = warmup_of(run)
+    assert warmup is not None  # a log and a start, as checked above
     windows = log.windows(
-        begun,
+        warmup.begun,
         run.stopped_at or time.time(),
-        warmup_s=c.measurement.load_warmup / 1e3,
+        warmup_s=warmup.seconds,
         interval_s=c.measurement.measurement_interval / 1e3,
         mode=c.measurement.measurement_mode,
         request_count=c.measurement.measurement_request_count,
@@ -237,7 +285,7 @@ def judge_run(run: LoadRun) -> None:
             f"{figures.wrong_answers} of them wrong answers) in "
             f"{figures.duration_s:.1f}s: {figures.request_rate:.1f} req/s, "
             f"{figures.throughput:.1f} samples/s",
-            *([windows_text(stability)] if stability is not None else []),
+            *([windows_text(stability, warmup_of(run))] if stability is not None else []),
             *(
                 [f"Stages ({run.config.load.shape}):\n{stages_table(stages)}"]
                 if stages is not None
@@ -268,6 +316,7 @@ def judge_run(run: LoadRun) -> None:
         },
         "windows": [w.as_dict() for w in stability.windows] if stability else [],
         "stability": stability.as_dict() if stability else None,
+        "warmup": dataclasses.asdict(warmup) if (warmup := warmup_of(run)) else None,
         "wrong_answers": figures.wrong_answers,
         "update": update,
         "shape": run.config.load.shape if stages is not None else None,
@@ -335,8 +384,9 @@ def offsets_text(offsets: dict[str, dict[str, float]]) -> str:
     )
 
 
-def windows_text(stability: Stability) -> str:
-    lines = [f"Measurement windows ({stability.summary()}; * = measured):"]
+def windows_text(stability: Stability, warmup: Warmup | None = None) -> str:
+    after = f"after a {warmup.text()}, " if warmup is not None else ""
+    lines = [f"Measurement windows ({after}{stability.summary()}; * = measured):"]
     if stability.windows:
         lines.append(windows_table(stability.windows, chosen=stability.chosen))
     m = stability.measurement

@@ -213,6 +213,34 @@ class WindowLog:
             for e in by_name.values()
         )
 
+    def settled_after(
+        self,
+        start: float,
+        end: float,
+        *,
+        minimum_s: float,
+        latest_s: float,
+        tolerance_pct: float,
+        step_s: float = 1.0,
+    ) -> float | None:
+        """Seconds after `start` (from `minimum_s` to `latest_s`, in whole steps) at which the
+        load has warmed up: the first step whose request rate is within `tolerance_pct` of
+        the next two steps' rate, as perf_analyzer measures until windows agree. None when it
+        does not settle in time (JIT-compiling backends speed up for seconds under load)."""
+        at = minimum_s
+        while at <= latest_s + 1e-9 and start + at + 3 * step_s <= end + 1e-9:
+            first = self.recent(None, start + at, start + at + step_s)
+            rest = self.recent(None, start + at + step_s, start + at + 3 * step_s)
+            then = rest.requests / 2
+            if (
+                first.requests
+                and then
+                and 100 * abs(first.requests - then) <= (tolerance_pct * then)
+            ):
+                return at
+            at += step_s
+        return None
+
     # -- samples ---------------------------------------------------------------------------
     def names(self) -> list[str]:
         return sorted({n for by_name in self.slices.values() for n in by_name})
