@@ -163,8 +163,13 @@ class CandidateRunner:
         try:
             if self.generator is not None:
                 self.generator.close()
+            if self.config.server.url and self.deployment and self.current:
+                # a running server is not ours to stop: leave no candidate loaded on it
+                with contextlib.suppress(TritonTestError):
+                    self.deployment.unload(self.current.variant)
         finally:
             self.generator = None
+            self.current = None
             try:
                 if self.deployment is not None:
                     self.deployment.close()

@@ -35,6 +35,7 @@ from pytest_triton.base.config import (
     resolve,
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.formats import FORMATS, GPU_FORMATS
 from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, Size, check_format, model_source
 from pytest_triton.load.sweep.command import UNITS
 from pytest_triton.load.sweep.points import parse_range
@@ -158,7 +159,11 @@ def tune(options: TuneOptions) -> Outcome:
     if options.constraints.max_memory_mb is not None and config.server.url:
         raise ConfigError(memory_unknown("external"))
     formats = options.choice.formats or (config.serving.format or DEFAULT_FORMAT,)
-    if not config.server.url and not config.server.gpu:
+    if config.server.gpu:  # TensorRT and ORT-TensorRT join on a GPU
+        servable = FORMATS + GPU_FORMATS
+        for fmt in set(formats) - set(servable):
+            raise ConfigError(f"export format {fmt!r}: choose from {', '.join(servable)}")
+    elif not config.server.url:  # the server we start serves the CPU formats
         for fmt in formats:
             check_format(fmt)
     spec = model_source(options.model, options.size, formats[0]).spec
