@@ -238,6 +238,7 @@ def test_progress_bar_on_a_terminal_and_lines_in_a_log() -> None:
     done = len(search.trials)
     drawn = terminal.getvalue()
     assert f"{done}/{done} candidates" in drawn and "ETA 0:00" in drawn and "\r" in drawn
+    assert drawn.rstrip().endswith("done]")
     assert len(printed) == done and "infer/s" in printed[0] and "ETA" not in printed[0]
     lines: list[str] = []
     log = Progress(lines.append, file=io.StringIO())  # not a terminal: no bar

@@ -4,6 +4,7 @@ candidate, so that a log keeps every result and its ETA without carriage returns
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,12 +64,16 @@ class Progress:
             from tqdm import tqdm  # the `load` extra
 
             self._tqdm = tqdm
+            size = shutil.get_terminal_size()  # $COLUMNS/$LINES, the terminal's, else 80x24
             self._bar = tqdm(
                 total=total,
                 desc="triton-tune",
                 file=self.file,
                 bar_format=BAR_FORMAT,
-                dynamic_ncols=True,
+                # a terminal that reports no size (a pty without one, as `script` or
+                # `docker run -t` give) would get no bar from tqdm's own measure
+                ncols=size.columns,
+                nrows=size.lines,
                 leave=True,
             )
 
@@ -95,7 +100,7 @@ class Progress:
             return
         self.message(f"{describe(trial, unit)} ({trial.seconds:.1f} s)")
         done = len(search.trials)
-        self._bar.total = done + search.remaining
+        self._bar.total = min(done + search.remaining, max(done, search.space.size()))
         self._bar.n = done
         self._bar.set_postfix_str(eta_text(search), refresh=False)
         self._bar.refresh()
@@ -103,6 +108,7 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.total = self._bar.n  # done: a quick search's last pass ended early
+            self._bar.set_postfix_str("done", refresh=False)
             self._bar.refresh()
             self._bar.close()
             self._bar = None

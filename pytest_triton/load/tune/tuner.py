@@ -194,8 +194,9 @@ def tune(options: TuneOptions) -> Outcome:
         slo_ms=options.slo_ms,
         progress=lambda m: shown.message(m),
     )
-    expected = search.space.size() if options.mode == "exhaustive" else 2 * len(sp.DIMENSIONS)
-    shown = Progress(options.progress, options.bar, total=expected + 1)
+    size = search.space.size()  # the quick search's first pass tries at most 2 per dimension
+    expected = size if options.mode == "exhaustive" else min(size, 2 * len(sp.DIMENSIONS) + 1)
+    shown = Progress(options.progress, options.bar, total=expected)
     say = shown.message
     say(
         f"{options.mode} search over {search.space.size()} combinations of "
