@@ -185,7 +185,8 @@ def test_the_locust_process_imports_no_pytest() -> None:
 
 # -- one settings table, every front end ----------------------------------------------------
 def test_every_setting_reaches_each_of_its_front_ends() -> None:
-    """pytest --help is checked in test_plugin; here Locust's own parser and triton-perf's."""
+    """pytest --help is checked in test_plugin; here Locust's own parser, triton-perf's and
+    triton-tune's."""
     code = """
 import sys, locust.argument_parser as ap
 from pytest_triton.load.locust.options import add_options
@@ -195,6 +196,9 @@ print(parser.format_help())
 print("=====")
 from pytest_triton.load.sweep.command import _parser
 print(_parser().format_help())
+print("=====")
+from pytest_triton.load.tune.tuner import _parser as tune_parser
+print(tune_parser().format_help())
 """
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -204,12 +208,15 @@ print(_parser().format_help())
         cwd=PACKAGE.parent,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    locust_help, perf_help = done.stdout.split("=====")
+    locust_help, perf_help, tune_help = done.stdout.split("=====")
     for setting in settings_for("locust"):
         if not setting.internal:
             assert setting.cli in locust_help and setting.env in locust_help, setting.name
     for setting in settings_for("perf"):
         assert setting.cli in perf_help, setting.name
+    for setting in settings_for("tune"):
+        assert setting.cli in tune_help, setting.name
+    assert "--triton-launcher" in tune_help and "--triton-launcher" not in perf_help
     assert {s.fronts and True for s in SETTINGS} == {True}  # every row serves somebody
 
 

@@ -49,11 +49,13 @@ def _row(setting: Any) -> str:
     hint = _hint(setting)
     pytest_option = _code(setting.cli + hint) if "pytest" in fronts else ""
     ini = _code(setting.ini) if "pytest" in fronts else ""
-    # Locust's parser and triton-perf read TRITON_* variables; pytest reads ini files instead.
-    env = _code(setting.env) if fronts & {"locust", "perf"} else ""
+    # Locust's parser, triton-perf and triton-tune read TRITON_* variables; pytest reads ini files instead.
+    env = _code(setting.env) if fronts & {"locust", "perf", "tune"} else ""
     locust = _code(setting.cli + hint) if "locust" in fronts else ""
     perf = (_code(" / ".join([setting.cli, *setting.aliases]) + hint)
-            if "perf" in fronts else "")
+            if fronts & {"perf", "tune"} else "")
+    if perf and "perf" not in fronts:
+        perf += " (triton-tune only)"
     meaning = setting.help + (f" ({setting.unit})" if setting.unit else "")
     cells = [f"**{setting.name}**", pytest_option, ini, env, locust, perf,
              _cell(setting.default_text), _cell(meaning)]
@@ -63,8 +65,9 @@ def _row(setting: Any) -> str:
 def render_settings() -> str:
     """The markdown that replaces the marker: the table, then the settings triton-deploy takes."""
     rows = [s for s in SETTINGS if not s.internal]
-    header = ("| setting | pytest option | ini | environment | Locust flag | triton-perf flag "
-              "| default | meaning |\n|---|---|---|---|---|---|---|---|")
+    header = ("| setting | pytest option | ini | environment | Locust flag "
+              "| triton-perf / triton-tune flag | default | meaning |\n"
+              "|---|---|---|---|---|---|---|---|")
     table = "\n".join([header, *(_row(s) for s in rows)])
     deploy = [s for s in rows if "deploy" in s.fronts]
     if deploy:

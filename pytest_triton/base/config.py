@@ -32,10 +32,16 @@ Distribution = Literal["constant", "poisson"]
 MeasurementMode = Literal["time_windows", "count_windows"]
 ShapeName = Literal["none", "ramp", "steps", "spike", "replay"]
 
-Front = Literal["pytest", "locust", "perf", "deploy"]
+Front = Literal["pytest", "locust", "perf", "tune", "deploy"]
 PYTEST: frozenset[Front] = frozenset({"pytest"})
-LOAD: frozenset[Front] = frozenset({"locust", "perf"})
-SERVER: frozenset[Front] = frozenset({"pytest", "locust", "perf", "deploy"})
+PERF: frozenset[Front] = frozenset({"perf", "tune"})
+"""The standalone load tools, triton-perf and triton-tune: they measure alike."""
+LOAD: frozenset[Front] = frozenset({"locust", "perf", "tune"})
+SERVER: frozenset[Front] = frozenset({"pytest", "locust", "perf", "tune", "deploy"})
+TUNE: frozenset[Front] = frozenset({"tune"})
+"""Settings only triton-tune takes of the standalone tools: the launcher choice (container,
+GPU), since it deploys every candidate on a server it starts; triton-perf's own server is
+always the embedded local one."""
 """Settings of how a server starts, for every front end that may start one."""
 
 
@@ -289,14 +295,14 @@ class ServerSettings:
         "external (--triton-url); auto = external with a URL, else with --triton-gpu a GPU "
         "container when Docker's nvidia runtime answers, else a local server on the visible "
         "GPU; else local",
-        PYTEST,
+        PYTEST | TUNE,
         choices=get_args(LauncherName),
     )
     url: str | None = _setting(
         None,
         "URL of a running server (http://HOST:PORT or grpc://HOST:PORT); implies the "
         "external launcher",
-        PYTEST | {"perf"},
+        PYTEST | PERF,
         parse=parse_optional,
         metavar="URL",
         aliases=("-u", "--url"),
@@ -354,7 +360,7 @@ class ServerSettings:
         "serve on NVIDIA GPUs (KIND_GPU instances, PyTorch reference on CUDA) with any "
         "launcher; stops at once naming what the chosen launcher lacks (a GPU, the Docker SDK, "
         "the engine, its nvidia runtime, CUDA in torch)",
-        PYTEST,
+        PYTEST | TUNE,
         parse=parse_bool,
         flag=True,
     )
@@ -362,7 +368,7 @@ class ServerSettings:
         "all",
         "GPUs for --triton-gpu: all or a comma list of ordinals (0,1): a container's "
         "device request, a local server's CUDA_VISIBLE_DEVICES",
-        PYTEST,
+        PYTEST | TUNE,
         parse=parse_gpus,
         metavar="all|0,1",
     )
@@ -371,14 +377,14 @@ class ServerSettings:
         "fp32 numerics on a GPU: strict = TF32 off in the server "
         "(NVIDIA_TF32_OVERRIDE=0) and the reference, torch.testing's tolerances; production = "
         "TF32 as the backends ship it, with the measured tolerances in parity.py",
-        PYTEST,
+        PYTEST | TUNE,
         choices=get_args(Numerics),
     )
     image: str | None = _setting(
         None,
         "container image (default: the NGC image with --triton-gpu, else the offline "
         "CPU image built by images/build-cpu-image)",
-        PYTEST,
+        PYTEST | TUNE,
         parse=parse_optional,
         metavar="IMAGE",
     )
@@ -461,28 +467,28 @@ class ClientSettings:
         None,
         "CA bundle (PEM) that signed the server's certificate, for https:// and grpcs:// URLs "
         "(default: the system's)",
-        PYTEST | LOAD | {"perf"},
+        PYTEST | LOAD,
         parse=parse_optional,
         metavar="PATH",
     )
     tls_cert: str | None = _setting(
         None,
         "client certificate (PEM) for mutual TLS, with --triton-tls-key",
-        PYTEST | LOAD | {"perf"},
+        PYTEST | LOAD,
         parse=parse_optional,
         metavar="PATH",
     )
     tls_key: str | None = _setting(
         None,
         "the client certificate's private key (PEM) for mutual TLS",
-        PYTEST | LOAD | {"perf"},
+        PYTEST | LOAD,
         parse=parse_optional,
         metavar="PATH",
     )
     tls_server_name: str | None = _setting(
         None,
         "the name the server's certificate must carry, where it differs from the URL's host",
-        PYTEST | LOAD | {"perf"},
+        PYTEST | LOAD,
         parse=parse_optional,
         metavar="NAME",
     )
@@ -491,7 +497,7 @@ class ClientSettings:
         "request headers on every call ('Name: value', ';'-separated); ${VARIABLE}s are read "
         "from the environment when a client is made and never printed, e.g. "
         "'Authorization: Bearer ${TRITON_TOKEN}'",
-        PYTEST | LOAD | {"perf"},
+        PYTEST | LOAD,
         parse=parse_headers,
         metavar="HEADERS",
     )
@@ -773,7 +779,7 @@ class MeasurementSettings:
     max_trials: int = _setting(
         10,
         "windows measured per point at most before it is called unstable",
-        frozenset({"perf"}),
+        PERF,
         parse=parse_positive_int,
         metavar="N",
         aliases=("--max-trials",),
@@ -1051,7 +1057,7 @@ def from_namespace(namespace: Any, origin: Callable[[Setting], str]) -> Source:
 def add_arguments(parser: Any, front: Front, *, env_vars: bool = False) -> None:
     """Add the front end's settings to an argparse parser (Locust's is a ConfigArgParse one,
     which also reads each from its environment variable and shows it in the web UI)."""
-    standalone = front in ("perf", "deploy")
+    standalone = front in ("perf", "tune", "deploy")
     for setting in settings_for(front):
         flags = [setting.cli, *(setting.aliases if standalone else ())]
         kwargs: dict[str, Any] = {"dest": setting.dest, "default": None}

@@ -6,29 +6,41 @@ changes answers, and the gate check failing a committed configuration that falls
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pytest_triton.base.config import resolve
+from pytest_triton.base.errors import ConfigError
 from pytest_triton.load.tune import space as sp
+from pytest_triton.load.tune.progress import Progress
 from pytest_triton.load.tune.space import Candidate, SearchSpace
 from pytest_triton.load.tune.strategy import (
     Budget,
     Constraints,
     Search,
     Trial,
+    best_trial,
     check_constraints,
     pareto_front,
+    rank_key,
     remeasured,
 )
 from pytest_triton.load.tune.tables import Outcome, gate_check, markdown
+from pytest_triton.load.tune.trials import check_launcher
+from pytest_triton.load.tune.tuner import TuneOptions, _parser, options_from
+from pytest_triton.load.tune.tuner import tune as run_tune
+from pytest_triton.server.gpu import visible_gpus
 from tests.helpers.locust_runs import Locust, subprocess_env
 
 PNG = b"\x89PNG\r\n\x1a\n"
+REPO = Path(__file__).resolve().parents[2]
 
 
 # -- the strategies, on a model of a server -------------------------------------------------------
@@ -59,11 +71,19 @@ def space(**changes: object) -> SearchSpace:
     return SearchSpace(**values)  # type: ignore[arg-type]
 
 
-def measurer(constraints: Constraints, calls: list[Candidate]):  # type: ignore[no-untyped-def]
+def measurer(  # type: ignore[no-untyped-def]
+    constraints: Constraints, calls: list[Candidate], slo_ms: float | None = None
+):
+    """Measures the synthetic server; each instance holds 300 MB; with an SLO, every request
+    of a candidate whose p99 is within it counts, else a fifth of them."""
+
     def measure(candidate: Candidate) -> Trial:
         calls.append(candidate)
         throughput, p99 = synthetic(candidate)
         trial = Trial(len(calls), candidate, "measured", throughput=throughput, p99_ms=p99)
+        trial.memory_mb = 300.0 * candidate.instance_count
+        if slo_ms is not None:
+            trial.within_slo = 1.0 if p99 <= slo_ms else 0.2
         trial.violations = check_constraints(trial, constraints)
         return trial
 
@@ -142,6 +162,113 @@ def test_a_remeasured_trial_takes_the_medians() -> None:
     assert len(trial.measurements) == 3
 
 
+def test_memory_constraint_keeps_the_search_within_it() -> None:
+    """Two instances need 600 MB: under a 400 MB limit they break the constraint, rank below
+    every feasible candidate, and the best keeps one instance."""
+    limits = Constraints(max_memory_mb=400)
+    search = Search(space(), COMMITTED, 1, "throughput", limits, Budget(None), "exhaustive")
+    trials = list(search.run(measurer(limits, [])))
+    best = best_trial(trials, "throughput", limits)
+    assert best is not None and best.candidate.instance_count == 1
+    doubled = [t for t in trials if t.candidate.instance_count == 2]
+    assert doubled and all(t.violations == ["memory 600 MB > 400 MB"] for t in doubled)
+    assert max(rank_key(t, "throughput", limits) for t in doubled) < rank_key(
+        best, "throughput", limits
+    )
+    # nearer the limit ranks higher among the infeasible
+    near, far = (dataclass_copy(doubled[0], memory_mb=m) for m in (450.0, 900.0))
+    for t in (near, far):
+        t.violations = check_constraints(t, limits)
+    assert rank_key(near, "throughput", limits) > rank_key(far, "throughput", limits)
+    unknown = dataclass_copy(doubled[0], memory_mb=None)
+    assert check_constraints(unknown, limits) == []  # judged only where it can be read
+
+
+def test_max_memory_is_refused_where_the_server_memory_is_unknown() -> None:
+    """With --triton-url the server's processes are not ours to read: the constraint would
+    never apply, so the search refuses it before exporting anything."""
+    options = TuneOptions(
+        model="dlrm",
+        constraints=Constraints(max_memory_mb=400),
+        config=resolve(url="http://127.0.0.1:9"),
+    )
+    with pytest.raises(ConfigError, match=r"--max-memory .* external launcher's server"):
+        run_tune(options)
+
+
+def test_goodput_objective_prefers_answers_within_the_slo() -> None:
+    """Throughput alone climbs to concurrency 4 and a 1 ms queue delay, whose p99 leaves the
+    5 ms SLO; goodput counts only what is answered within it and picks concurrency 2."""
+    none = Constraints()
+    trials = list(
+        Search(space(), COMMITTED, 1, "goodput", none, Budget(None), "exhaustive").run(
+            measurer(none, [], slo_ms=5)
+        )
+    )
+    fastest = best_trial(trials, "throughput", none)
+    best = best_trial(trials, "goodput", none)
+    assert fastest is not None and fastest.candidate.concurrency >= 4
+    assert fastest.within_slo == 0.2
+    assert best is not None and best.within_slo == 1.0 and best.p99_ms <= 5
+    c = best.candidate
+    assert (c.concurrency, c.dynamic_batching, c.max_queue_delay_us, c.instance_count) == (
+        2,
+        True,
+        1000,
+        2,
+    )
+    assert best.goodput == pytest.approx(780) and best.goodput > fastest.goodput
+    quick = Search(space(), COMMITTED, 1, "goodput", none, Budget(None))
+    found = best_trial(list(quick.run(measurer(none, [], slo_ms=5))), "goodput", none)
+    assert found is not None and found.goodput == pytest.approx(best.goodput)
+    with pytest.raises(ConfigError, match="--slo"):
+        run_tune(TuneOptions(model="dlrm", objective="goodput"))
+
+
+def test_progress_bar_on_a_terminal_and_lines_in_a_log() -> None:
+    """A terminal gets a tqdm bar over the candidates with the ETA, the results printed above
+    it; a log (not a terminal) gets one line per candidate with its ETA."""
+    none = Constraints()
+    terminal, printed = io.StringIO(), []
+    bar = Progress(printed.append, bar=True, file=terminal, total=3)
+    search = Search(space(), COMMITTED, 1, "throughput", none, Budget(60), "exhaustive")
+    for trial in search.run(measurer(none, [])):
+        bar.candidate(trial, search, "infer/s")
+    bar.close()
+    done = len(search.trials)
+    drawn = terminal.getvalue()
+    assert f"{done}/{done} candidates" in drawn and "ETA 0:00" in drawn and "\r" in drawn
+    assert drawn.rstrip().endswith("done]")
+    assert len(printed) == done and "infer/s" in printed[0] and "ETA" not in printed[0]
+    lines: list[str] = []
+    log = Progress(lines.append, file=io.StringIO())  # not a terminal: no bar
+    assert not log.drawing
+    quick = Search(space(), COMMITTED, 1, "throughput", none, Budget(None))
+    for trial in quick.run(measurer(none, [])):
+        log.candidate(trial, quick, "infer/s")
+    assert lines[0].startswith("candidate 1 (pass: <= ") and "ETA <= " in lines[0]
+    assert len(lines) == len(quick.trials)
+
+
+def test_tune_takes_the_launcher_choice_and_names_what_it_lacks() -> None:
+    """triton-tune takes --triton-launcher, --triton-image and --triton-gpu from the settings
+    table; a launcher that cannot start here stops the search before any export, saying
+    what it lacks (here: an image that does not exist, or no GPU)."""
+    args = _parser().parse_args(
+        ["-m", "dlrm", "--triton-launcher", "container", "--triton-image", "pytest-triton-cpu:none"]
+    )
+    config = options_from(args).config
+    assert config is not None and config.server.launcher == "container"
+    lacks = r"cannot use the container launcher here: .*(Docker|image)"
+    with pytest.raises(ConfigError, match=lacks):
+        check_launcher(config)
+    gpu = options_from(_parser().parse_args(["-m", "dlrm", "--triton-gpu"])).config
+    assert gpu is not None and gpu.server.gpu
+    if visible_gpus().count == 0:
+        with pytest.raises(ConfigError, match=r"cannot use the GPU launcher here: .*NVIDIA GPU"):
+            check_launcher(gpu)
+
+
 def dataclass_copy(trial: Trial, **changes: object) -> Trial:
     return dataclasses.replace(trial, **changes)  # type: ignore[arg-type]
 
@@ -170,7 +297,7 @@ def test_committed_config_round_trip_and_parsing() -> None:
 
 
 # -- real runs ----------------------------------------------------------------------------------
-def tune(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
+def tune(tmp_path: Path, *args: str, timeout: float = 180) -> tuple[int, str, Path]:
     out = tmp_path / "tune"
     cmd = [
         sys.executable,
@@ -194,7 +321,7 @@ def tune(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
         "-o",
         str(out),
     ]
-    finished = Locust(cmd, env=subprocess_env()).finish(timeout=180)
+    finished = Locust(cmd, env=subprocess_env()).finish(timeout=timeout)
     return finished.code, finished.output, out
 
 
@@ -265,3 +392,86 @@ def test_gate_fails_a_committed_config_that_falls_short(tmp_path: Path) -> None:
     assert not result["best"]["committed"] and result["best"]["candidate"]["dynamic_batching"]
     diff = (out / "config.diff").read_text()
     assert "+dynamic_batching {" in diff and "+  max_queue_delay_microseconds: 2000" in diff
+
+
+def docker_with_cpu_image() -> None:
+    """Skip unless a Docker engine answers and the offline CPU image is built."""
+    try:
+        from pytest_triton.server.container import CPU_IMAGE
+        from pytest_triton.server.docker_engine import docker_client
+
+        docker_client(timeout_s=10).images.get(CPU_IMAGE)
+    except Exception as exc:
+        pytest.skip(
+            "needs a Docker engine and the offline CPU image: run .ci/docker-engine and "
+            f"images/build-cpu-image (CI's container job, make test-container, does): {exc}"
+        )
+
+
+@pytest.mark.container
+@pytest.mark.load
+def test_quick_search_on_a_container_server(tmp_path: Path) -> None:
+    """--triton-launcher container: the candidates are deployed into the offline CPU image's
+    server (the repository is mounted, each candidate loaded through the API), checked for
+    parity there (the batching candidate is disqualified) and measured."""
+    docker_with_cpu_image()
+    code, output, out = tune(
+        tmp_path,
+        "-m",
+        "tests.helpers.tune_models:batch_centered_spec",
+        "--triton-launcher",
+        "container",
+        "--queue-delays",
+        "20000",
+        "--concurrency-range",
+        "2",
+        "--confirm",
+        "0",
+        timeout=240,
+    )
+    assert code == 0, output[-3000:]
+    assert "served by the container launcher's server" in output
+    result = json.loads((out / "tune.json").read_text())
+    statuses = sorted(c["status"] for c in result["candidates"])
+    assert statuses == ["disqualified", "measured"], result["candidates"]
+    assert result["best"]["committed"] and result["best"]["throughput"] > 0
+
+
+@pytest.mark.load
+def test_tuning_gate_example_runs_from_pytest(tmp_path: Path) -> None:
+    """examples/test_tune_gate.py calls tune() from a pytest test against the session's own
+    server: skipped without --tune-gate; with it, a tiny search (a 25 s budget, half-second
+    windows, any shortfall allowed) runs, passes and joins the gate report."""
+    example = str(REPO / "examples" / "test_tune_gate.py")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", example, "-v", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=subprocess_env(TRITON_MEASUREMENT_INTERVAL="500", TRITON_LOAD_WARMUP="200"),
+            stdin=subprocess.DEVNULL,
+        )
+
+    skipped = run("-rs")
+    assert skipped.returncode == 0 and "run it with --tune-gate" in skipped.stdout, skipped.stdout
+    report = tmp_path / "report"
+    done = run(
+        "-s",
+        "--tune-gate",
+        "--tune-budget",
+        "25",
+        "--tune-within",
+        "100",
+        "--triton-report",
+        str(report),
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "1 passed" in done.stdout and "GATE PASS" in output, output[-4000:]
+    assert "candidates are served by the external launcher's server" in output
+    tuned = json.loads((report / "load-tune-dlrm.json").read_text())
+    assert tuned["gate"]["passed"] and tuned["committed"]["status"] == "measured"
+    assert "tune-dlrm committed" in (report / "report.md").read_text()

@@ -28,8 +28,9 @@ from pytest_triton.load.tune.strategy import Constraints, Trial, check_constrain
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import Variant
+from pytest_triton.server.docker_engine import docker_client, ensure_image, ensure_reaper
 from pytest_triton.session.deployment import Deployment, ServedModel
-from pytest_triton.session.lifecycle import start_deployment
+from pytest_triton.session.lifecycle import launcher_for, start_deployment
 
 BATCHED_PARITY_REQUESTS = 8
 """Single-row requests sent together to check that batching them changes no answer."""
@@ -40,6 +41,35 @@ class Deployed:
     serving: Candidate
     variant: Variant
     config: mc.ModelConfig
+
+
+def memory_unknown(launcher: str) -> str:
+    """Why --max-memory cannot be judged: refused rather than silently never applied."""
+    return (
+        f"--max-memory reads the resident memory of the server's processes, which only a "
+        f"local server started by triton-tune shows; on the {launcher} launcher's server it is "
+        "unknown, so the constraint would never apply: leave out --max-memory (or let "
+        "triton-tune start a local server: no --triton-url, --triton-launcher local)"
+    )
+
+
+def check_launcher(config: TritonConfig) -> None:
+    """Stop before exporting anything when the chosen launcher cannot start here, naming
+    what it lacks (a Docker engine, the image, a GPU, ...)."""
+    gpu_auto = config.server.gpu and config.server.launcher == "auto"
+    name: str = "GPU" if gpu_auto else config.server.launcher
+    try:
+        launcher = launcher_for(config)
+        name = launcher.name
+        if name == "container":  # its start would find these only after the export
+            from pytest_triton.server.container import ContainerLauncher  # imports docker
+
+            assert isinstance(launcher, ContainerLauncher)
+            client = docker_client()
+            ensure_image(client, launcher.settings.image)
+            ensure_reaper(client)
+    except ConfigError as exc:
+        raise ConfigError(f"triton-tune cannot use the {name} launcher here: {exc}") from None
 
 
 class CandidateRunner:
@@ -68,8 +98,8 @@ class CandidateRunner:
         if config.server.url:
             check_host(config.server.url, config.load.allow_remote)
             self.config = config
-        else:
-            self.config = config.with_overrides({"launcher": "local", "model_control": "explicit"})
+        else:  # the launcher chosen (local, container, GPU), loading each candidate itself
+            self.config = config.with_overrides({"model_control": "explicit"})
         self.repository: Repository | None = None
         self.deployment: Deployment | None = None
         self.generator: GeneratorProcess | None = None
@@ -82,6 +112,7 @@ class CandidateRunner:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         try:
+            check_launcher(self.config)
             self.repository = Repository.create([self.spec], progress=self.progress)
             self.deployment = start_deployment(self.config, self.repository)
             if self.deployment.server.model_control_mode != "explicit":
@@ -89,6 +120,12 @@ class CandidateRunner:
                     "triton-tune loads each candidate itself: the server must run with "
                     "--model-control-mode=explicit"
                 )
+            if self.constraints.max_memory_mb is not None and self.memory_mb() is None:
+                raise ConfigError(memory_unknown(launcher_for(self.config).name))
+            self.progress(
+                f"candidates are served by the {launcher_for(self.config).name} launcher's "
+                f"server at {self.deployment.server.endpoints.http}"
+            )
             for variant in self.repository.variants:
                 if variant.precision == "fp32":
                     self.bases.setdefault(variant.format, variant)
@@ -126,8 +163,13 @@ class CandidateRunner:
         try:
             if self.generator is not None:
                 self.generator.close()
+            if self.config.server.url and self.deployment and self.current:
+                # a running server is not ours to stop: leave no candidate loaded on it
+                with contextlib.suppress(TritonTestError):
+                    self.deployment.unload(self.current.variant)
         finally:
             self.generator = None
+            self.current = None
             try:
                 if self.deployment is not None:
                     self.deployment.close()

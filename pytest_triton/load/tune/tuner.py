@@ -5,9 +5,10 @@ answers like PyTorch.
     triton-tune -m dlrm --committed model_repository/dlrm/config.pbtxt --gate-within 10
 
 From Python: `tune(TuneOptions(model="dlrm", request_batch=256))` returns the `Outcome`.
-Every candidate is deployed with the repository builder on the embedded local server (or
---triton-url of a server in explicit model-control mode), checked for parity, then measured
-with triton-perf's load generator in measurement windows.
+Every candidate is deployed with the repository builder on the server of the chosen launcher
+(the embedded local one by default, a container, a GPU server, or --triton-url of a server in
+explicit model-control mode), checked for parity, then measured with triton-perf's load
+generator in measurement windows.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from pytest_triton.base.config import (
     resolve,
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.formats import FORMATS, GPU_FORMATS
 from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, Size, check_format, model_source
 from pytest_triton.load.sweep.command import UNITS
 from pytest_triton.load.sweep.points import parse_range
 from pytest_triton.load.tune import space as sp
+from pytest_triton.load.tune.progress import Progress
 from pytest_triton.load.tune.space import Candidate, SearchSpace
 from pytest_triton.load.tune.strategy import (
     OBJECTIVES,
@@ -51,7 +54,7 @@ from pytest_triton.load.tune.strategy import (
     remeasured,
 )
 from pytest_triton.load.tune.tables import Outcome, describe, gate_check, markdown, write_all
-from pytest_triton.load.tune.trials import CandidateRunner
+from pytest_triton.load.tune.trials import CandidateRunner, memory_unknown
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.spec import ModelSpec
 
@@ -104,6 +107,7 @@ class TuneOptions:
     progress: Callable[[str], None] = field(
         default=lambda line: print(f"[triton-tune] {line}", file=sys.stderr, flush=True)
     )
+    bar: bool | None = None  # a progress bar with ETA; None: when stderr is a terminal
 
 
 def default_space(
@@ -152,8 +156,14 @@ def tune(options: TuneOptions) -> Outcome:
         raise ConfigError("the goodput objective needs an SLO: --slo MS")
     if options.request_batch < 1:
         raise ConfigError("the request batch size must be >= 1")
+    if options.constraints.max_memory_mb is not None and config.server.url:
+        raise ConfigError(memory_unknown("external"))
     formats = options.choice.formats or (config.serving.format or DEFAULT_FORMAT,)
-    if not config.server.url:
+    if config.server.gpu:  # TensorRT and ORT-TensorRT join on a GPU
+        servable = FORMATS + GPU_FORMATS
+        for fmt in set(formats) - set(servable):
+            raise ConfigError(f"export format {fmt!r}: choose from {', '.join(servable)}")
+    elif not config.server.url:  # the server we start serves the CPU formats
         for fmt in formats:
             check_format(fmt)
     spec = model_source(options.model, options.size, formats[0]).spec
@@ -182,9 +192,12 @@ def tune(options: TuneOptions) -> Outcome:
         request_batch=options.request_batch,
         constraints=options.constraints,
         slo_ms=options.slo_ms,
-        progress=lambda m: options.progress(m),
+        progress=lambda m: shown.message(m),
     )
-    say = options.progress
+    size = search.space.size()  # the quick search's first pass tries at most 2 per dimension
+    expected = size if options.mode == "exhaustive" else min(size, 2 * len(sp.DIMENSIONS) + 1)
+    shown = Progress(options.progress, options.bar, total=expected)
+    say = shown.message
     say(
         f"{options.mode} search over {search.space.size()} combinations of "
         + ", ".join(f"{d} {list(search.space.values(d))}" for d in sp.DIMENSIONS)
@@ -192,8 +205,8 @@ def tune(options: TuneOptions) -> Outcome:
     say(f"committed configuration: {start.label()}")
     trials: list[Trial] = []
     began = time.monotonic()
-    runner.start()
     try:
+        runner.start()
         committed_serving = start.serving
 
         def measure(candidate: Candidate) -> Trial:
@@ -203,7 +216,8 @@ def tune(options: TuneOptions) -> Outcome:
 
         for trial in search.run(measure):
             trials.append(trial)
-            say(_progress_line(trial, search, unit))
+            shown.candidate(trial, search, unit)
+        shown.close()
         _confirm(trials, runner, options, say, unit)
         outcome = Outcome(
             model=options.model,
@@ -219,6 +233,7 @@ def tune(options: TuneOptions) -> Outcome:
         )
         _best_config(outcome, options, runner, spec, start)
     finally:
+        shown.close()
         runner.close()
     if options.gate_within is not None:
         outcome.gate = gate_check(outcome, options.gate_within)
@@ -254,26 +269,6 @@ def _confirm(
         confirmed += [committed, best]
     for trial in {t.index: t for t in confirmed}.values():
         say(f"confirmed: {describe(trial, unit)}")
-
-
-def _progress_line(trial: Trial, search: Search, unit: str) -> str:
-    done = len(search.trials)
-    budget = search.budget
-    if search.mode == "exhaustive":
-        count = f"candidate {done}/{done + search.remaining}"
-    else:  # the quick search's length is known one pass at a time
-        count = f"candidate {done} (pass: <= {search.remaining} more)"
-    eta = budget.eta(search.remaining)
-    return (
-        f"{count}, {_clock(budget.elapsed)} elapsed, ETA {'<= ' if search.mode == 'quick' else ''}"
-        f"{_clock(eta)} | "
-        f"{describe(trial, unit)} ({trial.seconds:.1f} s)"
-    )
-
-
-def _clock(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 def _backend_of(config: mc.ModelConfig) -> str:
@@ -396,7 +391,8 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="MB",
-        help="server resident memory at most (a local server)",
+        help="resident memory of the server's processes at most: a local server that "
+        "triton-tune starts (refused with --triton-url or a container, where it is unknown)",
     )
     search = p.add_argument_group("search")
     search.add_argument("--mode", choices=("quick", "exhaustive"), default="quick")
@@ -444,13 +440,13 @@ def _parser() -> argparse.ArgumentParser:
     out.add_argument("--unit", default=None, help="throughput unit label")
     add_arguments(
         p.add_argument_group("pytest-triton settings (also read from TRITON_* variables)"),
-        "perf",
+        "tune",
     )
     return p
 
 
 def options_from(args: argparse.Namespace) -> TuneOptions:
-    config = resolve(from_arguments(args, "perf"), from_environ(os.environ, "perf"))
+    config = resolve(from_arguments(args, "tune"), from_environ(os.environ, "tune"))
     if config.load.request_rate:
         raise ConfigError("triton-tune measures closed loops: leave out --triton-request-rate")
     choice = SpaceChoice(
