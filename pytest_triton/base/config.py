@@ -393,7 +393,7 @@ class ServerSettings:
         "HTTP URLs of each server replica behind --triton-url's load balancer "
         "(comma-separated): statistics and batching proofs sum over them, with a table of "
         "how the load spread",
-        PYTEST | {"locust"},
+        PYTEST | LOAD,
         parse=parse_list,
         metavar="URL,...",
     )
@@ -706,7 +706,8 @@ class LoadSettings:
     metrics_url: str | None = _setting(
         None,
         "the server's Prometheus metrics URL for --triton-soak (default: the embedded "
-        "server's; with --host, Triton's port convention: the HTTP port + 2, /metrics)",
+        "server's; with --host, Triton's port convention: the HTTP port + 2, /metrics, over "
+        "TLS when the host is https://); scraped with the TLS files and --triton-headers",
         frozenset({"locust"}),
         parse=parse_optional,
         metavar="URL",

@@ -206,7 +206,10 @@ class Control:
             )
         else:
             client = grpcclient.InferenceServerClient(self.url)
-        return WithHeaders(client, self._headers) if self._headers else client
+        # gRPC metadata keys must be lowercase (grpc refuses 'X-Api-Key' as "Invalid
+        # metadata"); HTTP header names are case-insensitive, so the same header means this
+        headers = {name.lower(): value for name, value in self._headers.items()}
+        return WithHeaders(client, headers) if headers else client
 
     def is_server_ready(self) -> bool:
         return bool(self._call("-", self._client.is_server_ready, named=False))

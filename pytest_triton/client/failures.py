@@ -41,6 +41,9 @@ _VERSION_MISSING = re.compile(
 _SIZE_MISMATCH = "byte size mismatch"
 _REQUEST_ID = re.compile(r"^\[request id: [^\]]*\] ")
 _UNKNOWN_MODEL = re.compile(r"unknown model: '.*' is not found$")
+# --grpc-restricted-protocol / --http-restricted-api refusing a call without its header
+# (over gRPC as UNAVAILABLE, which is no transport failure)
+_RESTRICTED = re.compile(r"is restricted, expecting header '([^']+)'")
 Shapes = Mapping[str, Sequence[int]]
 
 
@@ -112,6 +115,15 @@ def rejected(
     """The server (or gRPC's transport, for UNAVAILABLE and DEADLINE_EXCEEDED) said no."""
     status = exc.status()
     message = exc.message() or str(exc)
+    restricted = _RESTRICTED.search(message)
+    if restricted:
+        return InferenceError(
+            model,
+            source.protocol,
+            f"the server refused the call without its header: {message} (give it with "
+            f"--triton-headers '{restricted.group(1)}: ...')",
+            status,
+        )
     if status in ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED"):
         return transport(source, model, exc)
     death = _death(source, model)

@@ -1,6 +1,7 @@
 """TLS and request headers on every path of TritonClient, against real TLS peers:
-Triton's own gRPC TLS (--grpc-use-ssl, and mutual TLS) and Debian's nginx terminating TLS in
-front of HTTP and refusing requests without the token. Certificates are made here with
+Triton's own gRPC TLS (--grpc-use-ssl, and mutual TLS), Debian's nginx terminating TLS in
+front of HTTP and refusing requests without the token, and Triton's own header check on both
+protocols (--grpc-restricted-protocol, --http-restricted-api). Certificates are made here with
 openssl; a CA that signed nothing of ours stands in for the wrong one."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import pytest
 from pytest_triton import TritonClient
 from pytest_triton.base.errors import ConfigError, InferenceError, ServerError, TritonTestError
 from pytest_triton.base.security import Security, parse_header
+from pytest_triton.base.urls import Endpoints
+from pytest_triton.client.triton_client import Protocol
 from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers import certificates, nginx
 from tests.helpers.certificates import Pki, make_pki
@@ -120,6 +123,62 @@ def test_security_refuses_half_of_mutual_tls_and_missing_files(pki: Pki) -> None
         Security(True, ca_file="/no/such/ca.pem")
     with pytest.raises(ConfigError, match="'Name: value'"):
         parse_header("Authorization Bearer x")
+
+
+# -- Triton itself wanting a header on gRPC and HTTP -------------------------------------
+GATE_HEADER = "X-Gate-Key"
+GATE_KEY = "g4te-k3y-value"
+GRPC_PREFIX = "triton-grpc-protocol-"  # what --grpc-restricted-protocol's key is checked as
+RESTRICTED = "inference,model-config,model-repository,statistics"
+
+
+@pytest.fixture(scope="module")
+def restricted(repo: Path) -> Iterator[Endpoints]:
+    """Explicit model control, nothing loaded at start: loading, configs, inference and
+    statistics want the header on both protocols (health and metadata stay open, so readiness
+    is seen without it)."""
+    rule = f"{RESTRICTED}:{GATE_HEADER.lower()}={GATE_KEY}"
+    args = ServerArgs(
+        repo,
+        model_control_mode="explicit",
+        startup_timeout_s=120,
+        extra_args=(f"--grpc-restricted-protocol={rule}", f"--http-restricted-api={rule}"),
+    )
+    with LocalLauncher().start(args) as server:
+        yield server.endpoints
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_request_headers_reach_tritons_restricted_apis(
+    restricted: Endpoints, protocol: Protocol, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header, its value from the environment, on control, repository, statistics and
+    every inference path; a client without it is refused with the server's reason."""
+    monkeypatch.setenv(TOKEN_VARIABLE, GATE_KEY)
+    url = restricted.url(protocol)
+    # Triton expects the gRPC header under its protocol prefix: both go on every call
+    value = f"${{{TOKEN_VARIABLE}}}"
+    security = Security(headers=((GATE_HEADER, value), (GRPC_PREFIX + GATE_HEADER, value)))
+    with TritonClient(url, protocol, security=security) as client:
+        client.load_model("add_one")  # model-repository
+        check(client)
+        request = client.prepare("add_one", X)
+        try:
+            assert client.send_status(request) > 0  # the hand-written HTTP/1.1 and HTTP/2 paths
+        finally:
+            request.release()
+    with TritonClient(url, protocol) as bare:
+        for call in (
+            lambda: bare.infer("add_one", X),
+            lambda: bare.statistics("add_one"),
+            lambda: bare.load_model("add_one"),
+        ):
+            with pytest.raises(TritonTestError) as raised:
+                call()
+            message = str(raised.value)
+            assert "the server refused the call without its header" in message, message
+            assert "is restricted" in message and GATE_HEADER.lower() in message, message
+            assert GATE_KEY not in message
 
 
 # -- nginx terminating TLS in front of HTTP, wanting a token -----------------------------

@@ -95,6 +95,16 @@ def deployed_behind_tls(
 ) -> Iterator[str]:
     """A tritonserver serving `repository` as deployed (model control none) behind nginx
     terminating TLS with `certificate` and wanting `token`; yields the ingress's HOST:PORT."""
+    with deployed_with_metrics_behind_tls(repository, certificate, token, prefix) as (ingress, _):
+        yield ingress
+
+
+@contextmanager
+def deployed_with_metrics_behind_tls(
+    repository: Path, certificate: tuple[Path, Path], token: str, prefix: Path
+) -> Iterator[tuple[str, str]]:
+    """As deployed_behind_tls, and a second nginx, as strict, in front of the server's
+    Prometheus metrics port: yields both HOST:PORTs (inference, metrics)."""
     from pytest_triton.server import LocalLauncher, ServerArgs
 
     args = ServerArgs(repository, model_control_mode="none", startup_timeout_s=120)
@@ -102,4 +112,9 @@ def deployed_behind_tls(
         LocalLauncher().start(args) as server,
         round_robin([server.endpoints.http], prefix, tls=certificate, token=token) as ingress,
     ):
-        yield ingress
+        metrics = server.endpoints.metrics
+        assert metrics is not None, "a local server always publishes its metrics port"
+        with round_robin(
+            [metrics], prefix / "metrics", tls=certificate, token=token
+        ) as metrics_ingress:
+            yield ingress, metrics_ingress

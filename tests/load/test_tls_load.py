@@ -1,17 +1,22 @@
 """Locust users through a TLS ingress that wants a token (Debian's nginx in
 front of a real tritonserver, certificates made by the test): requests counted by the server
-equal the report's, the token never printed, and without it every request fails."""
+equal the report's, the token never printed, and without it every request fails. The soak's
+metrics scrape goes through a TLS ingress with the token as well."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pytest_triton.base.config import resolve
+from pytest_triton.base.security import Security
 from pytest_triton.base.server_offer import ServerTarget
+from pytest_triton.load.locust.scrape import Scraper, metrics_security, metrics_url
 from pytest_triton.repository.builder import Repository
 from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers import certificates, nginx
@@ -34,7 +39,9 @@ LOAD_S = 20  # the load runs through each TLS peer
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pki]]:
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Pki]]:
+    """The probe models behind nginx with TLS and the token; the metrics port behind another:
+    (ingress, metrics ingress, certificates)."""
     pki = make_pki(tmp_path_factory.mktemp("pki"))
     root = tmp_path_factory.mktemp("repo")
     write_python_model(root, "add_one")
@@ -44,8 +51,14 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pki
     probe.ensure_all()
     certificate = (pki.server_cert, pki.server_key)
     prefix = tmp_path_factory.mktemp("nginx")
-    with nginx.deployed_behind_tls(root, certificate, TOKEN, prefix) as ingress:
-        yield ingress, pki
+    with nginx.deployed_with_metrics_behind_tls(root, certificate, TOKEN, prefix) as ingresses:
+        yield (*ingresses, pki)
+
+
+@pytest.fixture(scope="module")
+def secured(deployed: tuple[str, str, Pki]) -> tuple[str, Pki]:
+    ingress, _, pki = deployed
+    return ingress, pki
 
 
 def secure_env(pki: Pki, with_token: bool = True) -> dict[str, str]:
@@ -141,3 +154,60 @@ def test_locust_users_load_over_tritons_own_grpc_tls(
     assert measured["requests"] > 0 and measured["failures"] == 0, run.tail()
     (served,) = run.report["server"]
     assert measured["requests"] <= served["success_count"] <= measured["requests"] + 2
+
+
+def test_the_metrics_url_follows_the_hosts_tls() -> None:
+    """Triton's port convention (HTTP + 2) keeps the host's scheme; a URL given is kept."""
+    config = resolve()
+    assert metrics_url(config, None, "https://127.0.0.1:8443") == "https://127.0.0.1:8445/metrics"
+    assert metrics_url(config, None, "http://127.0.0.1:8000") == "http://127.0.0.1:8002/metrics"
+    assert metrics_url(config, "127.0.0.1:9", None) == "http://127.0.0.1:9/metrics"
+    given = config.with_overrides({"metrics_url": "https://ingress.test/triton/metrics"})
+    assert metrics_url(given, None, "https://127.0.0.1:1") == "https://ingress.test/triton/metrics"
+    assert metrics_security(given, "https://ingress.test/metrics").tls
+    assert not metrics_security(given, "http://127.0.0.1:8002/metrics").tls
+
+
+def test_the_scrape_sends_the_token_over_tls(
+    deployed: tuple[str, str, Pki],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The scraper through the metrics ingress: with the CA and the token it reads Triton's
+    metrics; without the token it is refused, and says so without any header value."""
+    _, metrics, pki = deployed
+    monkeypatch.setenv("INGRESS_TOKEN", TOKEN)
+    header = (("Authorization", "Bearer ${INGRESS_TOKEN}"),)
+    url = f"https://{metrics}/metrics"
+    with_token = Scraper(url, None, Security(True, ca_file=str(pki.ca), headers=header))
+    with_token.scrape()
+    assert with_token.errors == [] and len(with_token.samples) == 1
+    assert "nv_inference_request_success" in with_token.samples[0].metrics
+    caplog.set_level(logging.WARNING, "pytest_triton.load")
+    wrong = Security(True, ca_file=str(pki.ca), headers=(("Authorization", "Bearer nope"),))
+    refused = Scraper(url, None, wrong)
+    refused.scrape()
+    assert refused.samples == [] and "HTTP 401" in refused.errors[0], refused.errors
+    wrong_ca = Scraper(url, None, Security(True, ca_file=str(pki.other_ca), headers=header))
+    wrong_ca.scrape()
+    assert "certificate" in wrong_ca.errors[0].lower(), wrong_ca.errors
+    assert "cannot scrape" in caplog.text and TOKEN not in caplog.text and "nope" not in caplog.text
+
+
+def test_a_soak_scrapes_through_the_tls_ingress(
+    deployed: tuple[str, str, Pki], tmp_path: Path
+) -> None:
+    """--triton-soak against a deployed service: the master's scrape carries the CA and the
+    token like the users' requests."""
+    ingress, metrics, pki = deployed
+    args = (
+        *("--headless", "-u", "1", "-r", "1", "-t", "4s", "--host", f"https://{ingress}"),
+        *("--triton-soak", "--triton-metrics-url", f"https://{metrics}/metrics"),
+    )
+    run = run_locust(LOCUSTFILE, *args, tmp_path=tmp_path, env=secure_env(pki))
+    assert run.code == 0, run.tail()
+    assert run.report is not None and run.report["soak"] is not None, run.tail()
+    samples = run.report["soak"]["samples"]
+    assert len(samples) >= 2, run.tail()
+    assert samples[-1]["nv_inference_request_success"] > 0, samples[-1]
+    assert "cannot scrape" not in run.output and TOKEN not in run.output

@@ -1,9 +1,11 @@
 """--triton-deployed: gate the models a running server already serves, as a staging service
-runs them (model control none): nothing uploaded, each model READY at its version and its
-served config the spec's, then the same parity and batching proofs.
+runs them (model control none, poll or explicit): nothing uploaded or unloaded, each model
+READY at its version and its served config the spec's, then the same parity and batching
+proofs.
 
-The server is started here, outside the pytest run under test, from a repository this
-module writes with the builder; three of its models are deployed wrongly on purpose."""
+The servers are started here, outside the pytest run under test, from repositories this
+module writes with the builder; in model control none three models, two of them deployed
+wrongly on purpose; in poll and explicit mode the one good model."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import tritonclient.http as httpclient
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pytest_triton.base.config import ModelControl
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.repository import pbtxt
@@ -78,6 +81,15 @@ def deployed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoi
         yield server.endpoints
 
 
+def served_index(endpoints: Endpoints) -> list[tuple[str, str | None]]:
+    client = httpclient.InferenceServerClient(endpoints.http)
+    try:
+        index = client.get_model_repository_index()
+    finally:
+        client.close()
+    return sorted((m["name"], m.get("state")) for m in index)
+
+
 def run(pytester: pytest.Pytester, endpoints: Endpoints, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
         "-p",
@@ -120,12 +132,50 @@ def test_batching(triton_model, triton_client):
     assert "deployed model 'scored' does not match its spec" in out
     assert "version 2 is not ready (another version is)" in out
     # nothing was uploaded or unloaded: the server still serves exactly its own models, READY
-    client = httpclient.InferenceServerClient(deployed_server.http)
-    try:
-        index = client.get_model_repository_index()
-    finally:
-        client.close()
-    assert sorted((m["name"], m.get("state")) for m in index) == [(n, "READY") for n in SERVED]
+    assert served_index(deployed_server) == [(n, "READY") for n in SERVED]
+
+
+@pytest.fixture(scope="module", params=["poll", "explicit"])
+def mode_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Endpoints]:
+    """The good model alone, on a server in poll mode (loaded at start, as Kubernetes
+    examples run it) or in explicit mode (loaded by its operator with --load-model)."""
+    mode: ModelControl = request.param
+    root = tmp_path_factory.mktemp(f"deployed-{mode}")
+    spec = specs_module()["spec"]
+    repo = Repository(root, [spec("scored", triton_name="scored")])  # type: ignore[operator]
+    repo.plan(ServerTarget())
+    repo.ensure_all()
+    loaded = ("scored",) if mode == "explicit" else ()
+    args = ServerArgs(root, model_control_mode=mode, load_models=loaded, startup_timeout_s=120)
+    with LocalLauncher().start(args) as server:
+        yield server.endpoints
+
+
+def test_deployed_mode_gates_poll_and_explicit_servers(
+    pytester: pytest.Pytester, mode_server: Endpoints
+) -> None:
+    pytester.makeconftest(
+        SPECS
+        + "\nfrom pytest_triton import factories\n"
+        + "triton_repository = factories.repository([spec('scored')])\n"
+    )
+    pytester.makepyfile(
+        test_gate="""
+from pytest_triton import assert_dynamic_batching
+
+def test_parity(triton_model, triton_client):
+    triton_model.assert_parity(triton_client, batch_size=4)
+
+def test_batching(triton_model, triton_client):
+    assert_dynamic_batching(triton_model.assert_batched_parity(triton_client, requests=8))
+"""
+    )
+    result = run(pytester, mode_server, "-v", "--triton-protocol", "http")
+    result.assert_outcomes(passed=2)
+    # explicit mode would let the gate load or unload: it did neither
+    assert served_index(mode_server) == [("scored", "READY")]
 
 
 def test_deployed_needs_the_servers_address(pytester: pytest.Pytester) -> None:

@@ -4,6 +4,7 @@ load spread. Two real tritonservers behind Debian's nginx, round-robin."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from pytest_triton.client.stats import StatsWindow, replica_table
 from pytest_triton.repository.builder import Repository
 from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers import nginx
-from tests.helpers.locust_runs import REPO, run_locust
+from tests.helpers.locust_runs import REPO, Locust, run_locust, triton_perf_args
 from tests.helpers.tiny_models import scorer_inputs, scorer_spec
 
 pytestmark = [
@@ -156,3 +157,56 @@ def test_locusts_server_report_sums_over_replicas(
     assert sum(r["success_count"] for r in spread.values()) == server["success_count"]
     assert 0 <= server["success_count"] - requests <= users, run.tail()
     assert "Load over the replicas" in run.output
+
+
+def test_triton_perfs_server_breakdown_sums_over_replicas(
+    replicated: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    """triton-perf through the balancer: the server's figures of a point are the replicas'
+    sum (each one served part of it), not one replica's answer."""
+    ingress, replicas = replicated
+    concurrency = 4
+    out = tmp_path / "perf.json"
+    cmd = [
+        *triton_perf_args("tests.helpers.tiny_models:scorer_spec"),
+        "--url",
+        f"http://{ingress}",
+        "--model-name",
+        "scorer",
+        "--concurrency-range",
+        str(concurrency),
+        "-p",
+        "1500",
+        "--warmup",
+        "300",
+        "--triton-replicas",
+        ",".join(f"http://{r}" for r in replicas),
+        "--json",
+        str(out),
+        "--no-progress",
+    ]
+    finished = Locust(cmd).finish(timeout=120)
+    assert finished.code == 0, finished.tail()
+    (point,) = json.loads(out.read_text())["points"]
+    spread = point["server_replicas"]
+    assert set(spread) == set(replicas), spread
+    assert all(r["success_count"] > 0 for r in spread.values()), spread
+    assert sum(r["success_count"] for r in spread.values()) == point["server_requests"]
+    # the measured windows are part of the span the statistics cover: one replica alone would
+    # have counted about half of them
+    assert point["server_requests"] >= point["requests"] - concurrency, point
+    assert point["server_avg_batch"] > 1, point  # the batcher combined requests on both
+    assert "Load over the replicas" in finished.output
+
+
+def test_triton_perf_refuses_replicas_without_the_services_address() -> None:
+    cmd = [
+        *triton_perf_args("tests.helpers.tiny_models:scorer_spec"),
+        "--triton-replicas",
+        "http://127.0.0.1:1",
+        "--no-progress",
+    ]
+    finished = Locust(cmd).finish(timeout=60)
+    assert finished.code == 2, finished.tail()
+    assert "--triton-replicas names the replicas" in finished.output
+    assert "give that address with --url" in finished.output

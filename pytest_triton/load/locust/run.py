@@ -27,6 +27,7 @@ from pytest_triton.load.locust.rollout import PlannedUpdate, plan_update
 from pytest_triton.load.locust.scrape import (
     Scraper,
     embedded_pid,
+    metrics_security,
     metrics_url,
     server_process,
     soak_wanted,
@@ -235,9 +236,11 @@ class LoadRun:
         if soak_wanted(config):
             server = self.server
             embedded = server.endpoints.metrics if server and server.deployment else None
+            url = metrics_url(config, embedded, host)
             self.scraper = Scraper(
-                metrics_url(config, embedded, host),
+                url,
                 server_process(embedded_pid(server), host),
+                metrics_security(config, url),
             )
             self.scraper.start()
 

@@ -25,6 +25,7 @@ from pytest_triton.base.config import (
     add_arguments,
     as_values,
     check_goodput,
+    check_replicas_behind,
     from_arguments,
     from_environ,
     resolve,
@@ -187,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
     concurrencies = parse_range(args.concurrency_range)
     unit = args.unit or UNITS.get(args.model, "infer/s")
     config = perf_config(args)
+    check_replicas_behind(config, config.server.url, "--url")
     # Goodput: the share of requests within the SLO (--perf-slo-ms, else --latency-bound);
     # with --latency-bound it replaces the percentile as what a point must hold.
     args.slo_ms = check_goodput(config, args.latency_bound)

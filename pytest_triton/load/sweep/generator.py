@@ -20,7 +20,8 @@ from locust.env import Environment
 from locust.event import Events
 
 from pytest_triton.base.config import client_security, from_values, resolve
-from pytest_triton.client.stats import ModelStats, read_stats
+from pytest_triton.base.urls import parse_url
+from pytest_triton.client.stats import ModelStats, read_replica_stats
 from pytest_triton.client.triton_client import TritonClient
 from pytest_triton.load.locust import recording
 from pytest_triton.load.locust.arrivals import rate_warning
@@ -49,6 +50,17 @@ class Generator:
             timeout_s=30,
             security=client_security(self.config, config.get("stats_tls", False)),
         )
+        # Behind a load balancer one statistics call answers from one replica: with
+        # --triton-replicas the server's figures are read from each and summed.
+        self.replica_clients = [
+            TritonClient(
+                hostport,
+                "http",
+                timeout_s=30,
+                security=client_security(self.config, scheme == "https"),
+            )
+            for scheme, hostport in (parse_url(u) for u in self.config.server.replicas)
+        ]
         self.env: Environment | None = None
         self.batch_size = 0
         self.request_rate: float | None = None
@@ -78,6 +90,11 @@ class Generator:
         env.create_local_runner()
         self.env, self.batch_size, self.request_rate = env, batch_size, request_rate
         return env
+
+    def read_stats(self) -> dict[str, ModelStats]:
+        """The model's counters by server: each replica's, or the one server's."""
+        sources = self.replica_clients or [self.stats_client]
+        return read_replica_stats(sources, self.model_name)
 
     def close_runner(self) -> None:
         if self.env is not None and self.env.runner is not None:
@@ -110,7 +127,7 @@ class Generator:
         while runner.user_count != users and time.monotonic() < deadline:
             gevent.sleep(0.02)
         gevent.sleep(c.measurement.load_warmup / 1e3)
-        before = read_stats(self.stats_client, self.model_name)
+        before = self.read_stats()
         cpu0 = sum(self.process.cpu_times()[:2])
         self.log.clear()
         start, started = time.time(), time.monotonic()
@@ -139,7 +156,9 @@ class Generator:
         runner.stop()
         elapsed = time.monotonic() - started
         cpu = 100 * (sum(self.process.cpu_times()[:2]) - cpu0) / elapsed
-        delta: ModelStats = read_stats(self.stats_client, self.model_name) - before
+        after = self.read_stats()
+        per_server = {url: after[url] - before.get(url, ModelStats()) for url in after}
+        delta: ModelStats = sum(per_server.values(), ModelStats())
         stability = assess(windows, criterion)
         figures = stability.measurement or (merge(windows) if windows else None)
         if figures is None:
@@ -174,6 +193,15 @@ class Generator:
             "server_overhead_us": b["overhead"],
             "server_request_us": b["request"],
             "server_avg_batch": delta.avg_batch_size,
+            "server_requests": delta.requests,
+            "server_replicas": (
+                {
+                    url: {"success_count": r.requests, "execution_count": r.execution_count}
+                    for url, r in per_server.items()
+                }
+                if self.replica_clients
+                else {}
+            ),
             "generator_cpu_percent": cpu,
             "stable": stability.stable,
             "stability": stability.summary(),

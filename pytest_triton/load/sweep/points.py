@@ -34,6 +34,9 @@ class Point(Rates):
     server_overhead_us: float = 0.0
     server_request_us: float = 0.0
     server_avg_batch: float = 0.0
+    server_requests: int = 0  # successful requests the server counted (over its replicas)
+    # with --triton-replicas: each replica's success and execution counts, by its URL
+    server_replicas: dict[str, dict[str, int]] = field(default_factory=dict, compare=False)
     generator_cpu_percent: float | None = None
     request_rate_asked: float | None = None  # open loop; None: closed loop at `concurrency`
     stable: bool = True

@@ -79,6 +79,9 @@ def write_reports(
     for p in points:
         print(f"\nWindows of batch {p.batch_size} {p.load} ({p.stability or 'stable'}):")
         print(windows_table([Window.from_dict(w) for w in p.windows], unit))
+        if p.server_replicas:
+            print(f"\nLoad over the replicas at batch {p.batch_size} {p.load} (summed above):")
+            print(replicas_markdown(p.server_replicas))
     if args.csv:
         write_points_csv(points, args.csv)
     if args.markdown:
@@ -248,6 +251,16 @@ def csv_columns(points: Sequence[Point]) -> list[Column]:
         first = ("Concurrency", lambda p: p.concurrency)
         ours = [c for c in OUR_COLUMNS if c[0] != "Concurrency"]
     return [first, *PERF_ANALYZER_COLUMNS, *ours]
+
+
+def replicas_markdown(spread: dict[str, dict[str, int]]) -> str:
+    """How one point's load spread over --triton-replicas, as the Locust report shows it."""
+    total = sum(r["success_count"] for r in spread.values())
+    lines = ["| replica | requests | share | executions |", "|---|---:|---:|---:|"]
+    for url, r in spread.items():
+        share = 100.0 * r["success_count"] / total if total else 0.0
+        lines.append(f"| {url} | {r['success_count']} | {share:.0f}% | {r['execution_count']} |")
+    return "\n".join(lines)
 
 
 def write_points_csv(points: Sequence[Point], path: Path) -> None:
