@@ -160,6 +160,7 @@ def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, 
             "concurrency": concurrency,
             "request_rate_asked": rate,
             "avg_batch_size": _number(raw.get("server_avg_batch")),
+            "goodput": _number(raw.get("goodput")),  # the share within the SLO, when set
         }
         judged = by_point.get((batch, concurrency, rate))
         point["passed"] = None if judged is None else bool(judged["passed"])
@@ -195,7 +196,37 @@ def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, 
         "stages": [],
         "soak": None,
         "figures": [],
+        "goodput_target": _number(document.get("goodput")),
+        "slo_ms": _number(document.get("slo_ms")),
+        "latency_bound_ms": _number(document.get("latency_bound_ms")),
+        "percentile": document.get("percentile"),
+        "within_bound": _within_bound(name, document.get("within_bound")),
     }
+
+
+def _within_bound(name: str, found: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """triton-perf's answer to --latency-bound, per batch size: the highest load that held
+    the bound (or the goodput within the SLO), None where no measured load did."""
+    if not found:
+        return None
+    held: list[dict[str, Any]] = []
+    for batch, best in sorted(found.items(), key=lambda item: int(item[0])):
+        if not best:
+            held.append({"batch_size": int(batch), "load": None})
+            continue
+        rate = best.get("request_rate_asked")
+        load = f"rate {rate:g}/s" if rate else f"concurrency {best.get('concurrency')}"
+        held.append(
+            {
+                "batch_size": int(batch),
+                "load": load,
+                "key": f"{name} batch {batch} {load}",
+                "throughput": _number(best.get("throughput")),
+                "p99_ms": _number(best.get("p99_ms")),
+                "goodput": _number(best.get("goodput")),
+            }
+        )
+    return held
 
 
 def _tune_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:

@@ -252,6 +252,7 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
                 f"Goodput of {run['name']}: {num(run['goodput'])} of the requests succeeded "
                 f"within {num(run.get('slo_ms'))} ms."
             )
+        notes += _perf_goodput(run)
         update = run.get("update")
         if update:
             notes.append(
@@ -278,6 +279,38 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
         for run in runs:  # a soak's plots, beside its load-*.json
             lines += [f"\n![{run['name']}: {name}]({name})" for name in run.get("figures") or []]
     return [*lines, ""]
+
+
+def _perf_goodput(run: Mapping[str, Any]) -> list[str]:
+    """triton-perf's goodput per point and its answer to --latency-bound."""
+    notes = []
+    measured = [p for p in run["points"] if _finite(p.get("goodput"))]
+    if run["kind"] == "triton-perf" and measured:
+        notes.append(
+            f"Goodput of {run['name']} (share of requests within {num(run.get('slo_ms'))} ms): "
+            + ", ".join(f"{p['key']} {num(p['goodput'])}" for p in measured)
+            + "."
+        )
+    held = run.get("within_bound")
+    if held:
+        if _finite(run.get("goodput_target")):
+            bound = f"goodput >= {num(run['goodput_target'])} within {num(run.get('slo_ms'))} ms"
+        else:
+            bound = f"p{run.get('percentile') or 99} within {num(run.get('latency_bound_ms'))} ms"
+        notes.append(
+            f"Highest load of {run['name']} with {bound}: "
+            + "; ".join(
+                f"batch {h['batch_size']}: {h['load']} ({num(h['throughput'])} samples/s, "
+                f"p99 {num(h['p99_ms'])} ms"
+                + (f", goodput {num(h['goodput'])}" if _finite(h.get("goodput")) else "")
+                + ")"
+                if h["load"]
+                else f"batch {h['batch_size']}: no measured load"
+                for h in held
+            )
+            + "."
+        )
+    return notes
 
 
 def _finite(value: Any) -> bool:

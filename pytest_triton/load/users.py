@@ -144,25 +144,29 @@ class TritonUser(User):
                 security=user_security(self._protocol, host, config),
             )
             prepared = self._client.prepare_all(self._model, batches, self.outputs, self.version)
+            self._by_batch: dict[int, Iterator[PreparedRequest]] = {}
+            traced: dict[int, tuple[dict[str, Array], PreparedRequest]] = {}
+            if isinstance(self._open_loop, ReplayLoop):  # a trace's own batch sizes
+                for size in self._open_loop.batch_sizes():
+                    batch = {n: _numpy(v) for n, v in factory(size, first).items()}
+                    (request,) = self._client.prepare_all(
+                        self._model, [batch], self.outputs, self.version
+                    )
+                    traced[size] = (batch, request)
+                    self._by_batch[size] = itertools.repeat(request)
+            # the trace's batches are checked like the user's own, each against its reference
             self._check = user_answer_check(
                 cls,
                 config,
                 host,
                 self._model,
-                batches,
-                prepared,
+                [*batches, *(batch for batch, _ in traced.values())],
+                [*prepared, *(request for _, request in traced.values())],
                 number=number,
                 context=f"model {self._model!r}, protocol {self._client.id!r}",
             )
             self._update_label = update_label(config) if self._check is not None else None
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
-            self._by_batch: dict[int, Iterator[PreparedRequest]] = {}
-            if isinstance(self._open_loop, ReplayLoop):  # a trace's own batch sizes
-                for size in self._open_loop.batch_sizes():
-                    batch = {n: _numpy(v) for n, v in factory(size, first).items()}
-                    self._by_batch[size] = itertools.cycle(
-                        self._client.prepare_all(self._model, [batch], self.outputs, self.version)
-                    )
             self._lane = self._multiplexed(prepared)
         except (ConfigError, SharedMemoryError, InferenceError, SpecError) as exc:
             if str(exc) not in _refused:  # once per process, not once per user

@@ -238,6 +238,14 @@ class Repository:
         versions already there. Returns the new version's variant. The config stays as it is:
         a load whose version_policy names the versions chooses what is served (see
         versions_config)."""
+        new, staged = self.stage_version(variant, spec)
+        self.install_version(new, staged)
+        return new
+
+    def stage_version(self, variant: Variant, spec: ModelSpec) -> tuple[Variant, Path]:
+        """Export another version (as add_version) into a directory outside the repository:
+        a server polling the repository sees neither a half-written version nor the
+        staging directory. install_version moves it in."""
         new = dataclasses.replace(variant, spec=spec)
         if new.model_name != variant.model_name or spec.version == variant.spec.version:
             raise SpecError(
@@ -251,33 +259,57 @@ class Repository:
                 f"version {spec.version} of {spec.name!r} has another signature than version "
                 f"{variant.spec.version}: a model's versions share one config"
             )
-        directory = self.ensure(variant)
+        self.ensure(variant)
         with self._lock:
             started = time.perf_counter()
             self._progress(f"exporting {variant.id} version {spec.version} ...")
-            target = directory / str(spec.version)
-            staging = directory.with_name(f"{directory.name}.{spec.version}.partial")
-            shutil.rmtree(staging, ignore_errors=True)
+            # beside the root, not in it (same file system, so the move in is a rename)
+            staging = Path(tempfile.mkdtemp(prefix=f".{self.root.name}.", dir=self.root.parent))
+            staged = staging / str(spec.version)
             try:
                 exporters.export(
                     variant.format,
                     spec,
                     self.native(new),
-                    staging / variant.artifact,
+                    staged / variant.artifact,
                     signature,
                     numerics=self.target.numerics,
                 )
                 if variant.hosted:
-                    shutil.copyfile(HOSTED_MODEL, staging / "model.py")
-                shutil.rmtree(target, ignore_errors=True)
-                staging.rename(target)
-            finally:
+                    shutil.copyfile(HOSTED_MODEL, staged / "model.py")
+            except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
+                raise
             self._progress(
                 f"exported {variant.id} version {spec.version} in "
                 f"{time.perf_counter() - started:.1f}s"
             )
-        return new
+        return new, staged
+
+    def install_version(self, new: Variant, staged: Path) -> Path:
+        """Move a version stage_version exported into its model directory (one rename)."""
+        with self._lock:
+            target = self.model_dir(new) / str(new.spec.version)
+            try:
+                shutil.rmtree(target, ignore_errors=True)
+                staged.rename(target)
+            finally:
+                shutil.rmtree(staged.parent, ignore_errors=True)
+            return target
+
+    def write_versions_config(self, variant: Variant, versions: Sequence[int] | None) -> Path:
+        """Rewrite the model's config.pbtxt on disk to serve exactly `versions` (None: every
+        version present), in one rename, so that a server polling the repository never reads
+        half a file: how a repository in poll mode chooses the versions served."""
+        config = self.config(variant)
+        if versions is None:
+            config.version_policy.all.SetInParent()
+        else:
+            config.version_policy.specific.versions[:] = sorted(versions)
+        directory = self.model_dir(variant)
+        partial = directory / ".config.pbtxt.partial"
+        partial.write_text(pbtxt.to_text(config))
+        return partial.replace(directory / "config.pbtxt")
 
     def versions_config(self, variant: Variant, versions: Sequence[int]) -> mc.ModelConfig:
         """The variant's config serving exactly `versions` (version_policy specific)."""

@@ -1,7 +1,10 @@
 """A model updated while it serves: version 2 loaded next to version 1, then version 1 retired,
-as a release rolls out on a server in explicit model control.
+as a release rolls out on a server in explicit model control or in poll mode.
 
 `switch_versions` does the two loads (Deployment.serve_versions) and says when each ended;
+`switch_versions_by_polling` does the same by changing the repository on disk for a server
+that polls it (version 2's directory moved in, then a config.pbtxt serving only version 2)
+and waits for the server to follow each change;
 `update_under_load` (pytest's side; Locust's is --triton-update-to) keeps requests in flight
 from threads meanwhile and checks every answer against both versions' PyTorch references
 (parity/answers.py): no request may fail, every answer must be version 1's or version 2's,
@@ -11,16 +14,19 @@ during the switch is reported beside the whole run's.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pytest_triton.base.dtypes import Array
+from pytest_triton.base.errors import ConfigError, ModelLoadError
 from pytest_triton.client.triton_client import TritonClient
 from pytest_triton.parity.answers import AnswerCheck
 from pytest_triton.repository.spec import ModelSpec
@@ -72,6 +78,92 @@ def switch_versions(
     if on_retired is not None:
         on_retired()
     return Switch(old.spec.version, new.spec.version, started, both, finished)
+
+
+def stage_poll_update(
+    deployment: Deployment, variant: Variant, spec: ModelSpec
+) -> tuple[Variant, Path]:
+    """Poll mode, before any load: export the new version outside the repository (a polling
+    server would take a half-written version, or a staging directory, for a model)."""
+    _require_poll(deployment, variant)
+    return deployment.repository.stage_version(variant, spec)
+
+
+def switch_versions_by_polling(
+    deployment: Deployment,
+    old: Variant,
+    new: Variant,
+    staged: Path,
+    *,
+    settle_s: float = 0.0,
+    on_retired: Callable[[], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    timeout_s: float = 60.0,
+) -> Switch:
+    """Make the model's config serve every version present (version_policy all) and move
+    the staged version into the repository, wait until the server serves it beside the old
+    one, wait `settle_s`, then write a config serving only the new version and wait
+    until the old one is no longer ready (each step as soon as the server's poll sees it)."""
+    _require_poll(deployment, old)
+    client = deployment.client("http")
+    name, old_version, new_version = old.model_name, str(old.spec.version), str(new.spec.version)
+    started = time.time()
+    # every version present, then version 2 moved in: a poll between the two sees only 1
+    deployment.repository.write_versions_config(old, None)
+    deployment.repository.install_version(new, staged)
+    _wait_for(
+        deployment,
+        old,
+        lambda: client.is_model_ready(name, new_version),
+        f"serve version {new_version} (moved into the repository)",
+        timeout_s,
+    )
+    both = time.time()
+    if settle_s > 0:
+        sleep(settle_s)
+    deployment.repository.write_versions_config(old, [new.spec.version])
+    _wait_for(
+        deployment,
+        old,
+        lambda: not client.is_model_ready(name, old_version),
+        f"retire version {old_version} (config.pbtxt serving only {new_version})",
+        timeout_s,
+    )
+    finished = time.time()
+    if on_retired is not None:
+        on_retired()
+    return Switch(old.spec.version, new.spec.version, started, both, finished)
+
+
+def _require_poll(deployment: Deployment, variant: Variant) -> None:
+    server = deployment.server
+    if server.model_control_mode != "poll" or not deployment.serves_repository_directly:
+        raise ConfigError(
+            f"{variant.model_name!r}: an update by changing the repository needs a server in "
+            "poll model control that reads this repository (a local or container server)"
+        )
+
+
+def _wait_for(
+    deployment: Deployment,
+    variant: Variant,
+    done: Callable[[], bool],
+    what: str,
+    timeout_s: float,
+    poll_s: float = 0.05,
+) -> None:
+    """Wait until the polling server has done `what`; a timeout is a ModelLoadError with
+    the server's log (where a load the poll tried and failed is told)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            deployment.server.check_alive()
+            raise ModelLoadError(
+                variant.model_name,
+                f"the server did not {what} within {timeout_s:.0f}s of polling",
+                deployment.server.log_tail(),
+            )
+        time.sleep(poll_s)
 
 
 @dataclass
@@ -177,14 +269,21 @@ def update_under_load(
     settle_s: float = 0.5,
     after_s: float = 1.0,
     distinct_inputs: int = 4,
+    poll_timeout_s: float = 60.0,
 ) -> UpdateReport:
     """Keep `users` requests in flight (threads, one request each at a time) to `served`'s
     model, without a version, while version `spec.version` (same name and signature) is
-    loaded beside it and the served version retired. Every answer is checked against both
-    versions' PyTorch references. The report says what was seen; assert_ok() gates."""
+    loaded beside it and the served version retired: by loads in explicit model control, by
+    changing the repository on disk for a server in poll mode. Every answer is checked
+    against both versions' PyTorch references. The report says what was seen; assert_ok()
+    gates."""
     deployment = served.deployment
     old = served.variant
-    new = stage_update(deployment, old, spec)
+    staged: Path | None = None
+    if deployment.server.model_control_mode == "poll":
+        new, staged = stage_poll_update(deployment, old, spec)
+    else:
+        new = stage_update(deployment, old, spec)
     native_old = deployment.repository.native(old)
     native_new = deployment.repository.native(new)
     labels = (str(old.spec.version), str(new.spec.version))
@@ -245,9 +344,20 @@ def update_under_load(
     try:
         time.sleep(before_s)
         try:
-            report.switch = switch_versions(
-                deployment, old, new, settle_s=settle_s, on_retired=retired
-            )
+            if staged is not None:
+                report.switch = switch_versions_by_polling(
+                    deployment,
+                    old,
+                    new,
+                    staged,
+                    settle_s=settle_s,
+                    on_retired=retired,
+                    timeout_s=poll_timeout_s,
+                )
+            else:
+                report.switch = switch_versions(
+                    deployment, old, new, settle_s=settle_s, on_retired=retired
+                )
         except Exception as exc:  # the update's failure is the report's first problem
             report.error = str(exc)
         time.sleep(after_s)
@@ -258,4 +368,6 @@ def update_under_load(
         for prepared in pools:
             for request in prepared:
                 request.release()
+        if staged is not None and staged.exists():  # the update stopped before moving it in
+            shutil.rmtree(staged.parent, ignore_errors=True)
     return report

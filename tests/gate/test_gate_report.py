@@ -537,6 +537,71 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
     assert sweep_verdict(points, resolve()) is None  # no targets, no verdict
 
 
+def test_triton_perf_s_goodput_and_latency_bound_reach_the_report(tmp_path: Path) -> None:
+    """triton-perf --goodput 0.9 --latency-bound 60 over two rates: each point's goodput and
+    the highest rate at which it held go into report.json and report.md."""
+    import argparse
+
+    from pytest_triton.load.sweep import points as perf
+    from pytest_triton.load.sweep.report import write_reports
+
+    points = [
+        perf.Point(
+            batch_size=1,
+            concurrency=1,
+            duration_s=2.0,
+            requests=100,
+            failures=0,
+            avg_ms=ms,
+            p50_ms=ms,
+            p90_ms=ms,
+            p95_ms=ms,
+            p99_ms=2 * ms,
+            request_rate_asked=rate,
+            goodput=share,
+        )
+        for rate, ms, share in ((15.0, 25.0, 1.0), (70.0, 80.0, 0.4))
+    ]
+    args = argparse.Namespace(
+        latency_bound=60.0,
+        percentile=99,
+        goodput=0.9,
+        slo_ms=60.0,
+        csv=None,
+        markdown=None,
+        plot=None,
+        json=tmp_path / "load-rates.json",
+    )
+    write_reports(points, args, "infer/s", "sleepy", None)
+    (run,), problems = read_load_files(tmp_path)
+    assert problems == [] and [p["goodput"] for p in run["points"]] == [1.0, 0.4]
+    assert (run["goodput_target"], run["slo_ms"]) == (0.9, 60.0)
+    (held,) = run["within_bound"]
+    assert held["load"] == "rate 15/s" and held["goodput"] == 1.0, held
+    doc = gd.build_document(
+        gd.Collected(parity=[]),
+        environment={"python": "3", "platform": "p", "packages": {}},
+        load_runs=[run],
+        problems=[],
+        exit_status=0,
+        duration_s=1.0,
+        junit=None,
+    )
+    write_report(gd.decide(doc), tmp_path / "report")
+    saved = json.loads((tmp_path / "report" / REPORT_JSON).read_text())
+    assert saved["load"][0]["within_bound"][0]["load"] == "rate 15/s"
+    assert saved["load"][0]["points"][1]["goodput"] == 0.4
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert (
+        "Goodput of rates (share of requests within 60 ms): rates batch 1 rate 15/s 1, "
+        "rates batch 1 rate 70/s 0.4." in markdown
+    ), markdown
+    assert (
+        "Highest load of rates with goodput >= 0.9 within 60 ms: batch 1: rate 15/s "
+        "(50 samples/s, p99 50 ms, goodput 1)." in markdown
+    ), markdown
+
+
 def test_a_baseline_edited_by_hand_compares_as_edited() -> None:
     """A point's figures are the medians of its windows; editing them edits the baseline."""
     windows = [{"throughput": 100.0, "p99_ms": 10.0}] * 3

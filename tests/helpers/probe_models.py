@@ -210,6 +210,18 @@ def write_wrong_when_batched(root: Path, name: str = "wrong_when_batched") -> Pa
     return directory
 
 
+WRONG_FOR_BATCHES_MODEL = WRONG_WHEN_BATCHED_MODEL.replace(
+    "if len(requests) > 1:  # the bug: only when the batcher combined requests",
+    "if x.shape[0] > 1:  # the bug: only in requests of several rows",
+)
+
+
+def write_wrong_for_batches(root: Path, name: str = "wrong_for_batches") -> Path:
+    """The probe's model in numpy that corrupts one element of every answer to a request of
+    more than one row (no dynamic batching): right for batch 1, wrong for batch 2."""
+    return write_sleepy(root, name, source=WRONG_FOR_BATCHES_MODEL)
+
+
 class ProbeV2(Probe):
     """The probe's next version: the same architecture, other weights (the bias 0.5)."""
 
@@ -222,3 +234,20 @@ class ProbeV2(Probe):
 def probe_v2_spec() -> ModelSpec:
     """Version 2 of probe_spec(): same name and signature, answers 0.5 higher."""
     return dataclasses.replace(probe_spec(), module=ProbeV2, version=2)
+
+
+class ExportedWrong(Probe):
+    """Version 2 whose exported artifact answers 1 higher than its PyTorch module: the
+    export differs from the model (a branch taken only while exporting or tracing), so every
+    answer it serves is neither version 1's reference nor its own."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        if torch.jit.is_tracing() or torch.compiler.is_exporting():
+            y = y + 1.0
+        return y
+
+
+def broken_v2_spec() -> ModelSpec:
+    """Version 2 of probe_spec() that serves wrong answers: what an update gate must fail."""
+    return dataclasses.replace(probe_spec(), module=ExportedWrong, version=2)

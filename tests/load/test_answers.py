@@ -1,7 +1,8 @@
 """Answers checked under load, on real servers and real Locust runs: a model that answers
 wrongly only when the dynamic batcher combines requests fails the run with the wrong answers
 named (both protocols, system shared memory, the multiplexed users and users with a greenlet
-of their own), the same model under one user passes, and the seed models pass."""
+of their own), the same model under one user passes, and the seed models pass. A replayed
+trace's own batch sizes are checked too."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ import pytest
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers.locust_runs import LOCUSTFILES, PROBE_LOCUSTFILE, REPO, run_locust
-from tests.helpers.probe_models import CORRUPTED_INDEX, write_wrong_when_batched
+from tests.helpers.probe_models import (
+    CORRUPTED_INDEX,
+    write_wrong_for_batches,
+    write_wrong_when_batched,
+)
 
 RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
 pytestmark = [pytest.mark.load, pytest.mark.triton]
@@ -24,6 +29,7 @@ pytestmark = [pytest.mark.load, pytest.mark.triton]
 def wrong_when_batched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
     root = tmp_path_factory.mktemp("repo")
     write_wrong_when_batched(root)
+    write_wrong_for_batches(root)
     with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
         yield server.endpoints
 
@@ -168,3 +174,43 @@ def test_dlrm_passes_under_load(tmp_path: Path) -> None:
     assert report["code"] == 0, report["output"][-3000:]
     assert report["wrong_answers"] == 0 and report["measured"]["failures"] == 0
     assert report["measured"]["requests"] > 10
+
+
+def test_a_replayed_trace_s_batch_sizes_are_checked(
+    wrong_when_batched: Endpoints, tmp_path: Path
+) -> None:
+    """A trace of 2 s of batch 1, then 2 s of batch 2, against a model wrong only for
+    requests of several rows: the batch-2 stage fails with the wrong answers named, the
+    batch-1 stage passes (every arrival's answer checked against its own reference)."""
+    trace = tmp_path / "trace.csv"
+    rows = [f"{i / 10:.2f},1" for i in range(20)] + [f"{2 + i / 10:.2f},2" for i in range(20)]
+    trace.write_text("\n".join(rows) + "\n")
+    done = run_locust(
+        RATE_LOCUSTFILE,
+        "OpenUser",
+        "--headless",
+        "-u",
+        "1",
+        "--host",
+        f"http://{wrong_when_batched.http}",
+        "--triton-model",
+        "wrong_for_batches",
+        "--triton-check-every",
+        "1",
+        "--triton-shape",
+        "replay",
+        "--triton-replay",
+        str(trace),
+        "--triton-shape-step-s",
+        "2",
+        tmp_path=tmp_path,
+        timeout=90,
+    )
+    assert done.report is not None, done.tail()
+    assert done.code == 1, done.tail()
+    assert done.report["wrong_answers"] == pytest.approx(20, abs=1), done.tail()
+    assert "wrong answer: model 'wrong_for_batches'" in done.output, done.tail()
+    assert "max abs diff 0.25" in done.output
+    first, second = done.report["stages"]
+    assert first["passed"] and first["failures"] == 0, done.report["stages"]
+    assert not second["passed"] and second["failures"] > 0, done.report["stages"]

@@ -127,6 +127,53 @@ def test_steps_of_users_are_judged_per_stage(sleepy_server: Endpoints, tmp_path:
 
 @pytest.mark.load
 @pytest.mark.triton
+def test_a_spike_is_judged_per_stage(sleepy_server: Endpoints, tmp_path: Path) -> None:
+    """1 user, 5, then 1 again: only the spike's requests queue past the 70 ms target."""
+    run = shaped_run(
+        sleepy_server,
+        tmp_path,
+        "--triton-shape",
+        "spike",
+        "--triton-shape-steps",
+        "1,5",
+        "--triton-shape-step-s",
+        "3",
+        "--perf-latency-p99",
+        "70",
+    )
+    assert run["code"] == 1, run["output"][-3000:]
+    stages = run["stages"]
+    assert [s["label"] for s in stages] == ["1 users", "5 users", "1 users"], stages
+    assert [s["passed"] for s in stages] == [True, False, True], stages
+    assert stages[1]["p99_ms"] > 70 > max(stages[0]["p99_ms"], stages[2]["p99_ms"])
+    assert "Stages (spike):" in run["output"]
+
+
+@pytest.mark.load
+@pytest.mark.triton
+def test_a_ramp_rises_then_holds(sleepy_server: Endpoints, tmp_path: Path) -> None:
+    """1 user rising to 5 over 3 s, then 5 held: the held stage waits longer than the ramp,
+    whose first requests met no queue."""
+    run = shaped_run(
+        sleepy_server,
+        tmp_path,
+        "--triton-shape",
+        "ramp",
+        "--triton-shape-steps",
+        "1,5",
+        "--triton-shape-step-s",
+        "3",
+    )
+    assert run["code"] == 0, run["output"][-3000:]
+    ramp, held = run["stages"]
+    assert (ramp["label"], held["label"]) == ("1 -> 5 users", "5 users"), run["stages"]
+    assert ramp["requests"] > 0 and held["requests"] > 0
+    assert ramp["p50_ms"] < held["p50_ms"], run["stages"]
+    assert "Stages (ramp):" in run["output"]
+
+
+@pytest.mark.load
+@pytest.mark.triton
 def test_an_open_loop_shape_moves_the_rate(sleepy_server: Endpoints, tmp_path: Path) -> None:
     run = shaped_run(
         sleepy_server,
