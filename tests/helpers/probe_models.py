@@ -9,6 +9,7 @@ batching: with c requests in flight a request waits for ~c executions, so its la
 ~20 ms x c. That makes the latency-bounded search's answer known in advance. The same writer
 takes other sources: `STALL_MODEL` stalls 200 ms on one request in 200 (what a closed loop
 hides), `SLOWING_MODEL` gets twice as slow every second (a measurement that cannot settle),
+`WARMING_MODEL` is slow for its first 1.1 s (a warm-up the measurement must wait out),
 `LEAKY_MODEL` keeps 256 kB per execution for good (a soak's memory gate), `CLEAN_MODEL` is the
 same without the leak.
 """
@@ -138,7 +139,11 @@ class TritonPythonModel:
         return responses
 """
 
-SLOWING_MODEL = """
+
+def paced_model(comment: str, sleep_s: str) -> str:
+    """A python model (x -> y = x[:, :4]) that sleeps `sleep_s` seconds an execution, an
+    expression of `now - self.first` (seconds since its first request)."""
+    return f"""
 import time
 import triton_python_backend_utils as pb_utils
 
@@ -150,12 +155,22 @@ class TritonPythonModel:
     def execute(self, requests):
         now = time.monotonic()
         self.first = self.first or now
-        # twice as slow every second: 5, 10, 20, 40 ... ms, at most 1 s
-        time.sleep(min(0.005 * 2 ** (now - self.first), 1.0))
+        # {comment}
+        time.sleep({sleep_s})
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
             for r in requests]
 """
+
+
+SLOWING_MODEL = paced_model(
+    "twice as slow every second: 5, 10, 20, 40 ... ms, at most 1 s",
+    "min(0.005 * 2 ** (now - self.first), 1.0)",
+)
+WARMING_MODEL = paced_model(
+    "a backend warming up: 200 ms a request for its first 1.1 s, then 20 ms",
+    "0.2 if now - self.first < 1.1 else 0.02",
+)
 
 
 LEAK_KB = 256

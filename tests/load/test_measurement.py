@@ -13,30 +13,17 @@ import pytest
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers.locust_runs import REPO, Locust, run_locust, subprocess_env, triton_perf_args
-from tests.helpers.probe_models import SLOWING_MODEL, STALL_MODEL, STALL_MS, write_sleepy
+from tests.helpers.probe_models import (
+    SLOWING_MODEL,
+    STALL_MODEL,
+    STALL_MS,
+    WARMING_MODEL,
+    write_sleepy,
+)
 
 RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
-
-WARMING_MODEL = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.first = None
-
-    def execute(self, requests):
-        now = time.monotonic()
-        self.first = self.first or now
-        # a backend warming up: 200 ms a request for its first 1.1 s, then 20 ms
-        time.sleep(0.2 if now - self.first < 1.1 else 0.02)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
-            for r in requests]
-"""
 
 
 @pytest.fixture(scope="module")

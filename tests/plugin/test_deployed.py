@@ -102,6 +102,18 @@ def run(pytester: pytest.Pytester, endpoints: Endpoints, *args: str) -> pytest.R
     )
 
 
+GATE_TESTS = """
+from pytest_triton import assert_dynamic_batching
+
+def test_parity(triton_model, triton_client):
+    triton_model.assert_parity(triton_client, batch_size=4)
+
+def test_batching(triton_model, triton_client):
+    assert_dynamic_batching(triton_model.assert_batched_parity(triton_client, requests=8))
+"""
+"""The gate a user runs against a deployed model: parity, then the batching proof."""
+
+
 def test_deployed_models_are_gated_as_served(
     pytester: pytest.Pytester, deployed_server: Endpoints
 ) -> None:
@@ -111,17 +123,7 @@ def test_deployed_models_are_gated_as_served(
         + "triton_repository = factories.repository([spec('scored'), spec('scored_fp64'),\n"
         + "    spec('scored_no_label'), spec('scored_v2', triton_name='scored', version=2)])\n"
     )
-    pytester.makepyfile(
-        test_gate="""
-from pytest_triton import assert_dynamic_batching
-
-def test_parity(triton_model, triton_client):
-    triton_model.assert_parity(triton_client, batch_size=4)
-
-def test_batching(triton_model, triton_client):
-    assert_dynamic_batching(triton_model.assert_batched_parity(triton_client, requests=8))
-"""
-    )
+    pytester.makepyfile(test_gate=GATE_TESTS)
     result = run(pytester, deployed_server, "-v", "--triton-protocol", "http")
     out = result.stdout.str()
     result.assert_outcomes(passed=2, errors=6)  # the model fixture refuses each
@@ -161,17 +163,7 @@ def test_deployed_mode_gates_poll_and_explicit_servers(
         + "\nfrom pytest_triton import factories\n"
         + "triton_repository = factories.repository([spec('scored')])\n"
     )
-    pytester.makepyfile(
-        test_gate="""
-from pytest_triton import assert_dynamic_batching
-
-def test_parity(triton_model, triton_client):
-    triton_model.assert_parity(triton_client, batch_size=4)
-
-def test_batching(triton_model, triton_client):
-    assert_dynamic_batching(triton_model.assert_batched_parity(triton_client, requests=8))
-"""
-    )
+    pytester.makepyfile(test_gate=GATE_TESTS)
     result = run(pytester, mode_server, "-v", "--triton-protocol", "http")
     result.assert_outcomes(passed=2)
     # explicit mode would let the gate load or unload: it did neither
