@@ -167,10 +167,14 @@ def test_load_measure_imports_no_locust() -> None:
         ), module
 
 
-def test_the_locust_process_imports_no_pytest() -> None:
+def test_the_locust_process_imports_no_pytest_and_no_torch() -> None:
+    """torch costs a Locust process seconds of start-up: only a locustfile that serves or
+    checks a PyTorch module of its own imports it."""
     code = (
-        "import sys, locust, pytest_triton.load.users, pytest_triton.load.sweep.generator; "
-        "bad = sorted(m for m in sys.modules if m == 'pytest' or m.startswith('_pytest')); "
+        "import sys, locust, pytest_triton, pytest_triton.load.users, "
+        "pytest_triton.load.sweep.generator; "
+        "bad = sorted(m for m in sys.modules if m in ('pytest', 'torch') "
+        "or m.startswith(('_pytest', 'torch.'))); "
         "assert not bad, bad"
     )
     done = subprocess.run(

@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 
 import locust
 import numpy as np
-import torch
 from locust import User, constant, task
 from locust.exception import StopUser
 
@@ -57,9 +56,6 @@ from pytest_triton.load.locust.user_settings import (
 
 grpc_gevent.init()
 listeners.install_listeners(locust.events)
-# This process only makes input tensors with torch; one thread keeps it fork-safe for
-# --processes and leaves the cores to the server.
-torch.set_num_threads(1)
 
 log = logging.getLogger("pytest_triton.load")
 InputsFactory = Callable[[int, int], Mapping[str, Any]]
@@ -71,7 +67,7 @@ __all__ = ["GrpcTritonUser", "HttpTritonUser", "TritonUser", "default_targets", 
 
 
 def _numpy(value: Any) -> Array:
-    if isinstance(value, torch.Tensor):
+    if type(value).__module__ == "torch":  # a torch.Tensor; torch itself is imported elsewhere
         value = value.detach().cpu().numpy()
     return np.ascontiguousarray(value)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.dtypes import Array
@@ -25,7 +25,9 @@ from pytest_triton.client.triton_client import PreparedRequest
 from pytest_triton.load.locust.embedded import EmbeddedModel
 from pytest_triton.load.locust.user_settings import embedded_endpoints
 from pytest_triton.parity.answers import AnswerCheck
-from pytest_triton.repository.spec import ModelSpec
+
+if TYPE_CHECKING:  # the repository layer imports torch: only --triton-update-to needs it
+    from pytest_triton.repository.spec import ModelSpec
 
 log = logging.getLogger("pytest_triton.load")
 DEFAULT_CHECK_EVERY = 100
@@ -61,6 +63,8 @@ def answers_every(config: TritonConfig, host: str) -> int:
 
 @functools.lru_cache(maxsize=4)
 def _next_version(target: str) -> ModelSpec:
+    from pytest_triton.repository.spec import ModelSpec
+
     made = load_object(target)()
     if not isinstance(made, ModelSpec):
         raise ConfigError(

@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pytest_triton.base.config import TritonConfig, resolve
 from pytest_triton.base.dtypes import Array
@@ -19,17 +20,18 @@ from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS
 from pytest_triton.base.importing import load_object
 from pytest_triton.base.urls import Endpoints
-from pytest_triton.repository.builder import Repository
-from pytest_triton.repository.reference import NativeModel
-from pytest_triton.repository.spec import ModelSpec
-from pytest_triton.repository.variants import Variant
-from pytest_triton.session.deployment import Deployment
-from pytest_triton.session.lifecycle import start_deployment
+
+if TYPE_CHECKING:  # the repository layer imports torch: only a model served here needs it
+    from pytest_triton.repository.builder import Repository
+    from pytest_triton.repository.reference import NativeModel
+    from pytest_triton.repository.spec import ModelSpec
+    from pytest_triton.repository.variants import Variant
+    from pytest_triton.session.deployment import Deployment
 
 log = logging.getLogger("pytest_triton.load")
 DEFAULT_FORMAT = "onnx"
 EXPORTER_LOGGERS = ("onnx_ir", "onnxscript", "torch.onnx", "torch.export")
-SpecSource = ModelSpec | Callable[[], ModelSpec]
+SpecSource: TypeAlias = "ModelSpec | Callable[[], ModelSpec]"
 Size = Literal["small", "full"]
 
 
@@ -49,12 +51,17 @@ class EmbeddedModel:
 
     @property
     def spec(self) -> ModelSpec:
+        from pytest_triton.repository.spec import ModelSpec
+
         with self._lock:
             if self._spec is None:
                 self._spec = self.source if isinstance(self.source, ModelSpec) else self.source()
+                _single_threaded_torch()
             return self._spec
 
     def variant(self, fmt: str | None = None) -> Variant:
+        from pytest_triton.repository.variants import Variant
+
         return Variant(self.spec, fmt or self.fmt, "fp32", hosted=True)
 
     def model_name(self, fmt: str | None = None) -> str:
@@ -67,12 +74,22 @@ class EmbeddedModel:
     def reference(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         """PyTorch's outputs for `inputs` (the spec's module at fp32 on the CPU, as parity
         computes them): what a right answer of the served model is."""
+        from pytest_triton.repository.reference import NativeModel
+
         spec = self.spec
         with self._lock:
             if self._native is None:
                 self._native = NativeModel(spec)
             native = self._native
         return native(inputs)
+
+
+def _single_threaded_torch() -> None:
+    """A load generator makes inputs and references with torch on one thread: fork-safe for
+    Locust's --processes, and the cores stay the server's."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def check_format(fmt: str) -> str:
@@ -122,6 +139,9 @@ class EmbeddedServer:
 
     def start(self) -> Endpoints:
         """Export every model, start the server, load them; on any failure leave nothing."""
+        from pytest_triton.repository.builder import Repository
+        from pytest_triton.session.lifecycle import start_deployment
+
         specs: dict[str, ModelSpec] = {}
         for m in self.models:
             fmt = self.fmt or m.fmt

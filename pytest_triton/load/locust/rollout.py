@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust.env import Environment
@@ -27,9 +27,11 @@ from pytest_triton.load.locust.checking import next_version_spec
 from pytest_triton.load.locust.embedded import EmbeddedServer
 from pytest_triton.load.locust.recording import window_log
 from pytest_triton.load.measure.window_log import Slice, WindowLog
-from pytest_triton.repository.variants import Variant
-from pytest_triton.session.deployment import Deployment
-from pytest_triton.session.update import Switch, stage_update, switch_versions
+
+if TYPE_CHECKING:  # the repository and session layers import torch: only an update needs them
+    from pytest_triton.repository.variants import Variant
+    from pytest_triton.session.deployment import Deployment
+    from pytest_triton.session.update import Switch
 
 log = logging.getLogger("pytest_triton.load")
 RETIRED = "pytest_triton_update_retired"
@@ -62,6 +64,8 @@ class PlannedUpdate:
             self.new.spec.version,
         )
         try:
+            from pytest_triton.session.update import switch_versions
+
             self.switch = switch_versions(self.deployment, self.old, self.new)
         except Exception as exc:  # the update failed: that is the verdict, not a crash
             self.error = f"the update to version {self.new.spec.version} failed: {exc}"
@@ -125,6 +129,8 @@ def plan_update(config: TritonConfig, server: EmbeddedServer | None) -> PlannedU
             f"({', '.join(names)})"
         )
     old = server.repository.variant(names[0])
+    from pytest_triton.session.update import stage_update
+
     new = stage_update(server.deployment, old, next_version_spec(config))
     return PlannedUpdate(server.deployment, old, new, config.load.update_at)
 
