@@ -36,7 +36,10 @@ if TYPE_CHECKING:
     )
     from pytest_triton.session.deployment import Deployment, ServedModel
 
+from pytest_triton.base import moved
+
 __version__ = version("pytest-triton")
+moved.install()
 
 # Each public name and the module that holds it, imported on first use: a Locust process or a
 # client that needs TritonClient does not pay for torch (the repository layer imports it).

@@ -172,7 +172,7 @@ def test_the_locust_process_imports_no_pytest_and_no_torch() -> None:
     checks a PyTorch module of its own imports it."""
     code = (
         "import sys, locust, pytest_triton, pytest_triton.load.users, "
-        "pytest_triton.load.sweep.generator; "
+        "pytest_triton.load.perf.generator; "
         "bad = sorted(m for m in sys.modules if m in ('pytest', 'torch') "
         "or m.startswith(('_pytest', 'torch.'))); "
         "assert not bad, bad"
@@ -193,12 +193,12 @@ def test_every_setting_reaches_each_of_its_front_ends() -> None:
     triton-tune's."""
     code = """
 import sys, locust.argument_parser as ap
-from pytest_triton.load.locust.options import add_options
+from pytest_triton.load.runner.options import add_options
 parser = ap.get_parser()
 add_options(parser)
 print(parser.format_help())
 print("=====")
-from pytest_triton.load.sweep.command import _parser
+from pytest_triton.load.perf.command import _parser
 print(_parser().format_help())
 print("=====")
 from pytest_triton.load.tune.tuner import _parser as tune_parser

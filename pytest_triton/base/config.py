@@ -1145,7 +1145,7 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
         values["launcher"] = "external" if values["url"] else "local"
         origins["launcher"] = "derived"
     # auto with --triton-gpu stays auto here: which launcher can run a GPU server depends on
-    # what this machine has (launchers.gpu decides when the launcher is made).
+    # what this machine has (server/gpu.py decides when the launcher is made).
     if values["launcher"] == "external" and not values["url"]:
         raise ConfigError(
             "the external launcher needs --triton-url (or triton_url in ini), "

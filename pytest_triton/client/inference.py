@@ -16,7 +16,7 @@ from pytest_triton.base.dtypes import TYPES, Array, tensor_type
 from pytest_triton.base.errors import (
     SpecError,
 )
-from pytest_triton.client import failures as request_errors
+from pytest_triton.client import failures
 from pytest_triton.client.control import Tensors
 from pytest_triton.client.failures import request_problem
 from pytest_triton.client.memory_regions import MemoryRegions
@@ -49,7 +49,7 @@ class Inference(MemoryRegions):
         registered region (a load user's distinct batches)."""
         problem = request_problem(model, version)
         if problem is not None:
-            raise request_errors.refused(self, model, problem)
+            raise failures.refused(self, model, problem)
         batches = [self._wire_ready(model, b) for b in batches]
         if self.shared_memory == "none":
             return [
@@ -73,7 +73,7 @@ class Inference(MemoryRegions):
             try:
                 tensor_type(array.dtype)
             except SpecError:
-                raise request_errors.refused(
+                raise failures.refused(
                     self,
                     model,
                     (

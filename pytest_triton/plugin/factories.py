@@ -23,7 +23,7 @@ import pytest
 from pytest_triton.base.config import TritonConfig, check_names, parse_shared_memory
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
-from pytest_triton.plugin import gate_report as reporting
+from pytest_triton.plugin import gate_report
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.session.deployment import Deployment, ServedModel
@@ -120,8 +120,8 @@ def server(
         repo: Repository = request.getfixturevalue(role.repository)
         deployment = start_deployment(triton_config.with_overrides(role.overrides), repo)
         request.config.stash.setdefault(DEPLOYMENTS, []).append(deployment)
-        deployment.listeners.append(functools.partial(reporting.record_result, request.config))
-        reporting.record_server(request.config, deployment)
+        deployment.listeners.append(functools.partial(gate_report.record_result, request.config))
+        gate_report.record_server(request.config, deployment)
         try:
             yield deployment
         finally:

@@ -25,8 +25,7 @@ from pytest_triton.base.config import (
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.importing import load_object
 from pytest_triton.client.wire.shm import ID_SUFFIX, cuda_problem
-from pytest_triton.plugin import factories
-from pytest_triton.plugin import gate_report as reporting
+from pytest_triton.plugin import factories, gate_report
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import plan_variants
 from pytest_triton.server.launcher import LIVE_SERVERS
@@ -102,8 +101,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-triton: {exc}") from None
     if triton.gate.report and hasattr(config.option, "xmlpath") and not config.option.xmlpath:
-        config.option.xmlpath = reporting.junit_path(triton)  # unless -p no:junitxml
-    config.pluginmanager.register(reporting.GateReporter(config, triton), "pytest-triton-gate")
+        config.option.xmlpath = gate_report.junit_path(triton)  # unless -p no:junitxml
+    config.pluginmanager.register(gate_report.GateReporter(config, triton), "pytest-triton-gate")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pytest_triton.base import watched_servers as health
+from pytest_triton.base import watched_servers
 from pytest_triton.base.config import ModelControl
 from pytest_triton.base.errors import ModelLoadError, ServerError
 from pytest_triton.base.security import PLAIN, Security
@@ -153,7 +153,7 @@ class RunningServer(ABC):
     # -- the watcher -------------------------------------------------------------------------
     def start_watcher(self) -> None:
         """Watch the server from now on; clients made for its addresses will ask it."""
-        health.remember((self.endpoints.http, self.endpoints.grpc), self)
+        watched_servers.remember((self.endpoints.http, self.endpoints.grpc), self)
         threading.Thread(
             target=self._watch, name=f"tritonserver-{self.launcher}-watcher", daemon=True
         ).start()

@@ -496,11 +496,11 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
     import argparse
 
     from pytest_triton.base.config import from_mapping, resolve
-    from pytest_triton.load.sweep import points as perf
-    from pytest_triton.load.sweep.report import sweep_verdict, write_reports
+    from pytest_triton.load.perf.points import Point
+    from pytest_triton.load.perf.report import sweep_verdict, write_reports
 
     points = [
-        perf.Point(
+        Point(
             batch_size=8,
             concurrency=c,
             duration_s=2.0,
@@ -542,11 +542,11 @@ def test_triton_perf_s_goodput_and_latency_bound_reach_the_report(tmp_path: Path
     the highest rate at which it held go into report.json and report.md."""
     import argparse
 
-    from pytest_triton.load.sweep import points as perf
-    from pytest_triton.load.sweep.report import write_reports
+    from pytest_triton.load.perf.points import Point
+    from pytest_triton.load.perf.report import write_reports
 
     points = [
-        perf.Point(
+        Point(
             batch_size=1,
             concurrency=1,
             duration_s=2.0,

@@ -148,7 +148,7 @@ class Locust:
 def triton_perf_args(model: str) -> list[str]:
     """The start of a triton-perf command line for `model` (as `python -m`, so that the
     checkout's code runs); the test adds the rest."""
-    return [sys.executable, "-m", "pytest_triton.load.sweep.command", "-m", model]
+    return [sys.executable, "-m", "pytest_triton.load.perf.command", "-m", model]
 
 
 def locust_args(locustfile: Path, *args: str, report: Path | None = None) -> list[str]:

@@ -19,7 +19,7 @@ from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.goodput import goodput_between, share_within
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram
 from pytest_triton.load.measure.window_log import WindowLog
-from pytest_triton.load.sweep import points as perf
+from pytest_triton.load.perf.points import Point, bound_summary, largest_within_bound
 from tests.helpers.locust_runs import REPO, Locust, run_locust, triton_perf_args
 
 RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
@@ -66,14 +66,14 @@ def test_a_goodput_target_needs_an_slo() -> None:
 
 
 def test_the_bound_search_holds_goodput_instead_of_the_percentile() -> None:
-    def point(c: int, p99: float, goodput: float) -> perf.Point:
-        return perf.Point(1, c, 1.0, 100, 0, p99, p99, p99, p99, p99, goodput=goodput)
+    def point(c: int, p99: float, goodput: float) -> Point:
+        return Point(1, c, 1.0, 100, 0, p99, p99, p99, p99, p99, goodput=goodput)
 
     points = [point(1, 80, 0.999), point(2, 120, 0.995), point(4, 300, 0.9)]
-    assert perf.largest_within_bound(points, 50).__class__ is type(None)  # p99 never within
-    best = perf.largest_within_bound(points, 50, goodput=0.99)
+    assert largest_within_bound(points, 50).__class__ is type(None)  # p99 never within
+    best = largest_within_bound(points, 50, goodput=0.99)
     assert best is not None and best.concurrency == 2
-    summary = perf.bound_summary(best, 50, 99, "rec/s", goodput=0.99)
+    summary = bound_summary(best, 50, 99, "rec/s", goodput=0.99)
     assert summary.startswith("goodput 0.99 within 50 ms: up to 2 concurrent requests")
 
 

@@ -21,8 +21,8 @@ from pytest_triton.base.config import TritonConfig, as_values
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.urls import check_host
 from pytest_triton.client.triton_client import Protocol
-from pytest_triton.load.sweep.command import GeneratorProcess
-from pytest_triton.load.sweep.points import Point
+from pytest_triton.load.perf.command import GeneratorProcess
+from pytest_triton.load.perf.points import Point
 from pytest_triton.load.tune.space import Candidate, thread_parameter
 from pytest_triton.load.tune.strategy import Constraints, Trial, check_constraints
 from pytest_triton.repository.builder import Repository

@@ -36,9 +36,9 @@ from pytest_triton.base.config import (
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS
-from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, Size, check_format, model_source
-from pytest_triton.load.sweep.command import UNITS
-from pytest_triton.load.sweep.points import parse_range
+from pytest_triton.load.perf.command import UNITS
+from pytest_triton.load.perf.points import parse_range
+from pytest_triton.load.runner.embedded import DEFAULT_FORMAT, Size, check_format, model_source
 from pytest_triton.load.tune import space as sp
 from pytest_triton.load.tune.progress import Progress
 from pytest_triton.load.tune.space import Candidate, SearchSpace

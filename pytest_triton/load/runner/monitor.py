@@ -10,7 +10,7 @@ import gevent
 import psutil
 from locust.runners import MasterRunner
 
-from pytest_triton.load.locust.generator_cpu import cpu_of
+from pytest_triton.load.runner.generator_cpu import cpu_of
 
 MONITOR_PERIOD_S = 0.25
 

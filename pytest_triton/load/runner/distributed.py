@@ -25,7 +25,7 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from pytest_triton.load.locust.recording import window_log
+from pytest_triton.load.runner.recording import window_log
 
 log = logging.getLogger("pytest_triton.load")
 PING = "pytest_triton_clock_ping"

@@ -23,7 +23,7 @@ from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.server_side import CPU_SATURATED_PERCENT
 from pytest_triton.load.measure.windows import Window, windows_table
-from pytest_triton.load.sweep.points import Point, bound_summary, largest_within_bound
+from pytest_triton.load.perf.points import Point, bound_summary, largest_within_bound
 
 
 def write_reports(

@@ -21,7 +21,7 @@ from locust.event import Events
 from locust.runners import Runner, WorkerRunner
 
 from pytest_triton.base.errors import ConfigError, TritonTestError
-from pytest_triton.load.locust import (
+from pytest_triton.load.runner import (
     distributed,
     generator_cpu,
     recording,
@@ -29,10 +29,8 @@ from pytest_triton.load.locust import (
     shapes,
     verdict,
 )
-from pytest_triton.load.locust.options import add_options, web_ui_exposure
-from pytest_triton.load.locust.run import LoadRun, run_of
-from pytest_triton.load.webui import live
-from pytest_triton.load.webui import tab as web_tab
+from pytest_triton.load.runner.options import add_options, web_ui_exposure
+from pytest_triton.load.runner.run import LoadRun, run_of
 
 log = logging.getLogger("pytest_triton.load")
 _installed: set[int] = set()
@@ -72,7 +70,6 @@ def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -
                 functools.partial(_on_reset_stats, environment)
             )
             run.prepare()
-            web_tab.install_web_tab(environment)
         except (TritonTestError, OSError) as exc:
             reason = (
                 ""
@@ -121,18 +118,14 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
     except ConfigError as exc:
         log.error("pytest-triton: %s", exc)
         environment.process_exit_code = 2
+        run.refused = True
         gevent.spawn(run.end, "the run's settings were refused")
-        return
-    live.start(environment)
 
 
 def _on_test_stop(environment: Environment, **_: Any) -> None:
     run = run_of(environment)
     if run is not None:
         run.finish()
-        view = live.live_of(environment)
-        if view is not None:
-            view.finish()
 
 
 def _on_reset_stats(environment: Environment, **_: Any) -> None:
@@ -140,9 +133,6 @@ def _on_reset_stats(environment: Environment, **_: Any) -> None:
     run = run_of(environment)
     if run is not None and run.tracker is not None and run.started and not run.finished:
         run.tracker.start()
-    view = live.live_of(environment)
-    if view is not None:
-        view.reset()
 
 
 def _on_cpu_warning(environment: Environment, **_: Any) -> None:
@@ -159,9 +149,6 @@ def _on_quitting(environment: Environment, **_: Any) -> None:
         run.summary = "pytest-triton: no test ran, nothing to judge"
         return
     verdict.judge_run(run)
-    view = live.live_of(environment)
-    if view is not None:
-        view.close()
 
 
 def _on_quit(run: LoadRun, exit_code: int, **_: Any) -> None:

@@ -23,10 +23,10 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import ConfigError
-from pytest_triton.load.locust.checking import next_version_spec
-from pytest_triton.load.locust.embedded import EmbeddedServer
-from pytest_triton.load.locust.recording import window_log
 from pytest_triton.load.measure.window_log import Slice, WindowLog
+from pytest_triton.load.runner.checking import next_version_spec
+from pytest_triton.load.runner.embedded import EmbeddedServer
+from pytest_triton.load.runner.recording import window_log
 
 if TYPE_CHECKING:  # the repository and session layers import torch: only an update needs them
     from pytest_triton.repository.variants import Variant

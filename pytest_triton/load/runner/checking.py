@@ -22,8 +22,8 @@ from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.importing import load_object
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.triton_client import PreparedRequest
-from pytest_triton.load.locust.embedded import EmbeddedModel
-from pytest_triton.load.locust.user_settings import embedded_endpoints
+from pytest_triton.load.runner.embedded import EmbeddedModel
+from pytest_triton.load.runner.user_settings import embedded_endpoints
 from pytest_triton.parity.answers import AnswerCheck
 
 if TYPE_CHECKING:  # the repository layer imports torch: only --triton-update-to needs it

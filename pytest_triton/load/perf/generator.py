@@ -23,13 +23,13 @@ from pytest_triton.base.config import client_security, from_values, resolve
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stats import ModelStats, read_replica_stats
 from pytest_triton.client.triton_client import TritonClient
-from pytest_triton.load.locust import recording
-from pytest_triton.load.locust.arrivals import rate_warning
-from pytest_triton.load.locust.embedded import model_source
-from pytest_triton.load.locust.options import attach_config
+from pytest_triton.load.measure.arrivals import rate_warning
 from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
+from pytest_triton.load.runner import recording
+from pytest_triton.load.runner.embedded import model_source
+from pytest_triton.load.runner.options import attach_config
 from pytest_triton.load.users import TritonUser
 
 WINDOW_GRACE_S = 5.0

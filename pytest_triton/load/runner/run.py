@@ -20,11 +20,12 @@ from locust.env import Environment
 from pytest_triton.base.config import TritonConfig, check_goodput, check_replicas_behind
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import check_host
-from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
-from pytest_triton.load.locust.monitor import RunMonitor
-from pytest_triton.load.locust.options import run_config
-from pytest_triton.load.locust.rollout import PlannedUpdate, plan_update
-from pytest_triton.load.locust.scrape import (
+from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
+from pytest_triton.load.runner.embedded import EmbeddedModel, EmbeddedServer
+from pytest_triton.load.runner.monitor import RunMonitor
+from pytest_triton.load.runner.options import run_config
+from pytest_triton.load.runner.rollout import PlannedUpdate, plan_update
+from pytest_triton.load.runner.scrape import (
     Scraper,
     embedded_pid,
     metrics_security,
@@ -32,8 +33,8 @@ from pytest_triton.load.locust.scrape import (
     server_process,
     soak_wanted,
 )
-from pytest_triton.load.locust.shapes import install_shape
-from pytest_triton.load.locust.user_settings import (
+from pytest_triton.load.runner.shapes import install_shape
+from pytest_triton.load.runner.user_settings import (
     check_load_allowed,
     checked_shared_memory,
     stats_protocol,
@@ -41,7 +42,6 @@ from pytest_triton.load.locust.user_settings import (
     user_model,
     user_security,
 )
-from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
 
 log = logging.getLogger("pytest_triton.load")
 DEFAULT_RUN_TIME_S = 30
@@ -106,6 +106,7 @@ class LoadRun:
     scraper: Scraper | None = None
     started: bool = False
     finished: bool = False
+    refused: bool = False  # the run's settings were refused at its start: no load goes out
     cpu_percent: float | None = None
     cpu_warning: bool = False
     reports: list[ModelReport] = field(default_factory=list)
@@ -200,7 +201,7 @@ class LoadRun:
     def start(self) -> None:
         """Baseline of the server's statistics, and the monitor."""
         environment = self.environment
-        self.started, self.finished = True, False
+        self.started, self.finished, self.refused = True, False, False
         self.reports, self.cpu_percent, self.cpu_warning = [], None, False
         self.client_counts = {}
         self.result, self.summary, self.printed = {}, "", False

@@ -1,5 +1,5 @@
 """Perf sweep results: points, load ranges and the latency-bounded search (the reports are
-in sweep_report.py). No locust import here."""
+in report.py). No locust import here."""
 
 from __future__ import annotations
 

@@ -8,6 +8,6 @@ appear where Locust users look, as a pytest plugin's appear in `pytest --help`.
 
 from locust import events
 
-from pytest_triton.load.locust.options import add_options
+from pytest_triton.load.runner.options import add_options
 
 events.init_command_line_parser.add_listener(add_options)

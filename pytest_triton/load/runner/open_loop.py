@@ -13,9 +13,9 @@ import gevent
 import gevent.pool
 
 from pytest_triton.base.config import Distribution, TritonConfig
-from pytest_triton.load.locust import recording, shapes
-from pytest_triton.load.locust.arrivals import Lag, schedule
+from pytest_triton.load.measure.arrivals import Lag, schedule
 from pytest_triton.load.measure.stages import Arrival, load_at, stages_of
+from pytest_triton.load.runner import recording, shapes
 
 SendDue = Callable[[float, int | None], None]
 """Sends one request that was due at the given perf_counter() time (of the given batch size,

@@ -24,7 +24,7 @@ from pytest_triton.base.urls import (
 )
 from pytest_triton.client.triton_client import Protocol, Transport
 from pytest_triton.client.wire.shm import check_offered
-from pytest_triton.load.locust.embedded import EmbeddedModel
+from pytest_triton.load.runner.embedded import EmbeddedModel
 
 EMBEDDED = "127.0.0.1:0"  # where an embedded server runs, for the loopback rule
 

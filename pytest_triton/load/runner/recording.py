@@ -9,7 +9,7 @@ from __future__ import annotations
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from pytest_triton.load.locust.arrivals import Lag
+from pytest_triton.load.measure.arrivals import Lag
 from pytest_triton.load.measure.window_log import WindowLog
 
 ATTRIBUTE = "pytest_triton_window_log"

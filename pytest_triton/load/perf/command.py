@@ -34,11 +34,11 @@ from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.processes import die_with_parent
 from pytest_triton.base.urls import check_host, endpoints_from, parse_url
 from pytest_triton.client.triton_client import Protocol
-from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
-from pytest_triton.load.locust.user_settings import checked_shared_memory
 from pytest_triton.load.measure.latency_histogram import ms_text
-from pytest_triton.load.sweep.points import Point, bound_search, parse_range, parse_rate_range
-from pytest_triton.load.sweep.report import exit_status, sweep_verdict, write_reports
+from pytest_triton.load.perf.points import Point, bound_search, parse_range, parse_rate_range
+from pytest_triton.load.perf.report import exit_status, sweep_verdict, write_reports
+from pytest_triton.load.runner.embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
+from pytest_triton.load.runner.user_settings import checked_shared_memory
 
 # What NVIDIA's examples call a sample of each zoo model.
 UNITS = {
@@ -51,7 +51,7 @@ UNITS = {
     "text_recognition": "img/s",
 }
 GENERATOR = (
-    "import locust, sys; from pytest_triton.load.sweep import generator as _generator; "
+    "import locust, sys; from pytest_triton.load.perf import generator as _generator; "
     "sys.exit(_generator.run_in_process())"
 )
 
