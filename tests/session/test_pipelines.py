@@ -13,19 +13,18 @@ import pytest
 from pytest_triton import InferenceError, factories
 from pytest_triton.repository.pipeline import MODES
 from pytest_triton.session.pipeline import ServedPipeline
-from tests.helpers.pipeline_models import classifier_pipeline, guarded_pipeline, wrong_pipeline
+from tests.helpers.pipeline_models import classifier_pipeline, wrong_pipeline
 
 pytestmark = [pytest.mark.triton]
 
 pipeline_repository = factories.repository(
     [],
-    pipelines=[classifier_pipeline(), wrong_pipeline(), guarded_pipeline()],
+    pipelines=[classifier_pipeline(), wrong_pipeline()],
     scope="module",
 )
 pipeline_server = factories.server(repository="pipeline_repository", scope="module")
 classify = factories.pipeline("classify", server="pipeline_server")
 wrong = factories.pipeline("wrong", server="pipeline_server")
-guarded = factories.pipeline("guarded", server="pipeline_server", mode="bls")
 
 
 @pytest.mark.parametrize("classify", MODES, indirect=True)
@@ -61,7 +60,7 @@ def test_a_sync_bls_model_calls_the_steps_one_request_at_a_time(
 ) -> None:
     """exec() blocks, so the sync BLS model's steps never see two requests together: the
     batching proof fails, naming the first step."""
-    with pytest.raises(AssertionError, match="step 'preprocess'.*dynamic batching did not"):
+    with pytest.raises(AssertionError, match=r"step 'preprocess'.*dynamic batching did not"):
         classify.assert_step_batching(classify.deployment.client("http"), requests=8)
 
 
@@ -82,12 +81,12 @@ def test_a_step_served_unlike_pytorch_is_named(wrong: ServedPipeline) -> None:
     assert reports["model"].ok and not reports["postprocess"].ok
 
 
-@pytest.mark.parametrize("guarded", ["bls", "bls-async"], indirect=True)
-def test_an_error_inside_a_called_model_names_that_model(guarded: ServedPipeline) -> None:
-    client = guarded.deployment.client("grpc")
+@pytest.mark.parametrize("wrong", ["bls", "bls-async"], indirect=True)
+def test_an_error_inside_a_called_model_names_that_model(wrong: ServedPipeline) -> None:
+    client = wrong.deployment.client("grpc")
     with pytest.raises(InferenceError) as failure:
-        guarded.infer(client, {"x": -np.ones((2, 3), np.float32)})
+        wrong.infer(client, {"pixels": np.full((2, 4, 4), np.nan, np.float32)})
     message = str(failure.value)
-    assert "step 'guard'" in message and "model 'guarded_guard' failed" in message
-    assert "negative input reached the guard" in message
-    guarded.assert_parity(client)  # the next request is served
+    assert "step 'model'" in message and "model 'wrong_model' failed" in message
+    assert "NaN pixels reached the classifier" in message
+    assert wrong.infer(client, wrong.inputs(2))["probs"].shape == (2, 2)  # still serving
