@@ -31,7 +31,7 @@ from pytest_triton.repository.pipeline_build import PipelineRepository
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.session.deployment import Deployment, ServedModel
 from pytest_triton.session.lifecycle import start_deployment
-from pytest_triton.session.pipeline import ServedPipeline, served_pipeline
+from pytest_triton.session.served_pipeline import ServedPipeline, served_pipeline
 
 ROLE = "_pytest_triton_role"
 SpecSource = Sequence[ModelSpec] | Callable[[TritonConfig], Sequence[ModelSpec]]

@@ -21,10 +21,6 @@ except ImportError:  # imported outside Triton's stub (documentation, import che
 ASYNC = False  # the repository builder writes True for the "bls-async" mode
 
 
-class StepFailed(Exception):
-    """A called model answered with an error (or raised): the message names it."""
-
-
 class _Pipeline:
     def initialize(self, args):
         config = json.loads(args["model_config"])
@@ -44,16 +40,16 @@ class _Pipeline:
         )
 
     def _take(self, step, response, tensors):
-        """The step's outputs into the pipeline's tensors, or StepFailed naming the model."""
+        """The step's outputs into the pipeline's tensors, or a RuntimeError naming the model."""
         if response.has_error():
-            raise StepFailed(
+            raise RuntimeError(
                 f"pipeline {self.pipeline!r} step {step['step']!r}: model "
                 f"{step['model']!r} failed: {response.error().message()}"
             )
         for name in step["outputs"]:
             tensor = pb_utils.get_output_tensor_by_name(response, name)
             if tensor is None:
-                raise StepFailed(
+                raise RuntimeError(
                     f"pipeline {self.pipeline!r} step {step['step']!r}: model "
                     f"{step['model']!r} returned no output {name!r}"
                 )
@@ -71,11 +67,9 @@ class _Pipeline:
         )
 
     def _error(self, exc):
-        text = (
-            str(exc)
-            if isinstance(exc, StepFailed)
-            else (f"pipeline {self.pipeline!r}: {type(exc).__name__}: {exc}")
-        )
+        text = str(exc)
+        if not text.startswith(f"pipeline {self.pipeline!r}"):  # not a called model's error
+            text = f"pipeline {self.pipeline!r}: {type(exc).__name__}: {exc}"
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(text))
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_triton import InferenceError, factories
 from pytest_triton.repository.pipeline import MODES
-from pytest_triton.session.pipeline import ServedPipeline
+from pytest_triton.session.served_pipeline import ServedPipeline
 from tests.helpers.pipeline_models import classifier_pipeline, wrong_pipeline
 
 pytestmark = [pytest.mark.triton]
