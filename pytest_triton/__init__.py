@@ -29,10 +29,13 @@ from pytest_triton.repository import (
     DynamicBatching,
     InstanceGroup,
     ModelSpec,
+    PipelineSpec,
     Repository,
+    Step,
     TensorSpec,
 )
 from pytest_triton.session.deployment import Deployment, ServedModel
+from pytest_triton.session.served_pipeline import ServedPipeline
 
 __version__ = version("pytest-triton")
 
@@ -56,12 +59,15 @@ __all__ = [
     "ModelSpec",
     "ModelStats",
     "ParityResult",
+    "PipelineSpec",
     "Repository",
     "ServedModel",
+    "ServedPipeline",
     "ServerError",
     "SharedMemoryError",
     "SpecError",
     "StatsWindow",
+    "Step",
     "TensorSpec",
     "Tolerance",
     "TritonClient",
