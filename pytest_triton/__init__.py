@@ -31,10 +31,13 @@ if TYPE_CHECKING:
         DynamicBatching,
         InstanceGroup,
         ModelSpec,
+        PipelineSpec,
         Repository,
+        Step,
         TensorSpec,
     )
     from pytest_triton.session.deployment import Deployment, ServedModel
+    from pytest_triton.session.served_pipeline import ServedPipeline
 
 from pytest_triton.base import moved
 
@@ -66,11 +69,20 @@ _HOME = {
     "assert_parity": "pytest_triton.parity.compare",
     "ParityResult": "pytest_triton.parity.results",
     **dict.fromkeys(
-        ["DynamicBatching", "InstanceGroup", "ModelSpec", "Repository", "TensorSpec"],
+        [
+            "DynamicBatching",
+            "InstanceGroup",
+            "ModelSpec",
+            "PipelineSpec",
+            "Repository",
+            "Step",
+            "TensorSpec",
+        ],
         "pytest_triton.repository",
     ),
     "Deployment": "pytest_triton.session.deployment",
     "ServedModel": "pytest_triton.session.deployment",
+    "ServedPipeline": "pytest_triton.session.served_pipeline",
 }
 
 
@@ -102,12 +114,15 @@ __all__ = [
     "ModelSpec",
     "ModelStats",
     "ParityResult",
+    "PipelineSpec",
     "Repository",
     "ServedModel",
+    "ServedPipeline",
     "ServerError",
     "SharedMemoryError",
     "SpecError",
     "StatsWindow",
+    "Step",
     "TensorSpec",
     "Tolerance",
     "TritonClient",

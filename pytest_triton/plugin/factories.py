@@ -4,6 +4,7 @@
     my_server = factories.server(repository="my_repo", launcher="local")
     my_client = factories.client(server="my_server")
     my_model = factories.model(server="my_server")
+    my_pipeline = factories.pipeline("classify", server="my_server")  # pipelines=[...] above
 
 Each fixture names the fixture it builds on and asks pytest for it when it runs
 (`request.getfixturevalue`). The role each factory gives its fixture lets the plugin's
@@ -25,9 +26,12 @@ from pytest_triton.base.errors import ConfigError
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
 from pytest_triton.plugin import gate_report
 from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.pipeline import PipelineSpec
+from pytest_triton.repository.pipeline_build import PipelineRepository
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.session.deployment import Deployment, ServedModel
 from pytest_triton.session.lifecycle import start_deployment
+from pytest_triton.session.served_pipeline import ServedPipeline, served_pipeline
 
 ROLE = "_pytest_triton_role"
 SpecSource = Sequence[ModelSpec] | Callable[[TritonConfig], Sequence[ModelSpec]]
@@ -38,6 +42,7 @@ DEPLOYMENTS = pytest.StashKey[list[Deployment]]()
 class RepositoryRole:
     specs: SpecSource
     formats: tuple[str, ...] | None
+    pipelines: tuple[PipelineSpec, ...] = ()
 
     def resolve_specs(self, config: TritonConfig) -> list[ModelSpec]:
         return list(self.specs(config) if callable(self.specs) else self.specs)
@@ -75,19 +80,29 @@ def role_of(value: Any) -> Role | None:
 
 
 def repository(
-    specs: SpecSource, *, formats: Sequence[str] | None = None, scope: str = "session"
+    specs: SpecSource,
+    *,
+    formats: Sequence[str] | None = None,
+    scope: str = "session",
+    pipelines: Sequence[PipelineSpec] = (),
 ) -> Any:
-    """A model repository of these specs (ModelSpecs, or a callable config -> ModelSpecs).
+    """A model repository of these specs (ModelSpecs, or a callable config -> ModelSpecs),
+    and of `pipelines` (each one's steps, ensemble and BLS models; see factories.pipeline).
 
     It is written to --triton-repository-dir if given (and kept), else to a temporary
     directory removed at teardown. `formats` overrides --triton-formats for these specs.
     """
-    role = RepositoryRole(specs, tuple(formats) if formats else None)
+    role = RepositoryRole(specs, tuple(formats) if formats else None, tuple(pipelines))
 
     def fixture(
         request: pytest.FixtureRequest, triton_config: TritonConfig
     ) -> Iterator[Repository]:
-        repo = Repository.create(
+        make = (
+            functools.partial(PipelineRepository.with_pipelines, role.pipelines)
+            if role.pipelines
+            else Repository.create
+        )
+        repo = make(
             role.resolve_specs(triton_config),
             triton_config.serving.repository_dir,
             formats=role.formats or triton_config.serving.formats,
@@ -175,6 +190,20 @@ def model(*, server: str = "triton_server", scope: str = "function") -> Any:
         return deployment.model(key)
 
     return _fixture(fixture, role, scope)
+
+
+def pipeline(
+    name: str, *, server: str = "triton_server", mode: str = "ensemble", scope: str = "function"
+) -> Any:
+    """The pipeline `name` of the named server's repository as a ServedPipeline, served in
+    `mode` (ensemble, bls, bls-async); parametrize it indirectly to run a test in each mode."""
+
+    def fixture(request: pytest.FixtureRequest) -> ServedPipeline:
+        deployment: Deployment = request.getfixturevalue(server)
+        return served_pipeline(deployment, name, getattr(request, "param", None) or mode)
+
+    fixture_function: Any = pytest.fixture(scope=scope)(fixture)  # type: ignore[call-overload]
+    return fixture_function
 
 
 def _progress_writer(pytestconfig: pytest.Config) -> Callable[[str], None]:

@@ -93,3 +93,6 @@ def write_config(directory: Path, config: mc.ModelConfig) -> Path:
 
 def read_config(path: Path) -> mc.ModelConfig:
     return text_format.Parse(Path(path).read_text(), mc.ModelConfig())
+
+
+tensor_message = _tensor  # public: the pipeline front models declare their tensors the same way
