@@ -32,7 +32,9 @@ from pytest_triton.repository import (
     Repository,
     TensorSpec,
 )
+from pytest_triton.repository.sequence import SequenceSpec
 from pytest_triton.session.deployment import Deployment, ServedModel
+from pytest_triton.session.sequences import ServedSequenceModel
 
 __version__ = version("pytest-triton")
 
@@ -57,7 +59,9 @@ __all__ = [
     "ModelStats",
     "ParityResult",
     "Repository",
+    "SequenceSpec",
     "ServedModel",
+    "ServedSequenceModel",
     "ServerError",
     "SharedMemoryError",
     "SpecError",

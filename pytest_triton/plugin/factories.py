@@ -4,6 +4,7 @@
     my_server = factories.server(repository="my_repo", launcher="local")
     my_client = factories.client(server="my_server")
     my_model = factories.model(server="my_server")
+    my_gru = factories.sequence_model(gru_spec, server="my_server")   # a stateful model
 
 Each fixture names the fixture it builds on and asks pytest for it when it runs
 (`request.getfixturevalue`). The role each factory gives its fixture lets the plugin's
@@ -25,9 +26,11 @@ from pytest_triton.base.errors import ConfigError
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
 from pytest_triton.plugin import gate_report as reporting
 from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.sequence import SequenceSpec
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.session.deployment import Deployment, ServedModel
 from pytest_triton.session.lifecycle import start_deployment
+from pytest_triton.session.sequences import ServedSequenceModel, serve_sequence_model
 
 ROLE = "_pytest_triton_role"
 SpecSource = Sequence[ModelSpec] | Callable[[TritonConfig], Sequence[ModelSpec]]
@@ -175,6 +178,17 @@ def model(*, server: str = "triton_server", scope: str = "function") -> Any:
         return deployment.model(key)
 
     return _fixture(fixture, role, scope)
+
+
+def sequence_model(spec: SequenceSpec, *, server: str = "triton_server", scope: str = "session") -> Any:
+    """A stateful model (SequenceSpec) exported, written and loaded on the named server
+    fixture: a ServedSequenceModel whose `assert_sequence_parity` and `run` send sequences."""
+
+    def fixture(request: pytest.FixtureRequest) -> ServedSequenceModel:
+        deployment: Deployment = request.getfixturevalue(server)
+        return serve_sequence_model(deployment, spec)
+
+    return pytest.fixture(scope=scope)(fixture)  # type: ignore[call-overload]
 
 
 def _progress_writer(pytestconfig: pytest.Config) -> Callable[[str], None]:

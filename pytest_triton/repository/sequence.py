@@ -50,7 +50,7 @@ class SequenceSpec:
     strategy: Strategy = "direct"
     max_batch_size: int = 16
     max_candidate_sequences: int = 16
-    max_sequence_idle_microseconds: int = 5_000_000
+    max_sequence_idle_microseconds: int = 1_000_000  # Triton's default
     max_queue_delay_microseconds: int = 0  # the oldest strategy's wait for a fuller batch
     instance_count: int = 1
     fmt: Literal["torchscript-script", "torchscript-trace"] = "torchscript-script"
