@@ -34,7 +34,7 @@ from pytest_triton.repository import (
 )
 from pytest_triton.repository.sequence import SequenceSpec
 from pytest_triton.session.deployment import Deployment, ServedModel
-from pytest_triton.session.sequences import ServedSequenceModel
+from pytest_triton.session.served_sequences import ServedSequenceModel
 
 __version__ = version("pytest-triton")
 

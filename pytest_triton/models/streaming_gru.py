@@ -45,7 +45,9 @@ class StreamingGRU(nn.Module):
         self.cell = nn.GRUCell(config.features, config.hidden)
         self.head = nn.Linear(config.hidden, config.classes)
 
-    def forward(self, frame: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, frame: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         state = self.cell(frame, state)
         return self.head(state), state
 

@@ -30,7 +30,7 @@ from pytest_triton.repository.sequence import SequenceSpec
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.session.deployment import Deployment, ServedModel
 from pytest_triton.session.lifecycle import start_deployment
-from pytest_triton.session.sequences import ServedSequenceModel, serve_sequence_model
+from pytest_triton.session.served_sequences import ServedSequenceModel, serve_sequence_model
 
 ROLE = "_pytest_triton_role"
 SpecSource = Sequence[ModelSpec] | Callable[[TritonConfig], Sequence[ModelSpec]]
@@ -180,7 +180,9 @@ def model(*, server: str = "triton_server", scope: str = "function") -> Any:
     return _fixture(fixture, role, scope)
 
 
-def sequence_model(spec: SequenceSpec, *, server: str = "triton_server", scope: str = "session") -> Any:
+def sequence_model(
+    spec: SequenceSpec, *, server: str = "triton_server", scope: str = "session"
+) -> Any:
     """A stateful model (SequenceSpec) exported, written and loaded on the named server
     fixture: a ServedSequenceModel whose `assert_sequence_parity` and `run` send sequences."""
 

@@ -105,7 +105,10 @@ class SequenceSpec:
                 raise SpecError(f"{where}: {label} must be >= 1, got {value}")
         if self.input_name == self.output_name or "" in (self.input_name, self.output_name):
             raise SpecError(f"{where}: input_name and output_name must be two different names")
-        for label, tensor in (("initial_state", self.initial_state), ("example", self.example_input)):
+        for label, tensor in (
+            ("initial_state", self.initial_state),
+            ("example", self.example_input),
+        ):
             if not isinstance(tensor, torch.Tensor):
                 raise SpecError(f"{where}: {label} must be a torch.Tensor")
             tensor_type(tensor.dtype)  # a dtype Triton cannot carry raises SpecError-like
@@ -187,7 +190,7 @@ def plan_sequences(
     if length < 1:
         raise SpecError(f"a sequence needs at least one request, got length {length}")
     rng = np.random.default_rng(seed)
-    spread = int(round(length * variation))
+    spread = round(length * variation)
     plans = []
     for i in range(count):
         n = max(1, length + int(rng.integers(-spread, spread + 1))) if spread else length

@@ -18,7 +18,9 @@ class BufferGRU(streaming_gru.StreamingGRU):
         super().__init__(config)
         self.register_buffer("memory", torch.zeros(1, config.hidden))
 
-    def forward(self, frame: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, frame: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.cell(frame, self.memory.expand(frame.shape[0], -1))
         self.memory.copy_(hidden[-1:])
         return self.head(hidden), hidden

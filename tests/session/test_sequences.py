@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,12 +14,13 @@ import torch
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton import ConfigError, InferenceError, factories
-from pytest_triton.client.sequences import SequenceClient
+from pytest_triton.client.sequence_client import SequenceClient
 from pytest_triton.models import streaming_gru
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.sequence_config import implicit_state, sequence_batching
 from pytest_triton.session.deployment import Deployment
-from pytest_triton.session.sequences import ServedSequenceModel
+from pytest_triton.session.served_sequences import ServedSequenceModel
+from tests.helpers.locust_runs import LOCUSTFILES, Finished, run_locust
 from tests.helpers.raw_models import write_python_directory
 from tests.helpers.sequence_models import buffer_gru_spec
 
@@ -36,9 +38,9 @@ gru_oldest = factories.sequence_model(
     server="sequence_server",
     scope="module",
 )
-buffer_gru = factories.sequence_model(
-    buffer_gru_spec(), server="sequence_server", scope="module"
-)
+buffer_gru = factories.sequence_model(buffer_gru_spec(), server="sequence_server", scope="module")
+
+
 @pytest.fixture(params=["direct", "oldest"])
 def gru(request: pytest.FixtureRequest) -> ServedSequenceModel:
     model: ServedSequenceModel = request.getfixturevalue(f"gru_{request.param}")
@@ -189,3 +191,42 @@ def test_a_sequence_idle_past_the_batcher_timeout_is_a_clear_error(
             client.step(state_probe, x, 5, start=False, end=True, step=1)
     assert _probe(url, state_probe, 5, 2) == [1.0, 1.0]  # the server still serves
 
+
+def _locust(locustfile: Path, host: str, tmp_path: Path) -> Finished:
+    return run_locust(
+        locustfile,
+        "--headless",
+        "-u",
+        "8",
+        "-r",
+        "8",
+        "-t",
+        "3s",
+        "--host",
+        host,
+        "--triton-check-every",
+        "1",
+        tmp_path=tmp_path,
+        timeout=120,
+    )
+
+
+@pytest.mark.load
+def test_locust_sequence_users_pass_with_every_answer_checked(
+    gru_direct: ServedSequenceModel, tmp_path: Path
+) -> None:
+    """The zoo's locustfile against this module's server (its embedded server is the same
+    model; see docs/sequences.md): 8 users, each owning its sequences."""
+    run = _locust(LOCUSTFILES / "streaming_gru.py", f"grpc://{gru_direct.url('grpc')}", tmp_path)
+    assert run.code == 0, run.tail()
+    assert "RESULT: PASS" in run.stdout, run.tail()
+    assert run.report is not None
+    measured = run.report["measured"]
+    assert measured["requests"] > 20 and measured["failures"] == 0, measured
+    checked = re.search(r"(\d+) answers of stateful sequences checked", run.output)
+    assert checked is not None, run.tail()
+    assert int(checked.group(1)) >= measured["requests"], (checked.group(0), measured)
+    assert "0 sequences answered wrongly" in run.output
+    (server,) = run.report["server"]
+    assert server["model"] == "streaming_gru_direct"
+    assert "Batch size histogram" in run.stdout

@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pytest_triton.base.errors import ConfigError, InferenceError, ModelLoadError
-from pytest_triton.client.sequences import SequenceClient
+from pytest_triton.client.sequence_client import SequenceClient
 from pytest_triton.client.wire.request import Protocol
 from pytest_triton.parity.compare import Tolerance
-from pytest_triton.parity.sequences import SequenceCheck
+from pytest_triton.parity.sequence_parity import SequenceCheck
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.sequence import (
     SequencePlan,
