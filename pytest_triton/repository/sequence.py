@@ -128,9 +128,23 @@ class SequenceSpec:
             raise SpecError(f"{where}: step(x, state)'s output must keep the batch axis first")
 
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step of the module, checked to return (output, state)."""
-        with torch.inference_mode():
-            out = self.torch_module()(x, state)
+        """One step of the module, checked to return (output, state). The module's buffers
+        are put back afterwards: checking a spec must not change what is exported."""
+        module = self.torch_module()
+        buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
+        try:
+            with torch.inference_mode():
+                out = module(x, state)
+        except Exception as exc:  # the user's module raises anything: name the spec and shapes
+            raise SpecError(
+                f"sequence spec {self.name!r}: module(x, state) failed on x of shape "
+                f"{tuple(x.shape)} and state of shape {tuple(state.shape)} (example_input and "
+                f"initial_state with a batch axis): {type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            with torch.no_grad():
+                for name, b in module.named_buffers():
+                    b.copy_(buffers[name])
         if not (isinstance(out, tuple) and len(out) == 2):
             raise SpecError(
                 f"sequence spec {self.name!r}: module(x, state) must return (y, new_state), "
