@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import locust
 from locust import User, constant, task
 from locust.exception import StopUser
+from locust.runners import WorkerRunner
 
 import pytest_triton.load.users  # noqa: F401  (gRPC under gevent, our listeners)
 from pytest_triton.base.errors import ConfigError, InferenceError, SpecError
@@ -56,30 +57,41 @@ _checks: list[SequenceCheck] = []
 __all__ = ["EmbeddedSequenceModel", "SequenceUser"]
 
 
+MAX_WORKERS = 64
+"""Distributed runs split the id range by worker index: worker i takes every 64th id from the
+i-th, so that two workers never hold one id (each process hands out its own ids)."""
+
+
 class SequenceIds:
     """Sequence ids from a range, in turn, never one that a sequence in flight holds (as
-    --sequence-id-range hands them out)."""
+    --sequence-id-range hands them out); `offset` and `stride` take this process's share."""
 
-    def __init__(self, start: int, end: int) -> None:
-        if end <= start:
-            raise ConfigError(f"sequence_id_range {start}:{end} holds no id")
-        self.start, self.end = start, end
-        self._next = start
+    def __init__(self, start: int, end: int, offset: int = 0, stride: int = 1) -> None:
+        self.ids = range(start + offset, end, stride)
+        if not self.ids:
+            raise ConfigError(
+                f"sequence_id_range {start}:{end} holds no id for this process (share "
+                f"{offset} of {stride})"
+            )
+        self.where = f"sequence_id_range {start}:{end}" + (
+            f" (this worker's share: every {stride}th id from {start + offset})"
+            if stride > 1
+            else ""
+        )
+        self._next = 0
         self._live: set[int] = set()
         self._lock = threading.Lock()
 
     def take(self) -> int:
         with self._lock:
-            for _ in range(self.end - self.start):
-                candidate, self._next = self._next, self._next + 1
-                if self._next >= self.end:
-                    self._next = self.start
+            for _ in range(len(self.ids)):
+                candidate = self.ids[self._next]
+                self._next = (self._next + 1) % len(self.ids)
                 if candidate not in self._live:
                     self._live.add(candidate)
                     return candidate
         raise ConfigError(
-            f"every id of sequence_id_range {self.start}:{self.end} is in flight: the range "
-            "must hold at least one id per user"
+            f"every id of {self.where} is in flight: it must hold at least one id per user"
         )
 
     def give_back(self, sequence_id: int) -> None:
@@ -90,9 +102,18 @@ class SequenceIds:
 _ids: dict[tuple[int, int], SequenceIds] = {}
 
 
-def _id_source(id_range: tuple[int, int]) -> SequenceIds:
+def _id_source(id_range: tuple[int, int], environment: Any) -> SequenceIds:
+    """This process's ids: all of the range, or a worker's share of it."""
     if id_range not in _ids:
-        _ids[id_range] = SequenceIds(*id_range)
+        runner = environment.runner
+        worker = getattr(runner, "worker_index", -1) if isinstance(runner, WorkerRunner) else -1
+        if worker >= MAX_WORKERS:
+            raise ConfigError(
+                f"worker {worker}: sequence users split their ids over at most {MAX_WORKERS} "
+                "worker processes"
+            )
+        offset, stride = (worker, MAX_WORKERS) if worker >= 0 else (0, 1)
+        _ids[id_range] = SequenceIds(*id_range, offset=offset, stride=stride)
     return _ids[id_range]
 
 
@@ -157,7 +178,7 @@ class SequenceUser(User):
                     context=f", protocol {self._protocol!r}",
                 )
                 _checks.append(self._check)
-            self._ids = _id_source(tuple(self.sequence_id_range))  # type: ignore[arg-type]
+            self._ids = _id_source(tuple(self.sequence_id_range), self.environment)  # type: ignore[arg-type]
             self._next_plan: Iterator[SequencePlan] = itertools.cycle(self._plans)
         except (ConfigError, SpecError, InferenceError) as exc:
             if str(exc) not in _refused:
