@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import WrongAnswer
-from pytest_triton.parity.compare import Tolerance, compare_outputs
+from pytest_triton.parity.compare import ParityReport, Tolerance, compare_outputs
 
 DETAILED = 5
 """Mismatching sequences described in full; the rest are counted."""
@@ -49,6 +49,8 @@ class SequenceCheck:
     context: str = ""
     checked: int = 0
     mismatches: dict[int, StepMismatch] = field(default_factory=dict)
+    worst: ParityReport | None = None  # the answer that came closest to its allowance
+    failed: dict[int, ParityReport] = field(default_factory=dict)  # first per sequence
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def check(
@@ -68,17 +70,27 @@ class SequenceCheck:
         )
         with self._lock:
             self.checked += 1
+            if self.worst is None or report.headroom_used > self.worst.headroom_used:
+                self.worst = report
             if report.ok:
                 return None
             mismatch = StepMismatch(sequence_id, step, len(reference), report.describe())
             first = self.mismatches.get(sequence_id)
             if first is None or step < first.step:
                 self.mismatches[sequence_id] = mismatch
+                self.failed[sequence_id] = report
         return WrongAnswer(f"wrong answer: {mismatch.describe()}")
 
     @property
     def ok(self) -> bool:
         return not self.mismatches
+
+    def reports(self) -> tuple[ParityReport, ...]:
+        """What a ParityResult keeps of the check: the closest answer and the first wrong
+        answer of each wrong sequence (the figures of the gate report's row)."""
+        with self._lock:
+            closest = (self.worst,) if self.worst is not None else ()
+            return closest + tuple(self.failed.values())
 
     def describe(self) -> str:
         if self.ok:

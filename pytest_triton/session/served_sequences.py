@@ -18,6 +18,7 @@ from pytest_triton.base.errors import ConfigError, InferenceError, ModelLoadErro
 from pytest_triton.client.sequence_client import SequenceClient
 from pytest_triton.client.wire.request import Protocol
 from pytest_triton.parity.compare import Tolerance
+from pytest_triton.parity.results import NO_TRANSPORT, ParityResult
 from pytest_triton.parity.sequence_parity import SequenceCheck
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.sequence import (
@@ -109,7 +110,33 @@ class ServedSequenceModel:
         finally:
             for client in clients:
                 client.close()
+            self._record(protocol, check)
         return check
+
+    def _record(self, protocol: Protocol, check: SequenceCheck) -> None:
+        """The check as a ParityResult for the deployment's listeners (the gate report's
+        parity table: one row per model, strategy and protocol)."""
+        reports = check.reports()
+        if not reports:
+            return
+        spec = self.spec
+        self.deployment.record(
+            ParityResult(
+                variant=f"{spec.name}-{spec.strategy}-{spec.fmt}-hosted",
+                model=spec.name,
+                triton_model=self.name,
+                format=spec.fmt,
+                precision="fp32",
+                backend="python",
+                protocol=protocol,
+                transport=NO_TRANSPORT,
+                check="sequence_parity",
+                batch_size=1,
+                requests=check.checked,
+                reports=reports,
+                server=self.deployment.server.endpoints.http,
+            )
+        )
 
     def assert_sequence_parity(
         self, protocol: Protocol, count: int = 1, length: int = 8, **kwargs: object

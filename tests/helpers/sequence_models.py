@@ -16,6 +16,7 @@ class BufferGRU(streaming_gru.StreamingGRU):
 
     def __init__(self, config: streaming_gru.Config) -> None:
         super().__init__(config)
+        self.memory: torch.Tensor
         self.register_buffer("memory", torch.zeros(1, config.hidden))
 
     def forward(

@@ -84,7 +84,7 @@ class WrongState(nn.Module):
 def test_a_bad_spec_is_refused_naming_what_and_nothing_is_written(
     overrides: dict[str, object], message: str, tmp_path: Path
 ) -> None:
-    spec = streaming_gru.sequence_spec(**overrides)
+    spec = streaming_gru.sequence_spec(**overrides)  # type: ignore[arg-type]
     with pytest.raises(SpecError, match=message):
         write_sequence_model(spec, tmp_path)
     assert list(tmp_path.iterdir()) == []

@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pytest_triton import ConfigError, InferenceError, factories
 from pytest_triton.client.sequence_client import SequenceClient
 from pytest_triton.models import streaming_gru
+from pytest_triton.parity.results import ParityResult
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.sequence_config import implicit_state, sequence_batching
 from pytest_triton.session.deployment import Deployment
@@ -63,9 +64,24 @@ def test_sixteen_interleaved_sequences_each_match_their_own_reference(
     plans = gru.plan(16, id_range=(1000, 1016), length=6, variation=0.5, seed=3)
     lengths = {p.length for p in plans}
     assert len(lengths) > 1, "lengths should vary as --sequence-length-variation does"
-    check = gru.run(protocol, plans)  # type: ignore[arg-type]
+    recorded: list[ParityResult] = []
+    gru.deployment.listeners.append(recorded.append)
+    try:
+        check = gru.run(protocol, plans)  # type: ignore[arg-type]
+    finally:
+        gru.deployment.listeners.remove(recorded.append)
     check.assert_ok()
     assert check.checked == sum(p.length for p in plans)
+    (result,) = recorded  # the gate report's row
+    assert (result.check, result.protocol, result.requests) == (
+        "sequence_parity",
+        protocol,
+        check.checked,
+    )
+    assert (
+        result.ok
+        and result.variant == f"streaming_gru-{gru.spec.strategy}-torchscript-script-hosted"
+    )
     # the sequences really differ: state leaking between them would show
     finals = {p.sequence_id: check.expected[p.sequence_id][-1].tobytes() for p in plans}
     assert len(set(finals.values())) == 16
