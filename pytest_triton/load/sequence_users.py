@@ -178,6 +178,13 @@ class SequenceUser(User):
                     context=f", protocol {self._protocol!r}",
                 )
                 _checks.append(self._check)
+            elif "unchecked" not in _refused:  # said once per process
+                _refused.add("unchecked")
+                log.info(
+                    "pytest-triton: sequence answers are not checked against a server given "
+                    "with --host (the locustfile's model need not be the one deployed); pass "
+                    "--triton-check-every N to check every answer"
+                )
             self._ids = _id_source(tuple(self.sequence_id_range), self.environment)  # type: ignore[arg-type]
             self._next_plan: Iterator[SequencePlan] = itertools.cycle(self._plans)
         except (ConfigError, SpecError, InferenceError) as exc:
