@@ -36,8 +36,10 @@ if TYPE_CHECKING:
         Step,
         TensorSpec,
     )
+    from pytest_triton.repository.sequence import SequenceSpec
     from pytest_triton.session.deployment import Deployment, ServedModel
     from pytest_triton.session.served_pipeline import ServedPipeline
+    from pytest_triton.session.served_sequences import ServedSequenceModel
 
 from pytest_triton.base import moved
 
@@ -83,6 +85,8 @@ _HOME = {
     "Deployment": "pytest_triton.session.deployment",
     "ServedModel": "pytest_triton.session.deployment",
     "ServedPipeline": "pytest_triton.session.served_pipeline",
+    "SequenceSpec": "pytest_triton.repository.sequence",
+    "ServedSequenceModel": "pytest_triton.session.served_sequences",
 }
 
 
@@ -116,8 +120,10 @@ __all__ = [
     "ParityResult",
     "PipelineSpec",
     "Repository",
+    "SequenceSpec",
     "ServedModel",
     "ServedPipeline",
+    "ServedSequenceModel",
     "ServerError",
     "SharedMemoryError",
     "SpecError",

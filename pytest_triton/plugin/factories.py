@@ -5,6 +5,7 @@
     my_client = factories.client(server="my_server")
     my_model = factories.model(server="my_server")
     my_pipeline = factories.pipeline("classify", server="my_server")  # pipelines=[...] above
+    my_gru = factories.sequence_model(gru_spec, server="my_server")   # a stateful model
 
 Each fixture names the fixture it builds on and asks pytest for it when it runs
 (`request.getfixturevalue`). The role each factory gives its fixture lets the plugin's
@@ -28,10 +29,12 @@ from pytest_triton.plugin import gate_report
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.pipeline import PipelineSpec
 from pytest_triton.repository.pipeline_build import PipelineRepository
+from pytest_triton.repository.sequence import SequenceSpec
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.session.deployment import Deployment, ServedModel
 from pytest_triton.session.lifecycle import start_deployment
 from pytest_triton.session.served_pipeline import ServedPipeline, served_pipeline
+from pytest_triton.session.served_sequences import ServedSequenceModel, serve_sequence_model
 
 ROLE = "_pytest_triton_role"
 SpecSource = Sequence[ModelSpec] | Callable[[TritonConfig], Sequence[ModelSpec]]
@@ -204,6 +207,19 @@ def pipeline(
 
     fixture_function: Any = pytest.fixture(scope=scope)(fixture)  # type: ignore[call-overload]
     return fixture_function
+
+
+def sequence_model(
+    spec: SequenceSpec, *, server: str = "triton_server", scope: str = "session"
+) -> Any:
+    """A stateful model (SequenceSpec) exported, written and loaded on the named server
+    fixture: a ServedSequenceModel whose `assert_sequence_parity` and `run` send sequences."""
+
+    def fixture(request: pytest.FixtureRequest) -> ServedSequenceModel:
+        deployment: Deployment = request.getfixturevalue(server)
+        return serve_sequence_model(deployment, spec)
+
+    return pytest.fixture(scope=scope)(fixture)  # type: ignore[call-overload]
 
 
 def _progress_writer(pytestconfig: pytest.Config) -> Callable[[str], None]:

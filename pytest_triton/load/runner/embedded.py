@@ -24,6 +24,7 @@ from pytest_triton.base.urls import Endpoints
 if TYPE_CHECKING:  # the repository layer imports torch: only a model served here needs it
     from pytest_triton.repository.builder import Repository
     from pytest_triton.repository.reference import NativeModel
+    from pytest_triton.repository.sequence import SequenceSpec
     from pytest_triton.repository.spec import ModelSpec
     from pytest_triton.repository.variants import Variant
     from pytest_triton.session.deployment import Deployment
@@ -92,6 +93,33 @@ def _single_threaded_torch() -> None:
         torch.set_num_threads(1)
 
 
+@dataclass(eq=False)
+class EmbeddedSequenceModel:
+    """A stateful model (SequenceSpec) a locustfile serves itself when it gets no --host:
+    exported as its spec says, hosted by the python backend, behind the sequence batcher."""
+
+    source: SequenceSpec | Callable[[], SequenceSpec]
+    _spec: SequenceSpec | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @property
+    def spec(self) -> SequenceSpec:
+        with self._lock:
+            if self._spec is None:
+                from pytest_triton.repository.sequence import SequenceSpec
+
+                made = self.source if isinstance(self.source, SequenceSpec) else self.source()
+                self._spec = made
+            return self._spec
+
+    def model_name(self, fmt: str | None = None) -> str:
+        """The Triton model name (`fmt` is ignored: a stateful model has one export)."""
+        return self.spec.model_name
+
+
+Served: TypeAlias = "EmbeddedModel | EmbeddedSequenceModel"
+
+
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise ConfigError(
@@ -110,7 +138,7 @@ class EmbeddedServer:
 
     def __init__(
         self,
-        models: Sequence[EmbeddedModel],
+        models: Sequence[Served],
         fmt: str | None = None,
         *,
         config: TritonConfig | None = None,
@@ -144,14 +172,20 @@ class EmbeddedServer:
 
         specs: dict[str, ModelSpec] = {}
         for m in self.models:
-            fmt = self.fmt or m.fmt
-            specs.setdefault(m.spec.name, dataclasses.replace(m.spec, formats=(fmt,)))
+            if isinstance(m, EmbeddedModel):
+                fmt = self.fmt or m.fmt
+                specs.setdefault(m.spec.name, dataclasses.replace(m.spec, formats=(fmt,)))
         try:
             self.repository = repo = Repository.create(list(specs.values()), progress=self.progress)
             self.deployment = start_deployment(self.config, repo)
             with _quiet(EXPORTER_LOGGERS):
-                for name in self.model_names():
-                    self.deployment.load(repo.variant(name))
+                for m in self.models:
+                    if isinstance(m, EmbeddedSequenceModel):
+                        from pytest_triton.session.served_sequences import serve_sequence_model
+
+                        serve_sequence_model(self.deployment, m.spec)
+                    else:
+                        self.deployment.load(repo.variant(m.model_name(self.fmt)))
         except BaseException:
             self.stop()
             raise

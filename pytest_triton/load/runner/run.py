@@ -21,7 +21,7 @@ from pytest_triton.base.config import TritonConfig, check_goodput, check_replica
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import check_host
 from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
-from pytest_triton.load.runner.embedded import EmbeddedModel, EmbeddedServer
+from pytest_triton.load.runner.embedded import EmbeddedServer, Served
 from pytest_triton.load.runner.monitor import RunMonitor
 from pytest_triton.load.runner.options import run_config
 from pytest_triton.load.runner.rollout import PlannedUpdate, plan_update
@@ -63,8 +63,8 @@ def current_host(environment: Environment) -> str | None:
     return next(iter(hosts)) if len(hosts) == 1 else None
 
 
-def served_models(classes: Iterable[Any]) -> list[EmbeddedModel]:
-    served: list[EmbeddedModel] = []
+def served_models(classes: Iterable[Any]) -> list[Served]:
+    served: list[Served] = []
     for cls in classes:
         model = getattr(cls, "served", None)
         if model is None:
