@@ -893,6 +893,39 @@ class GateSettings:
         bound="max",
         metavar="PCT",
     )
+    perf_ttft_p99: float | None = _setting(
+        None,
+        "streams: the 99th percentile time to first token (request sent to its first "
+        "token's response) must stay at or below this",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-ttft-p99",
+        unit="ms",
+        bound="max",
+        metavar="MS",
+    )
+    perf_itl_p99: float | None = _setting(
+        None,
+        "streams: the 99th percentile inter-token latency (each gap between two tokens' "
+        "responses of a stream) must stay at or below this",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-itl-p99",
+        unit="ms",
+        bound="max",
+        metavar="MS",
+    )
+    perf_output_tokens_per_s: float | None = _setting(
+        None,
+        "streams: output tokens per second (tokens of the streams that ended after the "
+        "warm-up, over that span) must reach this",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-output-tokens-per-s",
+        unit="tokens/s",
+        bound="min",
+        metavar="X",
+    )
     wrong_answers: int | None = _setting(
         0,
         "wrong answers allowed in a load test (see --triton-check-every): answers that came "

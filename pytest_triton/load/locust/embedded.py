@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from pytest_triton.base.config import TritonConfig, resolve
@@ -22,6 +23,7 @@ from pytest_triton.base.urls import Endpoints
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.repository.stream import StreamSpec, TinyGenerator, write_stream_model
 from pytest_triton.repository.variants import Variant
 from pytest_triton.session.deployment import Deployment
 from pytest_triton.session.lifecycle import start_deployment
@@ -75,6 +77,24 @@ class EmbeddedModel:
         return native(inputs)
 
 
+@dataclass(eq=False)
+class EmbeddedStream:
+    """A decoupled token generator a stream locustfile serves itself when it gets no --host:
+    written as it is (TorchScript in a python-backend model), whatever the export format."""
+
+    spec: StreamSpec
+
+    def model_name(self, fmt: str | None = None) -> str:
+        return self.spec.name
+
+    def write(self, root: Path) -> None:
+        write_stream_model(root, self.spec)
+
+    def reference(self) -> TinyGenerator:
+        """The PyTorch module whose greedy generation a right stream carries."""
+        return self.spec.module()
+
+
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise ConfigError(
@@ -93,7 +113,7 @@ class EmbeddedServer:
 
     def __init__(
         self,
-        models: Sequence[EmbeddedModel],
+        models: Sequence[EmbeddedModel | EmbeddedStream],
         fmt: str | None = None,
         *,
         config: TritonConfig | None = None,
@@ -123,15 +143,22 @@ class EmbeddedServer:
     def start(self) -> Endpoints:
         """Export every model, start the server, load them; on any failure leave nothing."""
         specs: dict[str, ModelSpec] = {}
+        streams = [m for m in self.models if isinstance(m, EmbeddedStream)]
         for m in self.models:
+            if isinstance(m, EmbeddedStream):
+                continue
             fmt = self.fmt or m.fmt
             specs.setdefault(m.spec.name, dataclasses.replace(m.spec, formats=(fmt,)))
         try:
             self.repository = repo = Repository.create(list(specs.values()), progress=self.progress)
             self.deployment = start_deployment(self.config, repo)
             with _quiet(EXPORTER_LOGGERS):
-                for name in self.model_names():
-                    self.deployment.load(repo.variant(name))
+                for m in self.models:
+                    if not isinstance(m, EmbeddedStream):
+                        self.deployment.load(repo.variant(m.model_name(self.fmt)))
+            for stream in streams:  # explicit model control: written, then loaded by name
+                stream.write(repo.root)
+                self.deployment.client("http").load_model(stream.model_name())
         except BaseException:
             self.stop()
             raise

@@ -20,7 +20,7 @@ from locust.env import Environment
 from pytest_triton.base.config import TritonConfig, check_goodput, check_replicas_behind
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import check_host
-from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
+from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer, EmbeddedStream
 from pytest_triton.load.locust.monitor import RunMonitor
 from pytest_triton.load.locust.options import run_config
 from pytest_triton.load.locust.rollout import PlannedUpdate, plan_update
@@ -63,8 +63,8 @@ def current_host(environment: Environment) -> str | None:
     return next(iter(hosts)) if len(hosts) == 1 else None
 
 
-def served_models(classes: Iterable[Any]) -> list[EmbeddedModel]:
-    served: list[EmbeddedModel] = []
+def served_models(classes: Iterable[Any]) -> list[EmbeddedModel | EmbeddedStream]:
+    served: list[EmbeddedModel | EmbeddedStream] = []
     for cls in classes:
         model = getattr(cls, "served", None)
         if model is None:

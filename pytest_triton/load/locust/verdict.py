@@ -21,12 +21,14 @@ from pytest_triton.load.locust.distributed import worker_offsets
 from pytest_triton.load.locust.recording import schedule_lag, window_log
 from pytest_triton.load.locust.run import LoadRun, current_host
 from pytest_triton.load.locust.shapes import shape_of
+from pytest_triton.load.locust.stream_recording import stream_log
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.server_side import generator_warnings
 from pytest_triton.load.measure.soak import SoakFigures, soak_figures, write_soak_plots
 from pytest_triton.load.measure.stages import StageResult, judge_stages, stage_check, stages_table
+from pytest_triton.load.measure.stream_log import StreamFigures
 from pytest_triton.load.measure.window_log import Slice
 from pytest_triton.load.measure.windows import (
     PERCENTILES,
@@ -158,6 +160,15 @@ def soak_of(run: LoadRun) -> SoakFigures | None:
     return soak
 
 
+def stream_figures(run: LoadRun) -> StreamFigures | None:
+    """Time to first token, inter-token latency and output tokens of the streams that ended
+    after the warm-up (None without streams)."""
+    log, span = stream_log(run.environment), measured_span(run)
+    if log is None or span is None:
+        return None
+    return log.figures(*span)
+
+
 def stage_results(run: LoadRun) -> list[StageResult] | None:
     """Each stage of the run's traffic shape judged on its own (None without a shape)."""
     shape, log = shape_of(run.environment), window_log(run.environment)
@@ -240,6 +251,14 @@ def judge_run(run: LoadRun) -> None:
             memory_growth_mb_per_min=soak.memory_growth_mb_per_min,
             p99_drift_pct=soak.p99_drift_pct,
         )
+    streams = stream_figures(run)
+    if streams is not None:
+        figures = dataclasses.replace(
+            figures,
+            ttft_p99_ms=streams.ttft_ms[99.0],
+            itl_p99_ms=streams.itl_ms[99.0],
+            output_tokens_per_s=streams.output_tokens_per_s,
+        )
     stability = stability_of(run)
     basis: tg.Rates = figures
     if stability is not None and stability.measurement is not None:
@@ -298,6 +317,7 @@ def judge_run(run: LoadRun) -> None:
             ),
             *(r.text() for r in run.reports),
             *([soak.text()] if soak is not None else []),
+            *([streams.text()] if streams is not None else []),
             *([update_text(update)] if update is not None else []),
             *warnings,
             tg.verdict_table(checks, "Verdict (pytest-triton targets)"),
@@ -322,6 +342,7 @@ def judge_run(run: LoadRun) -> None:
         "shape": run.config.load.shape if stages is not None else None,
         "stages": [r.as_dict() for r in stages] if stages is not None else None,
         "soak": soak.as_dict() if soak is not None else None,
+        "streams": streams.as_dict() if streams is not None else None,
         "figures": soak.figures if soak is not None else [],
         "server": [r.as_dict() for r in run.reports],
         "generator_cpu_percent": run.cpu_percent,
