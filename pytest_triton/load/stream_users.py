@@ -159,7 +159,13 @@ class StreamUser(User):
                 )
             else:
                 streamed = generate_http(
-                    self._url, self._model, prompt, self.max_tokens, self.stop_token, self.timeout_s
+                    self._url,
+                    self._model,
+                    prompt,
+                    self.max_tokens,
+                    self.stop_token,
+                    self.timeout_s,
+                    self.parameters,
                 )
         except StreamError as exc:
             error, streamed = exc, exc.streamed

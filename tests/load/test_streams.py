@@ -1,10 +1,14 @@
-"""Parity of streams on the real bundled tritonserver: a decoupled generator's streamed tokens
-against PyTorch's greedy generation, over gRPC streaming and HTTP generate_stream, and the
-ways a stream goes wrong (a wrong token, an error mid-stream, no final flag, a prompt longer
-than the context, a client killed mid-stream), each a clear error while the server serves on."""
+"""Streams on the real bundled tritonserver (one per module, shared by every test here):
+a decoupled generator's streamed tokens against PyTorch's greedy generation, over gRPC
+streaming and HTTP generate_stream; the ways a stream goes wrong (a wrong token, an error
+mid-stream, no final flag, a prompt longer than the context, a client killed mid-stream), each
+a clear error while the server serves on; and streams under Locust load (given as --host):
+TTFT / ITL targets that pass, an impossible TTFT target that fails naming it, and a token
+corrupted at a fixed position under concurrency failing the answer check."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -19,12 +23,14 @@ from pytest_triton.parity.token_match import assert_stream_parity
 from pytest_triton.repository.stream import StreamSpec, TinyGenerator, generate, write_stream_model
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
-from tests.helpers.locust_runs import REPO, subprocess_env
+from tests.helpers.locust_runs import LOCUSTFILES, REPO, run_locust, subprocess_env
 from tests.helpers.stream_models import CORRUPT_AT, ERROR_AT, SLOW_TOKEN_S, write_faulty
 
 SPEC = StreamSpec(instances=1)  # one stub a model: 8 streams at once still queue on it
 FAULTY = f"{SPEC.name}_faulty"
 MAX_TOKENS = 16
+FAULTY_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "streams_faulty.py"
+SHORT = ("--headless", "-t", "4s", "--triton-load-warmup", "1000", "--triton-check-every", "1")
 PROMPTS = SPEC.prompts(8)
 
 
@@ -176,3 +182,56 @@ def test_a_client_killed_mid_stream_leaves_the_server_serving(
         assert streams.generate(SPEC.name, PROMPTS[3], MAX_TOKENS).tokens == expected(
             module, PROMPTS[3]
         )
+
+
+def test_streaming_load_meets_ttft_and_itl_targets(served: Endpoints, tmp_path: Path) -> None:
+    done = run_locust(
+        LOCUSTFILES / "streams.py",
+        *SHORT,
+        "-u", "2", "-r", "2",
+        "--host", f"grpc://{served.grpc}",
+        "--perf-ttft-p99", "5000",
+        "--perf-itl-p99", "5000",
+        "--perf-output-tokens-per-s", "1",
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    assert done.code == 0, done.tail()
+    assert done.report is not None
+    rows = {c["name"]: c for c in done.report["checks"]}
+    for name in ("perf_ttft_p99", "perf_itl_p99", "perf_output_tokens_per_s", "wrong_answers"):
+        assert rows[name]["passed"] is True, rows[name]
+    streams = done.report["streams"]
+    assert streams["streams"] > 0 and streams["output_tokens"] == 16 * streams["streams"]
+    assert 0 < streams["ttft_p99_ms"] <= streams["e2e_p99_ms"]
+    assert "time to first token (ms): p50" in done.output
+
+
+def test_impossible_ttft_and_a_corrupted_token_fail_naming_them(
+    served: Endpoints, tmp_path: Path
+) -> None:
+    done = run_locust(
+        FAULTY_LOCUSTFILE,
+        *SHORT,
+        "-u", "4", "-r", "4",
+        "--host", f"http://{served.http}",
+        "--triton-grpc-url", f"grpc://{served.grpc}",
+        "--perf-ttft-p99", "0.001",
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    assert done.code == 1, done.tail()
+    result = next(line for line in done.stdout.splitlines() if line.startswith("RESULT:"))
+    assert re.search(r"perf_ttft_p99 \(ms\) measured [\d.,]+, target <= 0.001", result), result
+    module = SPEC.module()
+    wrong = {
+        f"first at position {CORRUPT_AT}: served {(want[CORRUPT_AT] + 1) % SPEC.vocab}, "
+        f"expected {want[CORRUPT_AT]}"
+        for want in (generate(module, p, 16) for p in SPEC.prompts(8))
+    }
+    assert any(text in done.output for text in wrong), done.tail()
+    assert done.report is not None
+    assert done.report["wrong_answers"] > 0
+    rows = {c["name"]: c for c in done.report["checks"]}
+    assert rows["wrong_answers"]["passed"] is False
+    # the good model's streams (HTTP generate_stream) were right: every wrong answer is the
+    # faulty model's, named after it
+    assert f"model '{SPEC.name}_faulty'" in done.output
