@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -118,6 +119,8 @@ class StreamUser(User):
                     "`reference` and no `served` model: set one, or --triton-check-every 0"
                 )
             self._sent = 0
+            self._slo_ttft_s = (config.gate.perf_slo_ttft_ms or math.inf) / 1e3
+            self._slo_itl_s = (config.gate.perf_slo_itl_ms or math.inf) / 1e3
             self._open_loop = open_loop(self.environment, config, number)
             self._grpc = GrpcStreams(self._url, self.timeout_s) if cls.protocol == "grpc" else None
         except ConfigError as exc:
@@ -175,20 +178,23 @@ class StreamUser(User):
         ended = time.perf_counter()
         if streamed is not None:
             streamed.sent_at = min(streamed.sent_at, due)
+        if error is None and streamed is not None and checked and self._reference is not None:
+            want = self._reference(prompt, self.max_tokens, self.stop_token)
+            error = wrong_stream(
+                streamed.tokens, want, context=f"model {self._model!r}, prompt {prompt}"
+            )
         if error is None and streamed is not None:
-            if checked and self._reference is not None:
-                want = self._reference(prompt, self.max_tokens, self.stop_token)
-                error = wrong_stream(
-                    streamed.tokens, want, context=f"model {self._model!r}, prompt {prompt}"
-                )
             context["stream"] = (
                 time.time(),
                 streamed.ttft_s,
                 streamed.itl_s,
                 streamed.e2e_s,
                 len(streamed.tokens),
+                self._good(streamed),
             )
             ended = streamed.final_at or ended
+        else:
+            context["stream_failed"] = time.time()
         self.environment.events.request.fire(
             request_type=self._request_type,
             name=self._model,
@@ -197,6 +203,12 @@ class StreamUser(User):
             exception=error,
             context=context,
         )
+
+    def _good(self, streamed: Streamed) -> bool:
+        """Within the SLOs: TTFT, and the stream's average gap (AIPerf's per-request ITL)."""
+        gaps = len(streamed.tokens) - 1
+        itl = (streamed.e2e_s - streamed.ttft_s) / gaps if gaps > 0 else 0.0
+        return streamed.ttft_s <= self._slo_ttft_s and itl <= self._slo_itl_s
 
     def on_stop(self) -> None:
         if self._open_loop is not None:

@@ -193,12 +193,21 @@ def test_streaming_load_meets_ttft_and_itl_targets(served: Endpoints, tmp_path: 
         "--perf-ttft-p99", "5000",
         "--perf-itl-p99", "5000",
         "--perf-output-tokens-per-s", "1",
+        "--perf-stream-goodput", "0.5",
+        "--perf-slo-ttft-ms", "5000",
+        "--perf-slo-itl-ms", "5000",
         tmp_path=tmp_path,
     )  # fmt: skip
     assert done.code == 0, done.tail()
     assert done.report is not None
     rows = {c["name"]: c for c in done.report["checks"]}
-    for name in ("perf_ttft_p99", "perf_itl_p99", "perf_output_tokens_per_s", "wrong_answers"):
+    for name in (
+        "perf_ttft_p99",
+        "perf_itl_p99",
+        "perf_output_tokens_per_s",
+        "perf_stream_goodput",
+        "wrong_answers",
+    ):
         assert rows[name]["passed"] is True, rows[name]
     streams = done.report["streams"]
     assert streams["streams"] > 0 and streams["output_tokens"] == 16 * streams["streams"]
@@ -216,6 +225,8 @@ def test_impossible_ttft_and_a_corrupted_token_fail_naming_them(
         "--host", f"http://{served.http}",
         "--triton-grpc-url", f"grpc://{served.grpc}",
         "--perf-ttft-p99", "0.001",
+        "--perf-stream-goodput", "0.99",
+        "--perf-slo-ttft-ms", "0.001",
         tmp_path=tmp_path,
     )  # fmt: skip
     assert done.code == 1, done.tail()
@@ -232,6 +243,8 @@ def test_impossible_ttft_and_a_corrupted_token_fail_naming_them(
     assert done.report["wrong_answers"] > 0
     rows = {c["name"]: c for c in done.report["checks"]}
     assert rows["wrong_answers"]["passed"] is False
+    assert rows["perf_stream_goodput"]["passed"] is False
+    assert rows["perf_stream_goodput"]["measured"] == 0.0  # no stream within 1 us, none wrong
     # the good model's streams (HTTP generate_stream) were right: every wrong answer is the
     # faulty model's, named after it
     assert f"model '{SPEC.name}_faulty'" in done.output

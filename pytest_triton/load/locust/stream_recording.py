@@ -1,5 +1,6 @@
 """Each Locust process logs its streams (stream_log.py) from the request events of stream
-users (`context["stream"]` holds a stream's timings); workers send theirs to the master with
+users (`context["stream"]` holds a stream's timings, `context["stream_failed"]` when a failed
+stream ended); workers send theirs to the master with
 every statistics report, as recording.py does with requests. The log starts over when
 Locust's statistics do."""
 
@@ -33,6 +34,8 @@ def attach_stream_log(environment: Environment) -> StreamLog:
         timing = (context or {}).get("stream")
         if timing is not None:
             log.record(*timing)
+        elif (context or {}).get("stream_failed") is not None:
+            log.record_failed(context["stream_failed"])  # type: ignore[index]
 
     def on_report_to_master(data: dict[str, Any], **_: Any) -> None:
         data[REPORT_KEY] = log.take_unsent()

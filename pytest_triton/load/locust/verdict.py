@@ -203,7 +203,16 @@ def stability_of(run: LoadRun) -> Stability | None:
 
 # Targets on speed: an unstable measurement makes them meaningless, so it fails the run; with
 # none set, instability is a warning with advice (a newcomer's first short run is not a gate).
-SPEED_TARGETS = ("perf_latency_avg", "perf_latency_p95", "perf_latency_p99", "perf_throughput")
+SPEED_TARGETS = (
+    "perf_latency_avg",
+    "perf_latency_p95",
+    "perf_latency_p99",
+    "perf_throughput",
+    "perf_ttft_p99",
+    "perf_itl_p99",
+    "perf_output_tokens_per_s",
+    "perf_stream_goodput",
+)
 
 
 def gates_on_speed(config: TritonConfig) -> bool:
@@ -258,6 +267,11 @@ def judge_run(run: LoadRun) -> None:
             ttft_p99_ms=streams.ttft_ms[99.0],
             itl_p99_ms=streams.itl_ms[99.0],
             output_tokens_per_s=streams.output_tokens_per_s,
+            stream_goodput=(
+                streams.goodput
+                if run.config.gate.perf_slo_ttft_ms or run.config.gate.perf_slo_itl_ms
+                else math.nan
+            ),
         )
     stability = stability_of(run)
     basis: tg.Rates = figures

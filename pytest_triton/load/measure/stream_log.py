@@ -8,7 +8,11 @@ The definitions (docs/streams.md sets them beside AIPerf's):
   value: a percentile of ITL is over gaps, not over per-stream averages as AIPerf's is);
 - end to end: from sending the request to its final flag;
 - output tokens/s: tokens of the streams that ended in a slice, over the measured span;
-- streams/s: the streams that ended, whether right or not, over the span.
+- streams/s: the streams that ended with their final flag, over the span;
+- goodput: the share of the streams that ended (failed ones too, never good) whose TTFT is
+  within the TTFT SLO and whose average inter-token latency ((end to end - TTFT) / (tokens -
+  1), AIPerf's per-request ITL) is within the ITL SLO; the user judges each stream (it knows
+  the SLOs) and the log counts the good ones.
 
 Slices are keyed by the second the stream ended in (its final flag), as the window log keys
 requests by when they were answered, so a span's figures count the streams that finished in it.
@@ -36,6 +40,8 @@ class StreamSlice:
     e2e: LatencyHistogram = field(default_factory=LatencyHistogram)
     streams: int = 0
     tokens: int = 0
+    failed: int = 0
+    good: int = 0
 
     def add(self, other: StreamSlice) -> None:
         self.ttft.add(other.ttft)
@@ -43,6 +49,8 @@ class StreamSlice:
         self.e2e.add(other.e2e)
         self.streams += other.streams
         self.tokens += other.tokens
+        self.failed += other.failed
+        self.good += other.good
 
     def encode(self) -> dict[str, Any]:
         return {
@@ -51,6 +59,8 @@ class StreamSlice:
             "e2e": self.e2e.encode(),
             "streams": self.streams,
             "tokens": self.tokens,
+            "failed": self.failed,
+            "good": self.good,
         }
 
     @classmethod
@@ -61,6 +71,8 @@ class StreamSlice:
             LatencyHistogram.decode(data["e2e"]),
             int(data["streams"]),
             int(data["tokens"]),
+            int(data.get("failed", 0)),
+            int(data.get("good", 0)),
         )
 
 
@@ -74,6 +86,14 @@ class StreamFigures:
     ttft_ms: dict[float, float]
     itl_ms: dict[float, float]
     e2e_ms: dict[float, float]
+    failed: int = 0
+    good: int = 0
+
+    @property
+    def goodput(self) -> float:
+        """Good streams over every stream that ended (NaN without one)."""
+        ended = self.streams + self.failed
+        return self.good / ended if ended else math.nan
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -90,6 +110,9 @@ class StreamFigures:
             "duration_s": self.duration_s,
             "output_tokens_per_s": self.output_tokens_per_s,
             "streams_per_s": self.streams_per_s,
+            "failed_streams": self.failed,
+            "good_streams": self.good,
+            "goodput": self.goodput,
         }
         for name, values in (("ttft", self.ttft_ms), ("itl", self.itl_ms), ("e2e", self.e2e_ms)):
             out.update({f"{name}_p{p:g}_ms": v for p, v in values.items()})
@@ -99,8 +122,10 @@ class StreamFigures:
         def ms(values: dict[float, float]) -> str:
             return ", ".join(f"p{p:g} {v:.3f}" for p, v in values.items())
 
+        failed = f", {self.failed} failed" if self.failed else ""
         return (
-            f"Streams: {self.streams} in {self.duration_s:.1f}s ({self.streams_per_s:.2f}/s), "
+            f"Streams: {self.streams} in {self.duration_s:.1f}s ({self.streams_per_s:.2f}/s)"
+            f"{failed}, "
             f"{self.tokens} output tokens ({self.output_tokens_per_s:.1f} tokens/s)\n"
             f"  time to first token (ms): {ms(self.ttft_ms)}\n"
             f"  inter-token latency (ms): {ms(self.itl_ms)}\n"
@@ -121,12 +146,20 @@ class StreamLog:
         self._unsent.clear()
 
     def record(
-        self, ended_at: float, ttft_s: float, itl_s: Sequence[float], e2e_s: float, tokens: int
+        self,
+        ended_at: float,
+        ttft_s: float,
+        itl_s: Sequence[float],
+        e2e_s: float,
+        tokens: int,
+        good: bool = False,
     ) -> None:
-        """One stream that ended (its final flag, or its failure) at wall-clock `ended_at`."""
+        """One stream that ended with its final flag at wall-clock `ended_at` (`good`: within
+        the run's SLOs)."""
         key = int(ended_at // self.slice_s)
         for target in (self.slices, self._unsent):
             entry = target.setdefault(key, StreamSlice())
+            entry.good += good
             if math.isfinite(ttft_s):
                 entry.ttft.record(ttft_s * 1e3)
             for gap in itl_s:
@@ -135,6 +168,12 @@ class StreamLog:
                 entry.e2e.record(e2e_s * 1e3)
             entry.streams += 1
             entry.tokens += tokens
+
+    def record_failed(self, ended_at: float) -> None:
+        """One stream that failed (an error, no final flag, a wrong token)."""
+        key = int(ended_at // self.slice_s)
+        for target in (self.slices, self._unsent):
+            target.setdefault(key, StreamSlice()).failed += 1
 
     # -- workers to master -------------------------------------------------------------------
     def take_unsent(self) -> dict[str, Any]:
@@ -162,7 +201,7 @@ class StreamLog:
     def figures(self, first: float, last: float) -> StreamFigures | None:
         """The figures of the span (None when no stream ended in it)."""
         span = self.between(first, last)
-        if span.streams == 0:
+        if span.streams + span.failed == 0:
             return None
         begin = math.ceil(first / self.slice_s - 1e-9) * self.slice_s
         end = math.floor(last / self.slice_s + 1e-9) * self.slice_s
@@ -180,4 +219,6 @@ def figures_of(
         span.ttft.percentiles_ms(wanted),
         span.itl.percentiles_ms(wanted),
         span.e2e.percentiles_ms(wanted),
+        span.failed,
+        span.good,
     )

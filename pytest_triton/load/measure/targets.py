@@ -121,6 +121,7 @@ OPTIONAL_FIGURES = {
     "perf_ttft_p99": "ttft_p99_ms",
     "perf_itl_p99": "itl_p99_ms",
     "perf_output_tokens_per_s": "output_tokens_per_s",
+    "perf_stream_goodput": "stream_goodput",
 }
 """Targets on figures only some runs have: their rows appear where the figure was measured or
 a limit was set."""
@@ -146,6 +147,7 @@ class Measured(Rates):
     ttft_p99_ms: float = math.nan  # streams: time to first token (stream_log.py)
     itl_p99_ms: float = math.nan  # streams: inter-token latency
     output_tokens_per_s: float = math.nan  # streams: tokens of the streams after warm-up
+    stream_goodput: float = math.nan  # streams: share within --perf-slo-ttft-ms / -itl-ms
     wrong_answers: int = 0  # failed requests whose answer came back but was not PyTorch's
 
     def successful_samples(self) -> int:
