@@ -5,8 +5,9 @@ With no --host the locustfile serves the zoo's streaming example itself (StreamS
 GRU generator with random weights, TorchScript in a decoupled python-backend model).
 
     locust -f locustfiles/streams.py --headless -u 4 -r 4 -t 20s              # embedded server
-    locust -f locustfiles/streams.py --headless -u 4 -t 20s --perf-ttft-p99 50 \
-        --perf-itl-p99 20 --perf-output-tokens-per-s 100
+    locust -f locustfiles/streams.py --headless -u 4 -t 30s --perf-ttft-p99 200 \
+        --perf-itl-p99 50 --perf-output-tokens-per-s 100 \
+        --perf-stream-goodput 0.95 --perf-slo-ttft-ms 100 --perf-slo-itl-ms 20
     locust -f locustfiles/streams.py --headless -u 8 -t 20s --triton-request-rate 20 \
         --triton-request-distribution poisson --triton-max-in-flight 4      # open loop
 """
