@@ -169,6 +169,16 @@ def stream_figures(run: LoadRun) -> StreamFigures | None:
     return log.figures(*span)
 
 
+def stream_result(run: LoadRun, streams: StreamFigures | None) -> dict[str, Any] | None:
+    """The streams' figures for the JSON report; goodput only where an SLO defined it."""
+    if streams is None:
+        return None
+    result: dict[str, Any] = dict(streams.as_dict())
+    if not (run.config.gate.perf_slo_ttft_ms or run.config.gate.perf_slo_itl_ms):
+        result.update(goodput=None, good_streams=None)
+    return result
+
+
 def stage_results(run: LoadRun) -> list[StageResult] | None:
     """Each stage of the run's traffic shape judged on its own (None without a shape)."""
     shape, log = shape_of(run.environment), window_log(run.environment)
@@ -356,7 +366,7 @@ def judge_run(run: LoadRun) -> None:
         "shape": run.config.load.shape if stages is not None else None,
         "stages": [r.as_dict() for r in stages] if stages is not None else None,
         "soak": soak.as_dict() if soak is not None else None,
-        "streams": streams.as_dict() if streams is not None else None,
+        "streams": stream_result(run, streams),
         "figures": soak.figures if soak is not None else [],
         "server": [r.as_dict() for r in run.reports],
         "generator_cpu_percent": run.cpu_percent,
