@@ -143,14 +143,21 @@ def test_a_prompt_longer_than_the_context_is_refused(
         assert streams.generate(SPEC.name, PROMPTS[2], 3).tokens == expected(module, PROMPTS[2], 3)
 
 
+# The child speaks tritonclient directly (a lighter import than the package's): one stream,
+# then it waits to be killed after its first token.
 KILLED_CLIENT = """
-import sys
-from pytest_triton.client.streaming import GrpcStreams
-streams = GrpcStreams(sys.argv[1], timeout_s=60)
-request_id, streamed = streams.send(sys.argv[2], [1, 2, 3], 50, parameters={"fault": "slow"})
-arrived, result, error = streams._queues[request_id].get(timeout=60)
+import queue, sys, time
+import numpy as np
+import tritonclient.grpc as g
+first = queue.Queue()
+client = g.InferenceServerClient(sys.argv[1])
+client.start_stream(callback=lambda result, error: first.put(error))
+inputs = [g.InferInput("PROMPT", [3], "INT64"), g.InferInput("MAX_TOKENS", [1], "INT32")]
+inputs[0].set_data_from_numpy(np.array([1, 2, 3], np.int64))
+inputs[1].set_data_from_numpy(np.array([50], np.int32))
+client.async_stream_infer(sys.argv[2], inputs, parameters={"fault": "slow"})
+assert first.get(timeout=60) is None
 print("first token", flush=True)
-import time
 time.sleep(60)
 """
 
