@@ -893,6 +893,69 @@ class GateSettings:
         bound="max",
         metavar="PCT",
     )
+    perf_ttft_p99: float | None = _setting(
+        None,
+        "streams: the 99th percentile time to first token (request sent to its first "
+        "token's response) must stay at or below this",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-ttft-p99",
+        unit="ms",
+        bound="max",
+        metavar="MS",
+    )
+    perf_itl_p99: float | None = _setting(
+        None,
+        "streams: the 99th percentile inter-token latency (each gap between two tokens' "
+        "responses of a stream) must stay at or below this",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-itl-p99",
+        unit="ms",
+        bound="max",
+        metavar="MS",
+    )
+    perf_output_tokens_per_s: float | None = _setting(
+        None,
+        "streams: output tokens per second (tokens of the streams that ended after the "
+        "warm-up, over that span) must reach this",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-output-tokens-per-s",
+        unit="tokens/s",
+        bound="min",
+        metavar="X",
+    )
+    perf_stream_goodput: float | None = _setting(
+        None,
+        "streams: the share of streams (failed ones count as not good) whose time to first "
+        "token is within --perf-slo-ttft-ms and whose average inter-token latency is within "
+        "--perf-slo-itl-ms must reach this (AIPerf's goodput)",
+        frozenset({"locust"}),
+        parse=parse_ratio,
+        option="--perf-stream-goodput",
+        bound="min",
+        metavar="R",
+    )
+    perf_slo_ttft_ms: float | None = _setting(
+        None,
+        "streams: the time-to-first-token SLO a good stream meets (--perf-stream-goodput)",
+        frozenset({"locust"}),
+        parse=parse_positive_number,
+        option="--perf-slo-ttft-ms",
+        unit="ms",
+        metavar="MS",
+    )
+    perf_slo_itl_ms: float | None = _setting(
+        None,
+        "streams: the SLO on a stream's average inter-token latency that a good stream meets "
+        "(--perf-stream-goodput)",
+        frozenset({"locust"}),
+        parse=parse_positive_number,
+        option="--perf-slo-itl-ms",
+        unit="ms",
+        metavar="MS",
+    )
     wrong_answers: int | None = _setting(
         0,
         "wrong answers allowed in a load test (see --triton-check-every): answers that came "
@@ -1179,6 +1242,21 @@ def check_goodput(config: TritonConfig, slo_ms: float | None = None) -> float | 
             "(e.g. --perf-goodput 0.99 --perf-slo-ms 20)"
         )
     return slo
+
+
+def check_stream_goodput(config: TritonConfig) -> None:
+    """A streams' goodput target needs at least one SLO to count streams within."""
+    g = config.gate
+    if (
+        g.perf_stream_goodput is not None
+        and g.perf_slo_ttft_ms is None
+        and (g.perf_slo_itl_ms is None)
+    ):
+        raise ConfigError(
+            "--perf-stream-goodput counts streams within a TTFT and/or ITL SLO: give "
+            "--perf-slo-ttft-ms and/or --perf-slo-itl-ms (e.g. --perf-stream-goodput 0.99 "
+            "--perf-slo-ttft-ms 50 --perf-slo-itl-ms 10)"
+        )
 
 
 def client_security(config: TritonConfig, tls: bool = False) -> Security:

@@ -10,6 +10,7 @@ no locust, no clock, no files.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.server_side import ModelReport
 from pytest_triton.load.measure.soak import SoakFigures, SoakSample, soak_figures
 from pytest_triton.load.measure.stages import Stage, StageResult, judge_stages
+from pytest_triton.load.measure.stream_log import StreamFigures, StreamLog
 from pytest_triton.load.measure.window_log import Slice, WindowLog
 from pytest_triton.load.measure.windows import PERCENTILES, Criterion, Stability, assess
 
@@ -51,6 +53,7 @@ class RunRecord:
     cpu_percent: float | None = None  # the load generator's CPU
     cpu_warning: bool = False
     lag: Lag | None = None  # an open loop's schedule lag
+    stream_log: StreamLog | None = None  # decoupled models' token timings (StreamUser)
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class RunFigures:
     stability: Stability | None  # None for a shaped run (each stage is judged instead)
     stages: list[StageResult] | None
     soak: SoakFigures | None
+    streams: StreamFigures | None  # the streams that ended after the warm-up
     requests_outside_run: int
 
     @property
@@ -109,6 +113,22 @@ def run_figures(record: RunRecord) -> RunFigures:
             memory_growth_mb_per_min=soak.memory_growth_mb_per_min,
             p99_drift_pct=soak.p99_drift_pct,
         )
+    streams = (
+        record.stream_log.figures(*span)
+        if record.stream_log is not None and span is not None
+        else None
+    )
+    if streams is not None:
+        gate = record.config.gate
+        measured = dataclasses.replace(
+            measured,
+            ttft_p99_ms=streams.ttft_ms[99.0],
+            itl_p99_ms=streams.itl_ms[99.0],
+            output_tokens_per_s=streams.output_tokens_per_s,
+            stream_goodput=(
+                streams.goodput if gate.perf_slo_ttft_ms or gate.perf_slo_itl_ms else math.nan
+            ),
+        )
     return RunFigures(
         record=record,
         measured=measured,
@@ -116,6 +136,7 @@ def run_figures(record: RunRecord) -> RunFigures:
         stability=stability_of(record, warmup),
         stages=stage_results(record),
         soak=soak,
+        streams=streams,
         requests_outside_run=requests_outside_run(record),
     )
 

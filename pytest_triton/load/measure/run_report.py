@@ -71,6 +71,7 @@ def summary_text(figures: RunFigures, verdict: RunVerdict) -> str:
         parts.append(f"Worker clocks, offset to the master's: {offsets_text(record.offsets)}")
     parts += [r.text() for r in record.reports]
     parts += [figures.soak.text()] if figures.soak is not None else []
+    parts += [figures.streams.text()] if figures.streams is not None else []
     parts += [update_text(record.update)] if record.update is not None else []
     parts += verdict.warnings
     parts.append(tg.verdict_table(verdict.checks, "Verdict (pytest-triton targets)"))
@@ -100,6 +101,7 @@ def result_document(figures: RunFigures, verdict: RunVerdict) -> dict[str, Any]:
         "shape": record.config.load.shape if stages is not None else None,
         "stages": [r.as_dict() for r in stages] if stages is not None else None,
         "soak": soak.as_dict() if soak is not None else None,
+        "streams": stream_document(figures),
         "figures": soak.figures if soak is not None else [],
         "server": [r.as_dict() for r in record.reports],
         "generator_cpu_percent": record.cpu_percent,
@@ -107,6 +109,17 @@ def result_document(figures: RunFigures, verdict: RunVerdict) -> dict[str, Any]:
         "worker_clock_offsets": record.offsets,
         "warnings": verdict.warnings,
     }
+
+
+def stream_document(figures: RunFigures) -> dict[str, Any] | None:
+    """The streams' figures for the JSON report; goodput only where an SLO defined it."""
+    if figures.streams is None:
+        return None
+    document: dict[str, Any] = dict(figures.streams.as_dict())
+    gate = figures.record.config.gate
+    if not (gate.perf_slo_ttft_ms or gate.perf_slo_itl_ms):
+        document.update(goodput=None, good_streams=None)
+    return document
 
 
 def windows_text(stability: Stability, warmup: Warmup | None = None) -> str:

@@ -19,7 +19,16 @@ from pytest_triton.load.measure.windows import Stability
 
 # Targets on speed: an unstable measurement makes them meaningless, so it fails the run; with
 # none set, instability is a warning with advice (a newcomer's first short run is not a gate).
-SPEED_TARGETS = ("perf_latency_avg", "perf_latency_p95", "perf_latency_p99", "perf_throughput")
+SPEED_TARGETS = (
+    "perf_latency_avg",
+    "perf_latency_p95",
+    "perf_latency_p99",
+    "perf_throughput",
+    "perf_ttft_p99",
+    "perf_itl_p99",
+    "perf_output_tokens_per_s",
+    "perf_stream_goodput",
+)
 
 
 @dataclass(frozen=True)

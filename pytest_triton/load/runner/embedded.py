@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pytest_triton.base.config import TritonConfig, resolve
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # the repository layer imports torch: only a model served her
     from pytest_triton.repository.reference import NativeModel
     from pytest_triton.repository.sequence import SequenceSpec
     from pytest_triton.repository.spec import ModelSpec
+    from pytest_triton.repository.stream import StreamSpec, TinyGenerator
     from pytest_triton.repository.variants import Variant
     from pytest_triton.session.deployment import Deployment
 
@@ -117,7 +119,26 @@ class EmbeddedSequenceModel:
         return self.spec.model_name
 
 
-Served: TypeAlias = "EmbeddedModel | EmbeddedSequenceModel"
+@dataclass(eq=False)
+class EmbeddedStream:
+    """A decoupled token generator a stream locustfile serves itself when it gets no --host:
+    written as it is (TorchScript in a python-backend model), whatever the export format."""
+
+    spec: StreamSpec
+
+    def model_name(self, fmt: str | None = None) -> str:
+        return self.spec.name
+
+    def write(self, root: Path) -> None:
+        from pytest_triton.repository.stream import write_stream_model
+
+        write_stream_model(root, self.spec)
+
+    def reference(self) -> TinyGenerator:
+        """The PyTorch module whose greedy generation a right stream carries."""
+        return self.spec.module()
+
+Served: TypeAlias = "EmbeddedModel | EmbeddedSequenceModel | EmbeddedStream"
 
 
 def check_format(fmt: str) -> str:
@@ -171,6 +192,7 @@ class EmbeddedServer:
         from pytest_triton.session.lifecycle import start_deployment
 
         specs: dict[str, ModelSpec] = {}
+        streams = [m for m in self.models if isinstance(m, EmbeddedStream)]
         for m in self.models:
             if isinstance(m, EmbeddedModel):
                 fmt = self.fmt or m.fmt
@@ -184,8 +206,11 @@ class EmbeddedServer:
                         from pytest_triton.session.served_sequences import serve_sequence_model
 
                         serve_sequence_model(self.deployment, m.spec)
-                    else:
+                    elif isinstance(m, EmbeddedModel):
                         self.deployment.load(repo.variant(m.model_name(self.fmt)))
+            for stream in streams:  # explicit model control: written, then loaded by name
+                stream.write(repo.root)
+                self.deployment.client("http").load_model(stream.model_name())
         except BaseException:
             self.stop()
             raise

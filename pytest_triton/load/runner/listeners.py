@@ -27,6 +27,7 @@ from pytest_triton.load.runner import (
     recording,
     rollout,
     shapes,
+    stream_recording,
     verdict,
 )
 from pytest_triton.load.runner.options import add_options, web_ui_exposure
@@ -54,6 +55,7 @@ def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -
         if environment.parsed_options is None:
             return  # library use
         recording.attach_window_log(environment)
+        stream_recording.attach_stream_log(environment)
         shapes.attach_shape_clock(environment)
         distributed.install_distributed(environment)
         rollout.listen_for_retirement(environment)

@@ -15,6 +15,7 @@ from pytest_triton.load.runner.distributed import worker_offsets
 from pytest_triton.load.runner.recording import schedule_lag, window_log
 from pytest_triton.load.runner.run import LoadRun, current_host
 from pytest_triton.load.runner.shapes import shape_of
+from pytest_triton.load.runner.stream_recording import stream_log
 
 WRONG_ANSWER = WrongAnswer.__name__ + "("
 
@@ -44,6 +45,7 @@ def record_of(run: LoadRun) -> RunRecord:
         cpu_percent=run.cpu_percent,
         cpu_warning=run.cpu_warning,
         lag=schedule_lag(environment),
+        stream_log=stream_log(environment),
     )
 
 

@@ -17,7 +17,12 @@ import gevent
 import gevent.lock
 from locust.env import Environment
 
-from pytest_triton.base.config import TritonConfig, check_goodput, check_replicas_behind
+from pytest_triton.base.config import (
+    TritonConfig,
+    check_goodput,
+    check_replicas_behind,
+    check_stream_goodput,
+)
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import check_host
 from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
@@ -124,6 +129,7 @@ class LoadRun:
         """Resolve the run's settings (a bad one raises ConfigError before any load)."""
         run = cls(environment, run_config(environment))
         check_goodput(run.config)
+        check_stream_goodput(run.config)
         setattr(environment, ATTRIBUTE, run)
         atexit.register(run.stop_server)
         return run
