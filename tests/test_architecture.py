@@ -6,6 +6,7 @@ One settings table feeds every front end."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -281,3 +282,120 @@ def test_every_error_is_a_package_error() -> None:
         and name != "TritonTestError"
     )
     assert outside == []
+
+
+# -- the layout as documented, and no old name left ------------------------------------------
+ARCHITECTURE_DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_modules() -> dict[str, set[str]]:
+    """docs/architecture.md's table: folder -> the modules its row names."""
+    rows: dict[str, set[str]] = {}
+    for line in ARCHITECTURE_DOC.read_text().splitlines():
+        cells = line.split(" | ")
+        if len(cells) < 3 or not cells[0].startswith("| `"):
+            continue
+        folder = cells[0][3:].strip("`").removeprefix("pytest_triton/").rstrip("/")
+        rows[folder] = set(re.findall(r"`([a-z_0-9]+)`", cells[1]))
+    return rows
+
+
+def test_the_architecture_page_lists_every_module() -> None:
+    documented = documented_modules()
+    missing = []
+    for module, path in MODULES.items():
+        parts = module.split(".")[1:]
+        if not parts or path.name == "__init__.py":
+            continue
+        folder, name = "/".join(parts[:-1]), parts[-1]
+        if name != "__main__" and name not in documented.get(folder, set()):
+            missing.append(f"{folder}/{name}")
+    assert not missing, f"docs/architecture.md does not list: {sorted(missing)}"
+    gone = sorted(
+        f"{folder}/{name}"
+        for folder, names in documented.items()
+        for name in names
+        if not (PACKAGE / folder / f"{name}.py").exists() and name not in {"static"}
+    )
+    assert not gone, f"docs/architecture.md lists modules that do not exist: {gone}"
+
+
+def test_no_module_is_imported_under_an_old_or_other_name() -> None:
+    """Modules are imported by their own names (a few short forms aside): an alias that
+    keeps an old module name alive hides where the code now is."""
+    from pytest_triton.base.moved import moved_to
+
+    # short forms, and names that would shadow a local of the importer
+    short_forms = {
+        "targets": {"tg"},
+        "space": {"sp"},
+        "baseline": {"gate_baseline", "gb"},
+        "document": {"gate_document", "gd"},
+        "local": {"local_module"},
+        "text_recognition": {"textrec"},
+    }
+    roots = [PACKAGE, PACKAGE.parent / "tests", PACKAGE.parent / "benchmarks"]
+    roots += [PACKAGE.parent / "locustfiles", PACKAGE.parent / "examples"]
+    bad = []
+    for path in (p for root in roots for p in root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pytest_triton"):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+                aliases = [(a.name, a.asname) for a in node.names]
+                old = [node.module or "", *names]
+            elif isinstance(node, ast.Import):
+                aliases = [(a.name.rsplit(".", 1)[-1], a.asname) for a in node.names]
+                old = [a.name for a in node.names if a.name.startswith("pytest_triton")]
+            else:
+                continue
+            bad += [f"{path.name}: {n}" for n in old if moved_to(n) is not None]
+            bad += [
+                f"{path.name}: {name} as {alias}"
+                for name, alias in aliases
+                if alias
+                and f"{getattr(node, 'module', '')}.{name}".replace(".", "/") + ".py"
+                in {str(m.relative_to(PACKAGE.parent)) for m in MODULES.values()}
+                and alias not in short_forms.get(name, set())
+            ]
+    assert not bad, bad
+
+
+LAYER_PATH = re.compile(
+    r"(?<![\w/.-])(?:pytest_triton/)?((?:base|client|parity|repository|models|server|session"
+    r"|gate|plugin|load|cli)/[\w/]*\w\.py)\b"
+)
+DOTTED = re.compile(r"\bpytest_triton(?:\.[A-Za-z_]\w*)+")
+
+
+def test_no_stale_module_path_in_code_or_docs() -> None:
+    """Every `pytest_triton.x.y` and `layer/.../module.py` written in code and docs exists
+    (the CHANGELOG keeps history; base/moved.py names the old paths on purpose)."""
+    top = PACKAGE.parent
+    files = [*PACKAGE.rglob("*.py"), *(top / "docs").rglob("*.md"), top / "README.md"]
+    files += [*(top / "tests").rglob("*.py"), *(top / "benchmarks").rglob("*.py")]
+    files += [*(top / "locustfiles").glob("*.py"), *(top / "examples").glob("*.py")]
+    stale = []
+    for path in files:
+        if path.name == "moved.py" or path == Path(__file__).resolve():
+            continue
+        text = path.read_text(errors="replace")
+        stale += [
+            f"{path.relative_to(top)}: {m.group(0)}"
+            for m in LAYER_PATH.finditer(text)
+            if not (PACKAGE / m.group(1)).exists()
+            and not m.group(1).rsplit("/", 1)[-1].startswith("test_")  # tests/ is laid out alike
+        ]
+        for m in DOTTED.finditer(text):
+            parts = m.group(0).split(".")
+            depth = max(
+                (
+                    i
+                    for i in range(2, len(parts) + 1)
+                    if PACKAGE.joinpath(*parts[1:i]).with_suffix(".py").exists()
+                    or (PACKAGE.joinpath(*parts[1:i]) / "__init__.py").exists()
+                ),
+                default=1,
+            )
+            if len(parts) - depth > 1 or (depth == 1 and parts[1][0].islower()):
+                stale.append(f"{path.relative_to(top)}: {m.group(0)}")
+    assert not stale, stale

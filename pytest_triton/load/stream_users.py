@@ -39,7 +39,7 @@ from pytest_triton.client.streaming import (
     StreamProtocol,
     generate_http,
 )
-from pytest_triton.load.locust import grpc_gevent, listeners
+from pytest_triton.load.runner import grpc_gevent, listeners
 from pytest_triton.load.runner.checking import answers_every
 from pytest_triton.load.runner.distributed import tell_master_refused
 from pytest_triton.load.runner.embedded import EmbeddedStream

@@ -138,6 +138,7 @@ class EmbeddedStream:
         """The PyTorch module whose greedy generation a right stream carries."""
         return self.spec.module()
 
+
 Served: TypeAlias = "EmbeddedModel | EmbeddedSequenceModel | EmbeddedStream"
 
 
