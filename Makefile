@@ -16,7 +16,7 @@ GATE_ARGS ?=
 # where it exists, else $(PYTHON)
 TOOL_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: gate test test-deps test-cpu test-container lint install clean bench bench-loadgen \
+.PHONY: gate test test-fast test-deps test-cpu test-container lint install clean bench bench-loadgen \
 	bench-serving bench-perf-analyzer chromium screenshots perf-analyzer
 
 # An editable install leaves out setup.py's pytest_triton_locust.pth (it puts our options into
@@ -40,9 +40,21 @@ gate: $(STAMP)
 		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
 # The suite, after the Debian packages it drives (test-deps: chromium for the web UI test,
-# nginx for the replica tests) and perf_analyzer (the CSV compatibility test).
+# nginx for the replica tests) and perf_analyzer (the CSV compatibility test). Three xdist
+# workers, each test file on one worker (its module's servers start once; the files that
+# share the zoo server run together): most of the suite waits on servers and timed load runs,
+# so three workers keep two cores busy.
+TEST_WORKERS ?= 3
 test: $(STAMP) test-deps perf-analyzer
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# The edit loop's tier, under 3 minutes: the unit tests and one real server (the local
+# launcher's own tests), on two workers.
+FAST_TESTS := tests/test_architecture.py tests/repository tests/parity/test_parity_messages.py \
+	tests/load/test_windows.py tests/load/test_load_units.py tests/load/test_web_units.py \
+	tests/load/test_stream_log.py tests/gate tests/server/test_local_launcher.py
+test-fast: $(STAMP)
+	$(BIN)/pytest -n 2 --dist loadgroup $(FAST_TESTS)
 
 # The suite without Docker (CI's CPU job)
 test-cpu: $(STAMP) perf-analyzer
