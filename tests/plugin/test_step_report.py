@@ -24,10 +24,33 @@ def test_plain():
     pass
 """
 
+# The same steps said by a fixture of the test's own: the line logic without a server
+TEST_A_SAID = """
+import pytest
+from pytest_triton.base import setup_steps
+
+@pytest.fixture(scope="module")
+def triton_server():
+    setup_steps.say("exporting affine-torchscript-trace-hosted ...")
+    setup_steps.say("exported affine-torchscript-trace-hosted in 0.1s")
+    setup_steps.say("triton_server: local server ready in 0.2s")
+    yield
+    setup_steps.say("triton_server: stopped in 0.1s")
+
+def test_parity(triton_server):
+    pass
+
+def test_batching(triton_server):
+    pass
+
+def test_plain():
+    pass
+"""
+
 TEST_B = """
 from pytest_triton.base import setup_steps
 
-def test_a_long_load_run(triton_server):
+def test_a_long_load_run():
     setup_steps.say("locust -f probe.py exited 0 in 6.0s")  # as tests/helpers/locust_runs does
 
 def test_after():
@@ -35,13 +58,14 @@ def test_after():
 """
 
 
-@pytest.mark.triton
-@pytest.mark.parametrize("mode", ["-v", "default", "-q"])
+@pytest.mark.parametrize("mode", [pytest.param("-v", marks=pytest.mark.triton), "default", "-q"])
 def test_each_test_line_appears_once_and_the_steps_at_line_boundaries(
     pytester: pytest.Pytester, mode: str
 ) -> None:
+    """-v: a gate-like session on the bundled server; default and -q: the same steps said by
+    a fixture (the line logic, a server start cheaper)."""
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_a=TEST_A, test_b=TEST_B)
+    pytester.makepyfile(test_a=TEST_A if mode == "-v" else TEST_A_SAID, test_b=TEST_B)
     # in process: no second interpreter importing torch; its terminal is not a TTY
     args = ([] if mode == "default" else [mode]) + ["--triton-protocol=http"]
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
