@@ -140,7 +140,9 @@ class Progress:
 
     def _flush(self, finish_dots: bool = False) -> None:
         reporter = self._reporter
-        if not self.waiting or reporter is None or not reporter.showfspath:
+        if not self.waiting or reporter is None:
+            return
+        if self._verbosity <= 0 and not reporter.showfspath:
             return  # -q and xdist's default mode: one line of dots, no file lines
         if finish_dots and reporter.currentfspath is not None:
             # the [ 30%] pytest writes when the next file's line starts; it would then land
