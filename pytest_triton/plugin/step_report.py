@@ -24,6 +24,7 @@ from pytest_triton.base.setup_steps import LOGGER, log, say
 ATTRIBUTE = "triton_steps"
 PREFIX = "[pytest-triton] "
 SLOW_S = 5.0  # the -q summary lists steps at least this long (and counts the rest)
+LONGEST = 30  # at most this many of them, longest first (as --durations=30 does)
 _DURATION = re.compile(r" in (\d+(?:\.\d+)?)s\b")
 
 __all__ = ["LOGGER", "Progress", "register", "say", "seconds", "shown", "unregister"]
@@ -158,17 +159,20 @@ class Progress:
         reporter.currentfspath = -2 if self._verbosity > 0 else None
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """-q and xdist without -v showed no step on the way: the long ones, here."""
+        """-q and xdist without -v showed no step on the way: the longest, here."""
         if not self.waiting:
             return
-        slow = [(test, step) for test, step in self.steps if (seconds(step) or 0) >= SLOW_S]
+        slow = sorted(
+            ((test, step) for test, step in self.steps if (seconds(step) or 0) >= SLOW_S),
+            key=lambda pair: -(seconds(pair[1]) or 0),
+        )[:LONGEST]
         terminalreporter.section("pytest-triton: long set-up steps", sep="-")
         for test, step in slow:
             terminalreporter.write_line(f"{step}  ({test})")
         rest = len(self.waiting) - len(slow)
         if rest > 0:
             terminalreporter.write_line(
-                f"... and {rest} shorter step(s); -v shows each after its test"
+                f"... and {rest} more step(s); -v shows each after its test"
             )
         self.waiting.clear()
 
