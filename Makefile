@@ -1,7 +1,9 @@
 # Two commands do all the set-up (see README.md):
 #   make gate   - the main job: release gate of the example models on an embedded local Triton (CPU)
 #   make test   - the plugin's own test suite
-# CI (.github/workflows/ci.yml) runs lint, test-cpu, test-container and gate.
+# CI runs `make lint`, `.ci/run` (the system set-up, then exactly `make test`) and `make gate`
+# (.github/workflows/ci.yml; .ci/run starts the Docker engine, builds the offline CPU image and
+# installs test-deps first). test-cpu and test-container are parts of `make test` for local use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -56,19 +58,20 @@ FAST_TESTS := tests/test_architecture.py tests/repository tests/parity/test_pari
 test-fast: $(STAMP)
 	$(BIN)/pytest -n 2 --dist loadgroup $(FAST_TESTS)
 
-# The suite without Docker (CI's CPU job)
+# The suite without Docker (part of make test)
 test-cpu: $(STAMP) perf-analyzer
 	$(BIN)/pytest -m "not container"
 
 # Container tests on the offline CPU image (needs a Docker engine: .ci/docker-engine, and root
-# for debootstrap); CI's container job
+# for debootstrap); part of make test
 test-container: $(STAMP)
 	images/build-cpu-image
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/pytest -m container
 
 # Debian packages the suite drives as real parts: chromium (the web UI test), nginx (the
-# ingress in front of Triton replicas) and faketime (a Locust worker's clock set off). Installed where missing, as root or through
-# password-less sudo; otherwise make stops and says what to run.
+# ingress in front of Triton replicas) and faketime (a Locust worker's clock set off); on a
+# fresh Debian machine 27 packages, 414 MB (README.md). Installed where missing, as root or
+# through password-less sudo; otherwise make stops and says what to run.
 test-deps:
 	@missing=; \
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \

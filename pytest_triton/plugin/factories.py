@@ -16,6 +16,7 @@ variants the server will serve (ids like `mnist-onnx-hosted-grpc`).
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,7 @@ import pytest
 from pytest_triton.base.config import TritonConfig, check_names, parse_shared_memory
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
-from pytest_triton.plugin import gate_report
+from pytest_triton.plugin import gate_report, step_report
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.pipeline import PipelineSpec
 from pytest_triton.repository.pipeline_build import PipelineRepository
@@ -109,7 +110,7 @@ def repository(
             role.resolve_specs(triton_config),
             triton_config.serving.repository_dir,
             formats=role.formats or triton_config.serving.formats,
-            progress=_progress_writer(request.config),
+            progress=step_report.say,
             precisions=triton_config.serving.precisions,
             warmup=triton_config.serving.warmup,
         )
@@ -136,14 +137,23 @@ def server(
         request: pytest.FixtureRequest, triton_config: TritonConfig
     ) -> Iterator[Deployment]:
         repo: Repository = request.getfixturevalue(role.repository)
-        deployment = start_deployment(triton_config.with_overrides(role.overrides), repo)
+        config = triton_config.with_overrides(role.overrides)
+        started = time.perf_counter()
+        deployment = start_deployment(config, repo)
+        step_report.say(
+            f"{request.fixturename}: {config.server.launcher} server ready in "
+            f"{time.perf_counter() - started:.1f}s"
+        )
         request.config.stash.setdefault(DEPLOYMENTS, []).append(deployment)
         deployment.listeners.append(functools.partial(gate_report.record_result, request.config))
         gate_report.record_server(request.config, deployment)
         try:
             yield deployment
         finally:
+            started = time.perf_counter()
             deployment.close()
+            stopped_in = time.perf_counter() - started
+            step_report.say(f"{request.fixturename}: stopped in {stopped_in:.1f}s")
 
     return _fixture(fixture, role, scope)
 
@@ -220,16 +230,3 @@ def sequence_model(
         return serve_sequence_model(deployment, spec)
 
     return pytest.fixture(scope=scope)(fixture)  # type: ignore[call-overload]
-
-
-def _progress_writer(pytestconfig: pytest.Config) -> Callable[[str], None]:
-    """Export progress straight to the terminal (not captured): exports can take minutes."""
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-
-    def write(message: str) -> None:
-        # One line per finished export ("exported x in 3.1s"); -v also shows each start.
-        verbose = pytestconfig.getoption("verbose") > 0
-        if reporter is not None and (verbose or not message.startswith("exporting ")):
-            reporter.write_line(f"[pytest-triton] {message}")
-
-    return write

@@ -25,7 +25,7 @@ from pytest_triton.base.config import (
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.importing import load_object
 from pytest_triton.client.wire.shm import ID_SUFFIX, cuda_problem
-from pytest_triton.plugin import factories, gate_report
+from pytest_triton.plugin import factories, gate_report, step_report
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import plan_variants
 from pytest_triton.server.launcher import LIVE_SERVERS
@@ -103,6 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if triton.gate.report and hasattr(config.option, "xmlpath") and not config.option.xmlpath:
         config.option.xmlpath = gate_report.junit_path(triton)  # unless -p no:junitxml
     config.pluginmanager.register(gate_report.GateReporter(config, triton), "pytest-triton-gate")
+    step_report.register(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -320,3 +321,4 @@ def pytest_runtest_makereport(
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Last line of defence: stop any server a fixture's teardown did not reach."""
     LIVE_SERVERS.stop_all()
+    step_report.unregister(config)

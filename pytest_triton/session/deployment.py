@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from pytest_triton.base import setup_steps
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import (
     ConfigError,
@@ -136,6 +138,7 @@ class Deployment:
             self.repository.ensure(variant)
             self.server.check_alive()
             client = self.client("http")
+            started = time.perf_counter()
             try:
                 if self.server.model_control_mode == "explicit":
                     if self.serves_repository_directly:
@@ -160,6 +163,7 @@ class Deployment:
                     )
                 raise ModelLoadError(variant.model_name, reason, self.server.log_tail()) from None
             self._loaded.add(variant.model_name)
+            setup_steps.say(f"loaded {variant.id} in {time.perf_counter() - started:.1f}s")
 
     def load_front(
         self,
