@@ -1059,10 +1059,36 @@ def from_namespace(namespace: Any, origin: Callable[[Setting], str]) -> Source:
     return lookup
 
 
+class _NotTaken(argparse.Action):
+    """The flag of a setting this front end does not take: refused naming it and who takes
+    it, rather than read by a parser that abbreviates as one of its own (Locust's takes
+    --triton-report as --triton-report-json)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        self.refusal = kwargs.pop("refusal")
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        parser.error(f"{option}: {self.refusal}")
+
+
 def add_arguments(parser: Any, front: Front, *, env_vars: bool = False) -> None:
     """Add the front end's settings to an argparse parser (Locust's is a ConfigArgParse one,
-    which also reads each from its environment variable and shows it in the web UI)."""
+    which also reads each from its environment variable and shows it in the web UI, and
+    abbreviates: there the other settings' flags are added too, each refused by name)."""
     standalone = front in ("perf", "tune", "deploy")
+    if env_vars:
+        for setting in SETTINGS:
+            if front not in setting.fronts and not setting.internal:
+                takers = ", ".join(sorted(setting.fronts))
+                parser.add_argument(
+                    setting.cli,
+                    dest="not_taken_" + setting.name,
+                    action=_NotTaken,
+                    refusal=f"{front} does not take this setting (only {takers})",
+                    help=argparse.SUPPRESS,
+                    include_in_web_ui=False,
+                )
     for setting in settings_for(front):
         flags = [setting.cli, *(setting.aliases if standalone else ())]
         kwargs: dict[str, Any] = {"dest": setting.dest, "default": None}
@@ -1116,9 +1142,7 @@ def foreign_variables(environ: Mapping[str, str], front: Front) -> list[tuple[st
         if front in ENV_FRONTS:
             if front not in setting.fronts:
                 takers = ", ".join(sorted(setting.fronts))
-                found.append(
-                    (setting.env, f"{front} does not take {setting.cli} (only {takers})")
-                )
+                found.append((setting.env, f"{front} does not take {setting.cli} (only {takers})"))
         elif front in setting.fronts:
             ini = f" (or {setting.ini} in the ini file)" if front == "pytest" else ""
             found.append(

@@ -55,6 +55,7 @@ class UsageError(TritonTestError):
 
 def deployer_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a setting another front end takes is refused, never abbreviated
         prog="triton-deploy",
         description="Export a zoo model and write a Triton model repository entry "
         "(flags of NVIDIA's deployer.py). Model arguments follow '--'.",

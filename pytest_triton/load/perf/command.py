@@ -65,6 +65,7 @@ GENERATOR = (
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        allow_abbrev=False,  # a setting another front end takes is refused, never abbreviated
         prog="triton-perf",
         description="Sweep concurrency and batch size of one model with Locust users "
         "(perf_analyzer's concurrency mode) and report throughput and latency.",

@@ -339,6 +339,7 @@ def _duration(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        allow_abbrev=False,  # a setting another front end takes is refused, never abbreviated
         prog="triton-tune",
         description="Search serving configurations of one model (format, max_batch_size, "
         "dynamic batching, instances, intra-op threads, client concurrency): each candidate "
