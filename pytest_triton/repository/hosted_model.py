@@ -134,8 +134,9 @@ class TritonPythonModel:
             for _ in range(runs):
                 self._torch_run(feeds)
         except Exception as exc:  # noqa: BLE001 - a cold module still serves
-            if pb_utils is not None:
-                pb_utils.Logger.log_warn(f"TorchScript warm-up skipped: {exc}")
+            logger = getattr(pb_utils, "Logger", None)
+            if logger is not None:
+                logger.log_warn(f"TorchScript warm-up skipped: {exc}")
 
     def _torch_run(self, feeds):
         """The module on device tensors; outputs at the config's types, contiguous."""
