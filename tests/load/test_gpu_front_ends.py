@@ -18,6 +18,7 @@ from pytest_triton.load.runner.embedded import (
     check_gpu_host,
     served_format,
 )
+from pytest_triton.load.tune.trials import gpu_formats
 from pytest_triton.repository.variants import LOAD_FORMATS, check_servable, default_format
 from pytest_triton.server import gpu
 from pytest_triton.server.hosted_env import NO_CUDA_PROVIDER
@@ -109,3 +110,13 @@ def test_locust_and_triton_perf_stop_at_once_naming_the_missing_gpu() -> None:
         assert "export" not in out.lower(), (name, out[-2000:])  # stopped before any export
         assert "Traceback" not in out, (name, out[-2000:])
     assert time.monotonic() - started < 120
+
+
+@NO_GPU
+def test_triton_tune_chooses_its_gpu_formats_after_the_preflight() -> None:
+    """Asked or not, the formats on a GPU come from what its server offers: the launcher's
+    preflight runs first, so a machine without a GPU is told so before any export."""
+    config = resolve(gpu=True)
+    for asked in ((), ("onnx",), ("torchscript-trace",)):
+        with pytest.raises(ConfigError, match=r"cannot use the GPU launcher here: .*NVIDIA GPU"):
+            gpu_formats(config, asked)
