@@ -539,7 +539,8 @@ class ServingSettings:
         "export format the embedded server of a load test serves",
         LOAD,
         parse=parse_format,
-        shown_default="the user class's, onnx",
+        shown_default="the user class's, else onnx; on a GPU the first of onnx, "
+        "torchscript-trace, torchscript-script its server can serve there",
         metavar="FORMAT",
         aliases=("--format",),
     )
