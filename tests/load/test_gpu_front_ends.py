@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,21 @@ def test_triton_tune_chooses_its_gpu_formats_after_the_preflight() -> None:
     for asked in ((), ("onnx",), ("torchscript-trace",)):
         with pytest.raises(ConfigError, match=r"cannot use the GPU launcher here: .*NVIDIA GPU"):
             gpu_formats(config, asked)
+
+
+def test_pytest_refuses_triton_gpu_in_its_environment(tmp_path: Path) -> None:
+    """pytest reads its command line and ini file: TRITON_GPU=1 would be silently a CPU run,
+    so the session stops naming the variable and the flag to use."""
+    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path)],
+        env=subprocess_env(TRITON_GPU="1"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 4, done.stdout + done.stderr  # a usage error
+    assert "TRITON_GPU is set, but pytest reads no TRITON_* variables: pass --triton-gpu" in (
+        done.stderr
+    )
