@@ -65,8 +65,9 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.batched = int(config.get("max_batch_size", 0)) > 0
         self.inputs = [i["name"] for i in config["input"]]
-        self.input_specs = [
-            (i["name"], pb_utils.triton_string_to_numpy(i["data_type"]), i.get("dims", []))
+        self.input_specs = [  # name, type and the shape the module sees (after a reshape)
+            (i["name"], pb_utils.triton_string_to_numpy(i["data_type"]),
+             i.get("reshape", {}).get("shape", i.get("dims", [])))
             for i in config["input"]
         ]
         self.outputs = [(o["name"], pb_utils.triton_string_to_numpy(o["data_type"]))
