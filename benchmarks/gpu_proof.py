@@ -305,7 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             outcomes.append(Outcome(step, "skipped", 0.0, note))
         else:
             outcomes.append(run_step(step, work, min(step.timeout_s, left)))
-    summary = write_summary(out, outcomes, environment_lines())
+    header = environment_lines() if problem is None else [f"- no GPU: {problem}"]
+    summary = write_summary(out, outcomes, header)
     shutil.copy(summary, work / SUMMARY)
     archive = pack(out, work)
     print(f"[gpu-proof] wrote {summary} and {archive}", flush=True)

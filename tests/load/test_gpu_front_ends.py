@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -123,19 +122,15 @@ def test_triton_tune_chooses_its_gpu_formats_after_the_preflight() -> None:
             gpu_formats(config, asked)
 
 
-def test_pytest_refuses_triton_gpu_in_its_environment(tmp_path: Path) -> None:
+def test_pytest_refuses_triton_gpu_in_its_environment(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """pytest reads its command line and ini file: TRITON_GPU=1 would be silently a CPU run,
     so the session stops naming the variable and the flag to use."""
-    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path)],
-        env=subprocess_env(TRITON_GPU="1"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 4, done.stdout + done.stderr  # a usage error
-    assert "TRITON_GPU is set, but pytest reads no TRITON_* variables: pass --triton-gpu" in (
-        done.stderr
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    monkeypatch.setenv("TRITON_GPU", "1")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*TRITON_GPU is set, but pytest reads no TRITON_* variables: pass --triton-gpu*"]
     )
