@@ -19,7 +19,7 @@ GATE_ARGS ?=
 TOOL_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
 .PHONY: gate test test-fast test-deps test-cpu test-container lint install clean bench bench-loadgen \
-	bench-serving bench-perf-analyzer chromium screenshots perf-analyzer
+	bench-serving bench-perf-analyzer chromium screenshots perf-analyzer gpu-proof
 
 # An editable install leaves out setup.py's pytest_triton_locust.pth (it puts our options into
 # `locust --help`), so it is copied into the environment's site-packages here.
@@ -119,6 +119,14 @@ bench-loadgen: $(STAMP) perf-analyzer
 # The same artifact in-process vs served (1 and 8 clients, per shared-memory transport)
 bench-serving: $(STAMP)
 	$(BIN)/python benchmarks/serving_overhead.py --repeat 3 --duration 5
+
+# The GPU proof (docs/gpu.md), on a GPU machine after `source .gpu/setup.sh`: the examples gate
+# at fp32 and fp16, the GPU tests, Locust, serving_overhead and triton-tune on the GPU, within
+# 8 minutes; gpu-proof.tar.gz and gpu-proof-summary.md land in $OUT (else ./gpu-proof). Its
+# python3 is the machine's own (no venv): the kit put the project on PYTHONPATH.
+GPU_PROOF_OUT ?= $(or $(OUT),gpu-proof)
+gpu-proof:
+	$(PYTHON) benchmarks/gpu_proof.py --out $(GPU_PROOF_OUT)
 
 # triton-perf against perf_analyzer on one server, the statistics API as referee
 bench-perf-analyzer: $(STAMP) perf-analyzer

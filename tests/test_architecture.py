@@ -6,6 +6,7 @@ One settings table feeds every front end."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -14,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.base.config import SETTINGS, settings_for
+from pytest_triton.base.config import (
+    BY_NAME,
+    ENV_FRONTS,
+    SETTINGS,
+    Front,
+    check_environ,
+    foreign_variables,
+    settings_for,
+)
+from pytest_triton.base.errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_triton"
 # Bottom to top: a layer may import itself and the layers before it. Front ends sit above
@@ -189,31 +199,75 @@ def test_the_locust_process_imports_no_pytest_and_no_torch() -> None:
 
 
 # -- one settings table, every front end ----------------------------------------------------
-def test_every_setting_reaches_each_of_its_front_ends() -> None:
-    """pytest --help is checked in test_plugin; here Locust's own parser, triton-perf's and
-    triton-tune's."""
-    code = """
-import sys, locust.argument_parser as ap
+FRONT_PARSERS = """
+import contextlib, io, json, sys
+import locust.argument_parser as ap
+from pytest_triton.base.config import SETTINGS
 from pytest_triton.load.runner.options import add_options
-parser = ap.get_parser()
-add_options(parser)
-print(parser.format_help())
-print("=====")
-from pytest_triton.load.perf.command import _parser
-print(_parser().format_help())
-print("=====")
+from pytest_triton.load.perf.command import _parser as perf_parser
 from pytest_triton.load.tune.tuner import _parser as tune_parser
-print(tune_parser().format_help())
+from pytest_triton.cli.deploy import deployer_parser
+from pytest_triton.plugin.hooks import pytest_addoption
+
+locust_parser = ap.get_parser()
+add_options(locust_parser)
+parsers = {"locust": locust_parser, "perf": perf_parser(), "tune": tune_parser(),
+           "deploy": deployer_parser()}
+for front in ("locust", "perf", "tune"):
+    print(parsers[front].format_help())
+    print("=====")
+required = {"locust": [], "perf": ["-m", "dlrm"], "tune": ["-m", "dlrm"], "deploy": ["--onnx"]}
+taken = {}
+for front, parser in parsers.items():
+    found = []
+    for s in SETTINGS:
+        argv = required[front] + ([s.cli] if s.flag else [s.cli, "1"])
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            try:
+                _, extra = parser.parse_known_args(argv)
+            except SystemExit:  # refused by name (Locust's parser)
+                assert s.cli in err.getvalue(), (front, err.getvalue())
+                continue
+        if s.cli not in extra:
+            found.append(s.name)
+    taken[front] = found
+class Recorder:
+    def __init__(self): self.flags = []
+    def getgroup(self, *a, **k): return self
+    def addoption(self, *flags, **k): self.flags.extend(flags)
+    def addini(self, *a, **k): pass
+recorder = Recorder()
+pytest_addoption(recorder)
+taken["pytest"] = [s.name for s in SETTINGS if s.cli in recorder.flags]
+refusals = {}
+for front, parser in parsers.items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
+        parser.parse_args(required[front] + ["--triton-formats", "onnx"])  # pytest's only
+    refusals[front] = err.getvalue()
+print(json.dumps({"taken": taken, "refusals": refusals}))
 """
+
+
+@pytest.fixture(scope="module")
+def front_parsers() -> str:
+    """Every front end's parser, asked in one subprocess (importing Locust here would patch
+    pytest's process with gevent): the standalone tools' --help, then what each takes."""
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", FRONT_PARSERS],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=PACKAGE.parent,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    locust_help, perf_help, tune_help = done.stdout.split("=====")
+    return done.stdout
+
+
+def test_every_setting_reaches_each_of_its_front_ends(front_parsers: str) -> None:
+    """pytest --help is checked in test_plugin; here Locust's own parser, triton-perf's and
+    triton-tune's."""
+    locust_help, perf_help, tune_help, _ = front_parsers.split("=====")
     for setting in settings_for("locust"):
         if not setting.internal:
             assert setting.cli in locust_help and setting.env in locust_help, setting.name
@@ -223,6 +277,44 @@ print(tune_parser().format_help())
         assert setting.cli in tune_help, setting.name
     assert "--triton-launcher" in tune_help and "--triton-launcher" not in perf_help
     assert {s.fronts and True for s in SETTINGS} == {True}  # every row serves somebody
+
+
+def test_a_setting_given_where_it_is_not_taken_is_refused_on_every_front_end(
+    front_parsers: str,
+) -> None:
+    """Walk the table for every front end: the flag of a setting it does not take is not one
+    of its options (argparse then stops naming it; a real refusal of each parser is shown),
+    and a TRITON_* variable it would ignore is refused naming the variable."""
+    seen = json.loads(front_parsers.strip().splitlines()[-1])
+    for front, names in seen["taken"].items():
+        expected = {s.name for s in SETTINGS if front in s.fronts}
+        if front == "deploy":  # its parser also has flags of its own, named as NVIDIA's
+            assert expected <= set(names), front
+        else:
+            assert set(names) == expected, front
+    for front, text in seen["refusals"].items():
+        assert "--triton-formats" in text, (front, text)
+    # GPU mode reaches every front end that starts a server
+    for name in ("gpu", "gpus", "numerics"):
+        assert {"pytest", "locust", "perf", "tune"} <= BY_NAME[name].fronts, name
+    fronts: tuple[Front, ...] = ("pytest", "locust", "perf", "tune", "deploy")
+    for front in fronts:
+        for setting in SETTINGS:
+            if setting.internal:
+                continue
+            environ = {setting.env: "1"}
+            reads = front in ENV_FRONTS and front in setting.fronts
+            ignored = front not in setting.fronts and front not in ENV_FRONTS
+            if reads or ignored:  # read, or left to the load tools a pytest session runs
+                assert foreign_variables(environ, front) == [], (front, setting.name)
+                continue
+            with pytest.raises(ConfigError, match=setting.env):
+                check_environ(environ, front)
+    with pytest.raises(ConfigError, match="locust does not take --triton-launcher"):
+        check_environ({"TRITON_LAUNCHER": "container", "TRITON_GPU": "1"}, "locust")
+    with pytest.raises(ConfigError, match="pass --triton-gpu"):
+        check_environ({"TRITON_GPU": "1"}, "pytest")
+    check_environ({"TRITON_GPU": "1", "TRITON_TOKEN": "x", "TRITON_GPU_RUNNER": "y"}, "perf")
 
 
 TESTS = PACKAGE.parent / "tests"

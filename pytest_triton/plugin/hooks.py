@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import types
 from collections.abc import Generator, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from pytest_triton.base.config import (
     Setting,
     Source,
     TritonConfig,
+    check_environ,
     check_replicas_behind,
     resolve,
     settings_for,
@@ -96,6 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     try:
+        check_environ(os.environ, "pytest")
         triton = config.stash[CONFIG] = resolve(*sources(config))
         check_replicas_behind(triton, triton.server.url, "--triton-url")
     except ConfigError as exc:

@@ -24,6 +24,7 @@ from pytest_triton.base.config import (
     TritonConfig,
     add_arguments,
     as_values,
+    check_environ,
     check_goodput,
     check_replicas_behind,
     from_arguments,
@@ -37,7 +38,13 @@ from pytest_triton.client.triton_client import Protocol
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.perf.points import Point, bound_search, parse_range, parse_rate_range
 from pytest_triton.load.perf.report import exit_status, sweep_verdict, write_reports
-from pytest_triton.load.runner.embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
+from pytest_triton.load.runner.embedded import (
+    DEFAULT_FORMAT,
+    EmbeddedServer,
+    check_gpu_host,
+    model_source,
+    served_format,
+)
 from pytest_triton.load.runner.user_settings import checked_shared_memory
 
 # What NVIDIA's examples call a sample of each zoo model.
@@ -58,6 +65,7 @@ GENERATOR = (
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        allow_abbrev=False,  # a setting another front end takes is refused, never abbreviated
         prog="triton-perf",
         description="Sweep concurrency and batch size of one model with Locust users "
         "(perf_analyzer's concurrency mode) and report throughput and latency.",
@@ -132,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def perf_config(args: argparse.Namespace) -> TritonConfig:
     """Command line over TRITON_* variables over the table's defaults."""
+    check_environ(os.environ, "perf")
     config = resolve(from_arguments(args, "perf"), from_environ(os.environ, "perf"))
     if config.client.protocol is not None and len(config.client.protocol) > 1:
         raise ConfigError(
@@ -200,7 +209,10 @@ def run(args: argparse.Namespace) -> int:
         if config.load.request_rate
         else None
     )
+    check_gpu_host(config, config.server.url, "--url")
     fmt = config.serving.format or DEFAULT_FORMAT
+    if not config.server.url:  # with --triton-gpu: the GPU preflight, before any export
+        fmt = served_format(config, [model_source(args.model, args.size, None)]) or fmt
     chosen: Protocol | None = None
     if config.client.protocol:
         chosen = "grpc" if config.client.protocol[0] == "grpc" else "http"

@@ -95,9 +95,9 @@ def user_reference(user_class: Any) -> tuple[Reference | None, str]:
     own: Reference | None = getattr(user_class, "reference", None)
     served: EmbeddedModel | None = getattr(user_class, "served", None)
     if own is not None:
-        return own, served.fmt if served is not None else ""
+        return own, served.format if served is not None else ""
     if served is not None:
-        return served.reference, served.fmt
+        return served.reference, served.format
     return None, ""
 
 

@@ -41,16 +41,18 @@ Size = Literal["small", "full"]
 @dataclass
 class EmbeddedModel:
     """A spec a locustfile serves itself when it gets no --host; `fmt` is the export format
-    (served by the python backend on the bundled CPU server)."""
+    (served by the python backend of the bundled server). None: the server's default, onnx
+    on the CPU, on a GPU the first format the server can serve there (served_format)."""
 
     source: SpecSource
-    fmt: str = DEFAULT_FORMAT
+    fmt: str | None = None
     _spec: ModelSpec | None = field(default=None, init=False, repr=False)
     _native: NativeModel | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_format(self.fmt)
+        if self.fmt is not None:
+            check_format(self.fmt)
 
     @property
     def spec(self) -> ModelSpec:
@@ -62,10 +64,15 @@ class EmbeddedModel:
                 _single_threaded_torch()
             return self._spec
 
+    @property
+    def format(self) -> str:
+        """The format it is served in where none is named for the run."""
+        return self.fmt or DEFAULT_FORMAT
+
     def variant(self, fmt: str | None = None) -> Variant:
         from pytest_triton.repository.variants import Variant
 
-        return Variant(self.spec, fmt or self.fmt, "fp32", hosted=True)
+        return Variant(self.spec, fmt or self.format, "fp32", hosted=True)
 
     def model_name(self, fmt: str | None = None) -> str:
         """The Triton model name the embedded server gives this spec (hosted or native alike)."""
@@ -142,6 +149,45 @@ class EmbeddedStream:
 Served: TypeAlias = "EmbeddedModel | EmbeddedSequenceModel | EmbeddedStream"
 
 
+def embedded_config(config: TritonConfig) -> TritonConfig:
+    """The configuration of the server a load test starts itself: a local one (on its GPU with
+    --triton-gpu), loading each model when asked."""
+    return config.with_overrides({"launcher": "local", "model_control": "explicit"})
+
+
+def check_gpu_host(config: TritonConfig, host: str | None, flag: str) -> None:
+    """--triton-gpu starts the load test's own server on a GPU; a given server runs where it
+    runs, so the flag would be ignored: refused."""
+    if config.server.gpu and host:
+        raise ConfigError(
+            f"--triton-gpu serves the model on a GPU of the server started here; with {flag} "
+            f"the load goes to a running server, which runs where it runs: leave out "
+            f"--triton-gpu (or {flag})"
+        )
+
+
+def served_format(config: TritonConfig, models: Sequence[Served]) -> str | None:
+    """The format the embedded server serves: --triton-format, else each model's own, else the
+    default. On a GPU each named format is checked against what the server offers there
+    (refused with the reason), and where none is named it is the first the server can serve
+    on its GPU: the bundled server's onnxruntime has no CUDA provider, so TorchScript. Asking
+    the server what it offers runs the GPU preflight: no GPU stops here, before any export."""
+    if not config.server.gpu:
+        return config.serving.format
+    from pytest_triton.repository.variants import check_servable, default_format
+    from pytest_triton.session.lifecycle import server_target
+
+    target = server_target(embedded_config(config))
+    if config.serving.format:
+        return check_servable(config.serving.format, target)
+    own = [m.fmt for m in models if isinstance(m, EmbeddedModel) and m.fmt]
+    for fmt in own:
+        check_servable(fmt, target)
+    if own or not any(isinstance(m, EmbeddedModel) for m in models):
+        return None  # each model's own (a model without one gets onnx, checked above)
+    return default_format(target)
+
+
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise ConfigError(
@@ -170,9 +216,7 @@ class EmbeddedServer:
             raise ConfigError("nothing to serve: no user class names a model to serve itself")
         self.models = list(models)
         self.fmt = check_format(fmt) if fmt else None
-        self.config = (config or resolve()).with_overrides(
-            {"launcher": "local", "model_control": "explicit"}
-        )
+        self.config = embedded_config(config or resolve())
         self.progress = progress or log.info
         self.repository: Repository | None = None
         self.deployment: Deployment | None = None
@@ -190,13 +234,14 @@ class EmbeddedServer:
     def start(self) -> Endpoints:
         """Export every model, start the server, load them; on any failure leave nothing."""
         from pytest_triton.repository.builder import Repository
-        from pytest_triton.session.lifecycle import start_deployment
+        from pytest_triton.session.lifecycle import launcher_for, start_deployment
 
+        launcher_for(self.config)  # the launcher's preflight (a GPU), before any export
         specs: dict[str, ModelSpec] = {}
         streams = [m for m in self.models if isinstance(m, EmbeddedStream)]
         for m in self.models:
             if isinstance(m, EmbeddedModel):
-                fmt = self.fmt or m.fmt
+                fmt = self.fmt or m.format
                 specs.setdefault(m.spec.name, dataclasses.replace(m.spec, formats=(fmt,)))
         try:
             self.repository = repo = Repository.create(list(specs.values()), progress=self.progress)
@@ -244,7 +289,7 @@ def _quiet(names: Sequence[str]) -> Iterator[None]:
 
 
 def zoo_model(
-    name: str, size: Size = "small", *, fmt: str = DEFAULT_FORMAT, seed: int = 0, **overrides: Any
+    name: str, size: Size = "small", *, fmt: str | None = None, seed: int = 0, **overrides: Any
 ) -> EmbeddedModel:
     """A zoo model with its committed serving settings, built only when first needed."""
     from pytest_triton.models import zoo_spec
@@ -252,7 +297,7 @@ def zoo_model(
     return EmbeddedModel(lambda: zoo_spec(name, size, seed=seed, **overrides), fmt)
 
 
-def model_source(source: str, size: Size = "small", fmt: str = DEFAULT_FORMAT) -> EmbeddedModel:
+def model_source(source: str, size: Size = "small", fmt: str | None = None) -> EmbeddedModel:
     """A zoo name (dlrm, mnist, ...), or MODULE:CALLABLE returning a ModelSpec."""
     if ":" not in source:
         return zoo_model(source, size, fmt=fmt)

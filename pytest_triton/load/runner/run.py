@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import ipaddress
 import logging
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from locust.env import Environment
 
 from pytest_triton.base.config import (
     TritonConfig,
+    check_environ,
     check_goodput,
     check_replicas_behind,
     check_stream_goodput,
@@ -26,7 +28,12 @@ from pytest_triton.base.config import (
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import check_host
 from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
-from pytest_triton.load.runner.embedded import EmbeddedServer, Served
+from pytest_triton.load.runner.embedded import (
+    EmbeddedServer,
+    Served,
+    check_gpu_host,
+    served_format,
+)
 from pytest_triton.load.runner.monitor import RunMonitor
 from pytest_triton.load.runner.options import run_config
 from pytest_triton.load.runner.rollout import PlannedUpdate, plan_update
@@ -126,7 +133,9 @@ class LoadRun:
 
     @classmethod
     def create(cls, environment: Environment) -> LoadRun:
-        """Resolve the run's settings (a bad one raises ConfigError before any load)."""
+        """Resolve the run's settings (a bad one raises ConfigError before any load; so does a
+        TRITON_* variable of a setting Locust does not take)."""
+        check_environ(os.environ, "locust")
         run = cls(environment, run_config(environment))
         check_goodput(run.config)
         check_stream_goodput(run.config)
@@ -155,6 +164,7 @@ class LoadRun:
             )
         host = current_host(self.environment)
         check_replicas_behind(self.config, host, "--host")
+        check_gpu_host(self.config, host, "--host")
         transport = checked_shared_memory(self.config, host)
         if transport != "none":
             log.info("pytest-triton: tensors travel through %s shared memory", transport)
@@ -170,9 +180,12 @@ class LoadRun:
         options = environment.parsed_options
         assert options is not None
         check_serve_address(self.config.server.serve_address)
-        server = EmbeddedServer(
-            served_models(environment.user_classes), self.config.serving.format, config=self.config
-        )
+        models = served_models(environment.user_classes)
+        fmt = served_format(self.config, models)  # with --triton-gpu: the GPU preflight
+        if fmt != self.config.serving.format:  # the users (and workers) name the same model
+            options.triton_format = fmt
+            self.config = run_config(environment)
+        server = EmbeddedServer(models, self.config.serving.format, config=self.config)
         self.server = server
         log.info(
             "pytest-triton: no --host given: starting an embedded tritonserver for %s",

@@ -30,6 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pytest_triton.base.config import (
     TritonConfig,
     add_arguments,
+    check_environ,
     from_arguments,
     from_environ,
     resolve,
@@ -54,7 +55,7 @@ from pytest_triton.load.tune.strategy import (
     remeasured,
 )
 from pytest_triton.load.tune.tables import Outcome, describe, gate_check, markdown, write_all
-from pytest_triton.load.tune.trials import CandidateRunner, memory_unknown
+from pytest_triton.load.tune.trials import CandidateRunner, gpu_formats, memory_unknown
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.spec import ModelSpec
 
@@ -158,11 +159,13 @@ def tune(options: TuneOptions) -> Outcome:
         raise ConfigError("the request batch size must be >= 1")
     if options.constraints.max_memory_mb is not None and config.server.url:
         raise ConfigError(memory_unknown("external"))
-    formats = options.choice.formats or (config.serving.format or DEFAULT_FORMAT,)
-    if config.server.gpu:  # TensorRT and ORT-TensorRT join on a GPU
+    asked = options.choice.formats or ((config.serving.format,) if config.serving.format else ())
+    formats = asked or (DEFAULT_FORMAT,)
+    if config.server.gpu:  # what the GPU server serves there (TensorRT and ORT-TensorRT join)
         servable = FORMATS + GPU_FORMATS
         for fmt in set(formats) - set(servable):
             raise ConfigError(f"export format {fmt!r}: choose from {', '.join(servable)}")
+        formats = gpu_formats(config, asked)
     elif not config.server.url:  # the server we start serves the CPU formats
         for fmt in formats:
             check_format(fmt)
@@ -336,6 +339,7 @@ def _duration(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        allow_abbrev=False,  # a setting another front end takes is refused, never abbreviated
         prog="triton-tune",
         description="Search serving configurations of one model (format, max_batch_size, "
         "dynamic batching, instances, intra-op threads, client concurrency): each candidate "
@@ -446,6 +450,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def options_from(args: argparse.Namespace) -> TuneOptions:
+    check_environ(os.environ, "tune")
     config = resolve(from_arguments(args, "tune"), from_environ(os.environ, "tune"))
     if config.load.request_rate:
         raise ConfigError("triton-tune measures closed loops: leave out --triton-request-rate")
