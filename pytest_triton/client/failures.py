@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import http.client
 import re
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from tritonclient.utils import InferenceServerException
 
-from pytest_triton.base.errors import InferenceError, ServerError
+from pytest_triton.base.errors import InferenceError, RefusedError, ServerError
 from pytest_triton.base.watched_servers import ServerHealth
 
 SERVER_DOWN_WAIT_S = 2.0  # after a transport failure: how long the server may take to be reaped
@@ -177,6 +178,9 @@ def transport(source: RequestSource, model: str, exc: BaseException) -> Exceptio
     if death is not None:
         return death
     kind = f"{type(exc).__name__}: {detail}"
+    tls = tls_problem(exc, detail)
+    if tls is not None:
+        return RefusedError(f"{source.protocol} request to {source.url}: {tls}")
     if timed_out:
         text = f"no answer from the server at {source.url} within {source.timeout_s:g}s ({detail})"
     elif isinstance(exc, (ConnectionResetError, BrokenPipeError, http.client.HTTPException)) or any(
@@ -188,7 +192,34 @@ def transport(source: RequestSource, model: str, exc: BaseException) -> Exceptio
         )
     else:
         text = f"server at {source.url} unreachable: {kind}"
+        if source.protocol == "grpc" and "refused" in lowered:
+            text += (
+                " (where this gRPC address was guessed from the HTTP URL, its port + 1, give "
+                "the server's gRPC URL with --triton-grpc-url)"
+            )
     return InferenceError(model, source.protocol, text)
+
+
+def tls_problem(exc: BaseException, detail: str) -> str | None:
+    """A TLS failure is no unreachable server: say what did not verify and what fixes it."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        reason = f"certificate verify failed: {cause.verify_message}"
+    elif isinstance(cause, ssl.SSLError):
+        reason = cause.reason or str(cause)
+    elif "certificate verify failed" in detail.lower() or "CERTIFICATE_VERIFY" in detail:
+        reason = detail
+    else:
+        return None
+    if "verify" in reason.lower():
+        return (
+            f"TLS certificate verification failed: {reason}; give the CA bundle that signed "
+            "the server's certificate with --triton-tls-ca (and --triton-tls-server-name where "
+            "its name differs from the host)"
+        )
+    return f"TLS handshake failed: {reason}"
 
 
 def unexpected(source: RequestSource, model: str, exc: Exception) -> Exception:

@@ -39,9 +39,11 @@ from pytest_triton.load.locust.user_settings import (
     stats_protocol,
     user_endpoint,
     user_model,
+    user_protocol,
     user_security,
 )
 from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
+from pytest_triton.load.preflight import preflight_load
 
 log = logging.getLogger("pytest_triton.load")
 DEFAULT_RUN_TIME_S = 30
@@ -153,6 +155,11 @@ class LoadRun:
             log.info("pytest-triton: tensors travel through %s shared memory", transport)
         if host:
             check_host(host, self.config.load.allow_remote)
+            turns = range(max(1, len(self.config.client.protocol or ())))
+            users = self.environment.user_classes
+            protocols = [user_protocol(c, host, self.config, i) for c in users for i in turns]
+            protocols = protocols or [stats_protocol(host, self.config)]
+            preflight_load(host, "--host", protocols, self.config)
             plan_update(self.config, None)  # refused: only the embedded server's model
         elif len(_user_hosts(self.environment)) <= 1:
             self.start_server()

@@ -49,12 +49,16 @@ def measured(environment: Environment) -> tg.Measured:
         duration = max(total.last_request_timestamp - total.start_time, 1e-9)
     logged = requests.total() if requests is not None else Slice()
     pct = logged.histogram.percentiles_ms(PERCENTILES)
+    avg_ms = logged.avg_ms
+    if total.num_requests and total.num_failures >= total.num_requests:
+        # every request failed: their latencies are no answer's, so none is reported
+        pct, avg_ms = dict.fromkeys(pct, math.nan), math.nan
     return tg.Measured(
         requests=total.num_requests,
         failures=total.num_failures,
         samples=logged.samples,
         duration_s=duration,
-        avg_ms=logged.avg_ms,
+        avg_ms=avg_ms,
         p95_ms=pct[95],
         p99_ms=pct[99],
         p50_ms=pct[50],

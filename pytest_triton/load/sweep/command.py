@@ -37,6 +37,7 @@ from pytest_triton.client.triton_client import Protocol
 from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, EmbeddedServer, model_source
 from pytest_triton.load.locust.user_settings import checked_shared_memory
 from pytest_triton.load.measure.latency_histogram import ms_text
+from pytest_triton.load.preflight import preflight_load
 from pytest_triton.load.sweep.points import Point, bound_search, parse_range, parse_rate_range
 from pytest_triton.load.sweep.report import exit_status, sweep_verdict, write_reports
 
@@ -208,6 +209,11 @@ def run(args: argparse.Namespace) -> int:
     generator: GeneratorProcess | None = None
     points: list[Point] = []
     try:
+        if config.server.url:  # before any model is made: a refusal is said at once
+            check_host(config.server.url, config.load.allow_remote)
+            scheme = parse_url(config.server.url)[0]
+            asked: Protocol = chosen or ("grpc" if scheme in ("grpc", "grpcs") else "http")
+            preflight_load(config.server.url, "--url", [asked], config)
         served = model_source(args.model, args.size, fmt)
         transport = checked_shared_memory(config, config.server.url)
         if transport != "none":

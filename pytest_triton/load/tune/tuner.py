@@ -36,7 +36,10 @@ from pytest_triton.base.config import (
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS
+from pytest_triton.base.urls import parse_url
+from pytest_triton.client.wire.request import Protocol
 from pytest_triton.load.locust.embedded import DEFAULT_FORMAT, Size, check_format, model_source
+from pytest_triton.load.preflight import preflight_load
 from pytest_triton.load.sweep.command import UNITS
 from pytest_triton.load.sweep.points import parse_range
 from pytest_triton.load.tune import space as sp
@@ -158,6 +161,13 @@ def tune(options: TuneOptions) -> Outcome:
         raise ConfigError("the request batch size must be >= 1")
     if options.constraints.max_memory_mb is not None and config.server.url:
         raise ConfigError(memory_unknown("external"))
+    if config.server.url:  # one request before any export: a refusal is said at once
+        scheme = parse_url(config.server.url)[0]
+        asked = (config.client.protocol or ())[:1] or (
+            "grpc" if scheme in ("grpc", "grpcs") else "http",
+        )
+        protocol: Protocol = "grpc" if asked[0] == "grpc" else "http"
+        preflight_load(config.server.url, "--triton-url", [protocol], config)
     formats = options.choice.formats or (config.serving.format or DEFAULT_FORMAT,)
     if config.server.gpu:  # TensorRT and ORT-TensorRT join on a GPU
         servable = FORMATS + GPU_FORMATS
