@@ -158,7 +158,7 @@ def test_pytest_names_each_refusal_at_once(
         ("wrong token", "test_wrong_token"),
         ("wrong CA", "test_wrong_ca"),
     ):
-        (line,) = [line for line in output.splitlines() if f"ERROR at setup of {test} " in line]
+        assert f"ERROR at setup of {test} " in output, output[-3000:]
         setup = re.search(rf"([0-9.]+)s setup +\S*{test}\b", output)
         assert setup is not None and float(setup.group(1)) < FAST_S, output[-3000:]
         errors = [e for e in output.splitlines() if e.startswith("E ") and "RefusedError" in e]
