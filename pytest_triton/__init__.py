@@ -10,12 +10,14 @@ import importlib
 from importlib.metadata import version
 from typing import Any
 
+from pytest_triton.base import moved
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import (
     ConfigError,
     ExportError,
     InferenceError,
     ModelLoadError,
+    RefusedError,
     ServerError,
     SharedMemoryError,
     SpecError,
@@ -35,6 +37,7 @@ from pytest_triton.repository import (
 from pytest_triton.session.deployment import Deployment, ServedModel
 
 __version__ = version("pytest-triton")
+moved.install()  # names moved since 0.1.0 keep working from their old paths, with a warning
 
 
 def __getattr__(name: str) -> Any:
@@ -56,6 +59,7 @@ __all__ = [
     "ModelSpec",
     "ModelStats",
     "ParityResult",
+    "RefusedError",
     "Repository",
     "ServedModel",
     "ServerError",

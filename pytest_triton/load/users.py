@@ -67,7 +67,14 @@ Answered = tuple[PreparedRequest, RawAnswer]
 _user_numbers = itertools.count()
 _refused: set[str] = set()
 
-__all__ = ["GrpcTritonUser", "HttpTritonUser", "TritonUser", "default_targets", "zoo_model"]
+__all__ = [
+    "EmbeddedModel",
+    "GrpcTritonUser",
+    "HttpTritonUser",
+    "TritonUser",
+    "default_targets",
+    "zoo_model",
+]
 
 
 def _numpy(value: Any) -> Array:

@@ -18,10 +18,8 @@ import pytest
 from pytest_triton.base.config import resolve
 from pytest_triton.base.errors import RefusedError
 from pytest_triton.base.security import Security
-from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.client import refusals
 from pytest_triton.load.preflight import targets
-from pytest_triton.repository.builder import Repository
 from tests.helpers import certificates, nginx
 from tests.helpers.certificates import Pki, make_pki
 from tests.helpers.locust_runs import (
@@ -33,7 +31,6 @@ from tests.helpers.locust_runs import (
     subprocess_env,
     triton_perf_args,
 )
-from tests.helpers.probe_models import probe_spec
 from tests.helpers.raw_models import write_python_model
 
 pytestmark = [
@@ -79,14 +76,10 @@ class Ingress:
 
 @pytest.fixture(scope="module")
 def ingress(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ingress]:
-    """add_one and the probe model served as deployed behind nginx with TLS and the token."""
+    """add_one served as deployed behind nginx with TLS and the token."""
     pki = make_pki(tmp_path_factory.mktemp("pki"))
     root = tmp_path_factory.mktemp("repo")
-    write_python_model(root, "add_one")
-    spec = dataclasses.replace(probe_spec(), formats=("torchscript-trace",), triton_name="probe")
-    probe = Repository(root, [spec])
-    probe.plan(ServerTarget())
-    probe.ensure_all()
+    write_python_model(root, "add_one")  # nothing is ever asked of it: the refusal comes first
     certificate = (pki.server_cert, pki.server_key)
     prefix = tmp_path_factory.mktemp("nginx")
     with nginx.deployed_behind_tls(root, certificate, TOKEN, prefix) as hostport:
@@ -182,7 +175,7 @@ def _perf(ingress: Ingress, case: str, tmp_path: Path) -> Locust:
         "--url",
         ingress.url,
         "--model-name",
-        "probe",
+        "add_one",
         "--concurrency-range",
         "2",
         "-p",
