@@ -28,6 +28,7 @@ from pytest_triton.base.config import (
     check_replicas_behind,
     from_arguments,
     from_environ,
+    join_dash_values,
     resolve,
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
@@ -333,7 +334,7 @@ def _sweep(
 
 
 def perf_main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(join_dash_values(sys.argv[1:] if argv is None else argv))
     try:
         parse_range(args.batch_size)
         parse_range(args.concurrency_range)

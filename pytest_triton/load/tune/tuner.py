@@ -32,6 +32,7 @@ from pytest_triton.base.config import (
     add_arguments,
     from_arguments,
     from_environ,
+    join_dash_values,
     resolve,
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
@@ -511,7 +512,7 @@ def options_from(args: argparse.Namespace) -> TuneOptions:
 
 def tune_main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_dash_values(sys.argv[1:] if argv is None else argv))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         options = options_from(args)
