@@ -3,9 +3,10 @@ not a test.
 
 A deep, narrow MLP (many tiny layers: its cost is per call, not per row) gains over 10x in
 process from batch 1 to batch 64. Its committed configuration serves it without dynamic
-batching. The quick search (one intra-op thread, as measured in process) runs `--runs` times over max_batch_size 8..64 and concurrency
-1..16; each run passes when its best configuration serves at least `--want` times the
-committed one's throughput (the issue's bar: 3x, in two runs out of two).
+batching. The quick search (one intra-op thread, as measured in process) runs `--runs`
+times over max_batch_size 8..64 and concurrency 1..16; each run passes when its best
+configuration serves at least `--want` times the committed one's throughput (the issue's
+bar: 3x, in two runs out of two).
 
     python benchmarks/tune_batching.py --runs 2
 
@@ -105,7 +106,6 @@ def tune_once(out: Path) -> dict[str, object]:
         "1",
         "--threads",
         "1",
-        "--no-progress",
         "-o",
         str(out),
     ]
