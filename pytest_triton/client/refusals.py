@@ -113,9 +113,6 @@ def status_refusal(target: Target, status: int, reason: str) -> str | None:
                 "--triton-headers 'Authorization: Bearer ${TOKEN}'"
             )
         return f"{target.shown} refused the request: {said}; {fix}"
-    if status == 400 and "https" not in target.given and target.protocol == "http":
-        # nginx: "The plain HTTP request was sent to HTTPS port"
-        return None
     return None
 
 
@@ -141,6 +138,8 @@ def _http(target: Target, timeout_s: float) -> Answer:
             conn.request("GET", READY_PATH, headers=security.header_values())
             response = conn.getresponse()
             body = response.read(512).decode(errors="replace")
+        except ssl.SSLError as exc:  # TLS 1.3: a missing client certificate shows here
+            return Answer(False, tls_failure(target, exc))
         except (OSError, http.client.HTTPException) as exc:
             return Answer(False, problem=f"{type(exc).__name__}: {exc}")
         finally:
@@ -149,7 +148,7 @@ def _http(target: Target, timeout_s: float) -> Answer:
         sock.close()
     if response.status == 200:
         return Answer(True)
-    if response.status == 400 and "HTTPS port" in body and not security.tls:
+    if response.status == 400 and "HTTPS port" in body and not security.tls:  # nginx's words
         return Answer(
             False,
             f"{target.shown} answers HTTP 400: it speaks TLS: write https:// instead of "
