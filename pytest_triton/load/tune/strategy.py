@@ -255,7 +255,7 @@ class Search:
     trials: dict[Candidate, Trial] = field(default_factory=dict)
     stopped: str = ""
     remaining: int = 0  # what the progress line's ETA counts: left in the list, or this pass
-    remeasures: int = 2  # a loss within the spread is measured again at most this often
+    remeasures: int = 1  # a loss within the spread is measured again at most this often
     remeasured: int = 0  # how many times that happened
 
     def __post_init__(self) -> None:
