@@ -19,6 +19,7 @@ from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.goodput import goodput_between, share_within
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram
 from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.measure.windows import merge
 from pytest_triton.load.sweep import points as perf
 from tests.helpers.locust_runs import REPO, Locust, run_locust, triton_perf_args
 
@@ -175,3 +176,6 @@ def test_windows_where_every_request_failed_report_no_latency() -> None:
     assert failed.requests == failed.failures == 100
     assert math.isnan(failed.p99_ms) and math.isnan(failed.avg_ms), failed
     assert mixed.failures == 50 and mixed.p99_ms == pytest.approx(5.0, rel=1e-2)
+    assert math.isnan(merge([failed]).p99_ms) and math.isnan(merge([failed]).avg_ms)
+    both = merge([failed, mixed])
+    assert both.requests == 200 and both.avg_ms == pytest.approx(5.0, rel=1e-2)
