@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -187,23 +188,40 @@ def _perf(ingress: Ingress, case: str, tmp_path: Path) -> Locust:
     return Locust(cmd, None, ingress.env(case))
 
 
+def _tune(ingress: Ingress, case: str, tmp_path: Path) -> Locust:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest_triton.load.tune",
+        "-m",
+        "tests.helpers.probe_models:probe_spec",
+        "--triton-url",
+        ingress.url,
+        "-o",
+        str(tmp_path / "tune"),
+    ]
+    return Locust(cmd, None, ingress.env(case))
+
+
 def test_locust_and_triton_perf_stop_before_any_load(ingress: Ingress, tmp_path: Path) -> None:
-    """Each refusal, Locust and triton-perf: their one preflight request is refused, so they
-    exit with status 2 within seconds of starting (a minute of load was asked for), no user
-    spawned and no sweep point measured, naming the cause and the option."""
+    """Each refusal, Locust and triton-perf (and triton-tune, without the token): their one
+    preflight request is refused, so they exit with status 2 within seconds of starting (a
+    minute of load was asked for), no user spawned, no sweep point measured and nothing
+    exported, naming the cause and the option."""
     started = time.monotonic()
     runs = {
         (front, case): make(ingress, case, tmp_path)
         for front, make in (("locust", _locust), ("perf", _perf))
         for case in CASES
-    }  # all six at once: most of their time is importing
+    }  # all at once: most of their time is importing
+    runs["tune", "missing token"] = _tune(ingress, "missing token", tmp_path)
     finished: dict[tuple[str, str], Finished] = {
         key: run.finish(timeout=RUN_S + 60) for key, run in runs.items()
     }
     for (front, case), done in finished.items():
         output = done.output
         assert done.code == 2, f"{front}, {case}: {done.tail()}"
-        option = "--host" if front == "locust" else "--url"
+        option = {"locust": "--host", "perf": "--url", "tune": "--triton-url"}[front]
         assert_names_the_cause(output, case, ingress.url, option)
         if front == "locust":
             lines = output.splitlines()
@@ -211,9 +229,11 @@ def test_locust_and_triton_perf_stop_before_any_load(ingress: Ingress, tmp_path:
             refused = _stamp(next(line for line in lines if "pytest-triton: " in line))
             assert (refused - start).total_seconds() < FAST_S, done.tail()
             assert "Ramping to" not in output and "Spawning" not in output, done.tail()
-        else:
+        elif front == "perf":
             assert not (tmp_path / f"{case.replace(' ', '-')}.json").exists(), done.tail()
-    # six processes importing torch on a shared machine: the bound only says that no run
+        else:
+            assert not (tmp_path / "tune").exists() and "export" not in output, done.tail()
+    # seven processes importing torch on a shared machine: the bound only says that no run
     # lasted the minute of load it was given
     assert time.monotonic() - started < RUN_S, [f.wall_s for f in finished.values()]
 
