@@ -97,6 +97,7 @@ class TritonUser(User):
 
     abstract = True
     wait_time = constant(0)
+    triton_preflight: ClassVar[bool] = True  # its run asks --host once before any load
     model: str | None = None
     version: str = ""
     batch_size: int = 1

@@ -155,15 +155,23 @@ class LoadRun:
             log.info("pytest-triton: tensors travel through %s shared memory", transport)
         if host:
             check_host(host, self.config.load.allow_remote)
-            turns = range(max(1, len(self.config.client.protocol or ())))
-            users = self.environment.user_classes
-            protocols = [user_protocol(c, host, self.config, i) for c in users for i in turns]
-            protocols = protocols or [stats_protocol(host, self.config)]
-            preflight_load(host, "--host", protocols, self.config)
+            if options.headless:  # with the web UI: when the run starts (its host may change)
+                self.preflight(host)
             plan_update(self.config, None)  # refused: only the embedded server's model
         elif len(_user_hosts(self.environment)) <= 1:
             self.start_server()
         # several explicit class hosts: each is checked when its users start
+
+    def preflight(self, host: str) -> None:
+        """One request to the host, over each protocol its Triton users send on, before any
+        user starts: a refusal (401/403, TLS, a closed port) ends the run at once, naming the
+        option that fixes it (RefusedError). Users that send no Triton requests ask nothing."""
+        users = [c for c in self.environment.user_classes if getattr(c, "triton_preflight", 0)]
+        if not users or host == self.embedded_host:
+            return
+        turns = range(max(1, len(self.config.client.protocol or ())))
+        protocols = [user_protocol(c, host, self.config, i) for c in users for i in turns]
+        preflight_load(host, "--host", protocols, self.config)
 
     def start_server(self) -> None:
         environment = self.environment
@@ -219,6 +227,9 @@ class LoadRun:
             return
         self.config = config = run_config(environment)
         check_load_allowed(host, config)
+        options = environment.parsed_options
+        if options is not None and not options.headless:
+            self.preflight(host)  # headless runs asked before their users spawned
         models = [user_model(c, config) for c in environment.user_classes]
         protocol = stats_protocol(host, config)
         if self.tracker is not None:
