@@ -155,9 +155,9 @@ class LoadRun:
             log.info("pytest-triton: tensors travel through %s shared memory", transport)
         if host:
             check_host(host, self.config.load.allow_remote)
+            plan_update(self.config, None)  # refused: only the embedded server's model
             if options.headless:  # with the web UI: when the run starts (its host may change)
                 self.preflight(host)
-            plan_update(self.config, None)  # refused: only the embedded server's model
         elif len(_user_hosts(self.environment)) <= 1:
             self.start_server()
         # several explicit class hosts: each is checked when its users start
