@@ -102,6 +102,10 @@ from pytest_triton import factories
 missing_token = factories.server(headers=(), scope="function")
 wrong_token = factories.server(headers=("Authorization: Bearer wrong",), scope="function")
 wrong_ca = factories.server(tls_ca=os.environ["OTHER_CA"], scope="function")
+polling_repository = factories.repository([])
+polling = factories.server(
+    repository="polling_repository", launcher="local", model_control="poll", deployed=False
+)
 """
 PYTEST_TESTS = """
 def test_missing_token(missing_token):
@@ -115,6 +119,12 @@ def test_wrong_ca(wrong_ca):
 
 def test_with_the_token(triton_client):
     assert triton_client.is_server_ready()
+
+def test_the_docs_server_args_form_starts_a_polling_server(polling, triton_config):
+    import psutil
+    assert triton_config.server.server_args == ("--repository-poll-secs=1",)
+    command = psutil.Process(polling.server.process.pid).cmdline()
+    assert "--repository-poll-secs=1" in command and "--model-control-mode=poll" in command
 """
 
 
@@ -123,7 +133,9 @@ def test_pytest_names_each_refusal_at_once(
 ) -> None:
     """One pytest run, --triton-deployed through the ingress with the CA and the token; three
     servers of its own refused three ways: each test errors at setup within seconds (not
-    after --triton-startup-timeout), naming its cause; the server with the token answers."""
+    after --triton-startup-timeout), naming its cause; the server with the token answers.
+    The same run gives `--triton-server-args "--repository-poll-secs=1"` as docs/load.md
+    writes it (a value that begins with '--'): a local server of its own starts with it."""
     pytester.makeconftest(PYTEST_CONFTEST)
     pytester.makepyfile(PYTEST_TESTS)
     monkeypatch.setenv("OTHER_CA", str(ingress.pki.other_ca))
@@ -143,10 +155,12 @@ def test_pytest_names_each_refusal_at_once(
         str(ingress.pki.ca),
         "--triton-headers",
         "Authorization: Bearer ${INGRESS_TOKEN}",
+        "--triton-server-args",
+        "--repository-poll-secs=1",
         timeout=180,
     )
     output = result.stdout.str() + result.stderr.str()
-    result.assert_outcomes(passed=1, errors=3)
+    result.assert_outcomes(passed=2, errors=3)
     for case, test in (
         ("missing token", "test_missing_token"),
         ("wrong token", "test_wrong_token"),

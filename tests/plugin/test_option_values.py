@@ -1,6 +1,7 @@
 """Option values as the docs write them: a --triton-server-args value that begins with '--'
-given as its own word (`--triton-server-args "--repository-poll-secs=1"`), and MODULE:CALLABLE
-references to a module in the current directory, found as `python -m` finds it."""
+given as its own word (`--triton-server-args "--repository-poll-secs=1"`; a pytest run with it
+starts a server in tests/load/test_refusals.py, whose pytester run is paid for already), and
+MODULE:CALLABLE references to a module in the current directory, found as `python -m` does."""
 
 from __future__ import annotations
 
@@ -12,16 +13,6 @@ import pytest
 from pytest_triton.base.config import join_dash_values
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.importing import load_object
-
-POLL_TEST = """
-import psutil
-
-def test_the_server_polls_as_asked(triton_server, triton_config):
-    assert triton_config.server.server_args == ("--repository-poll-secs=1",)
-    command = psutil.Process(triton_server.server.process.pid).cmdline()
-    assert "--repository-poll-secs=1" in command, command
-    assert "--model-control-mode=poll" in command, command
-"""
 
 
 def test_a_value_that_begins_with_dashes_is_joined_to_its_flag() -> None:
@@ -35,22 +26,6 @@ def test_a_value_that_begins_with_dashes_is_joined_to_its_flag() -> None:
     assert join_dash_values(words) == ["--triton-server-args=" + words[1]]
     kept = ["--triton-server-args=--a=1", "--triton-url", "http://h:1"]
     assert join_dash_values(kept) == kept
-
-
-@pytest.mark.triton
-def test_the_docs_server_args_form_starts_a_polling_server(pytester: pytest.Pytester) -> None:
-    """The form docs/load.md shows, on pytest's command line: a local server started with it."""
-    pytester.makepyfile(POLL_TEST)
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--triton-model-control",
-        "poll",
-        "--triton-server-args",
-        "--repository-poll-secs=1",
-        timeout=180,
-    )
-    result.assert_outcomes(passed=1)
 
 
 def test_a_module_in_the_current_directory_is_found(
