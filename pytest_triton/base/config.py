@@ -16,7 +16,7 @@ import argparse
 import dataclasses
 import math
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -1084,6 +1084,30 @@ TARGETS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.bound is not None)
 
 def settings_for(front: Front) -> list[Setting]:
     return [s for s in SETTINGS if front in s.fronts]
+
+
+DASH_VALUE_FLAGS: frozenset[str] = frozenset(
+    flag for s in SETTINGS if s.parse is parse_shell_words for flag in (s.cli, *s.aliases)
+)
+"""Flags whose value is itself a list of flags (tritonserver's arguments)."""
+
+
+def join_dash_values(argv: Sequence[str]) -> list[str]:
+    """`--triton-server-args "--repository-poll-secs=1"`, as the docs write it: argparse reads
+    a value that begins with '-' as another option ("expected one argument"), so each such
+    value is joined to its flag (`--triton-server-args=--repository-poll-secs=1`) before any
+    front end parses its command line."""
+    joined: list[str] = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg in DASH_VALUE_FLAGS and index + 1 < len(argv) and argv[index + 1].startswith("-"):
+            joined.append(f"{arg}={argv[index + 1]}")
+            index += 2
+        else:
+            joined.append(arg)
+            index += 1
+    return joined
 
 
 def check_names(names: Iterable[str]) -> None:

@@ -7,3 +7,28 @@ processes, `webui/` is the web UI's Triton tab, `sweep/` is triton-perf, `tune/`
 Rules: a front end, never imported by `plugin` or `cli`; only `users`, `locust/`, `webui/` and
 `sweep/` import locust (it monkey-patches the process with gevent); nothing here imports pytest.
 """
+
+import importlib
+from typing import Any
+
+LOCUSTFILE_HELPERS = (
+    "EmbeddedModel",
+    "GrpcTritonUser",
+    "HttpTritonUser",
+    "TritonUser",
+    "default_targets",
+    "zoo_model",
+)
+"""What a locustfile imports (`from pytest_triton.load import TritonUser`, or from
+`pytest_triton.load.users`): the public surface of the Locust front end."""
+
+
+def __getattr__(name: str) -> Any:
+    """The locustfile helpers, imported on first use: `pytest_triton.load.users` imports
+    locust, which patches the process with gevent, so only a locustfile may pay for it."""
+    if name in LOCUSTFILE_HELPERS:
+        return getattr(importlib.import_module("pytest_triton.load.users"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = list(LOCUSTFILE_HELPERS)

@@ -65,7 +65,14 @@ Answered = tuple[PreparedRequest, RawAnswer]
 _user_numbers = itertools.count()
 _refused: set[str] = set()
 
-__all__ = ["GrpcTritonUser", "HttpTritonUser", "TritonUser", "default_targets", "zoo_model"]
+__all__ = [
+    "EmbeddedModel",
+    "GrpcTritonUser",
+    "HttpTritonUser",
+    "TritonUser",
+    "default_targets",
+    "zoo_model",
+]
 
 
 def _numpy(value: Any) -> Array:
@@ -88,6 +95,7 @@ class TritonUser(User):
 
     abstract = True
     wait_time = constant(0)
+    triton_preflight: ClassVar[bool] = True  # its run asks --host once before any load
     model: str | None = None
     version: str = ""
     batch_size: int = 1

@@ -21,6 +21,7 @@ from pytest_triton.base.config import (
     TritonConfig,
     check_environ,
     check_replicas_behind,
+    join_dash_values,
     resolve,
     settings_for,
 )
@@ -50,7 +51,24 @@ class _Unset:
 UNSET: Any = _Unset()  # an ini key nobody set (pytest's own default would be "")
 
 
+def accept_dash_values(parser: pytest.Parser) -> None:
+    """`--triton-server-args "--repository-poll-secs=1"` as the docs write it: pytest's
+    argparse would read the value as another option, so this parser joins such a value to
+    its flag before each of its parses (this parser only; nothing else of pytest changes)."""
+    for name in ("parse", "parse_known_and_unknown_args"):
+        original = getattr(parser, name, None)
+        if original is None or getattr(original, "joins_dash_values", False):
+            continue
+
+        def joined(args: Any, *rest: Any, _original: Any = original, **named: Any) -> Any:
+            return _original(join_dash_values([os.fspath(a) for a in args]), *rest, **named)
+
+        joined.joins_dash_values = True  # type: ignore[attr-defined]
+        setattr(parser, name, joined)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
+    accept_dash_values(parser)
     group = parser.getgroup("triton", "pytest-triton: serve PyTorch models on Triton")
     for setting in settings_for("pytest"):
         text = setting.describe()

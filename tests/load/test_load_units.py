@@ -279,6 +279,24 @@ def test_server_report_reads_like_perf_analyzer() -> None:
     assert "could not keep up" in generator_warnings(cpu_percent=97.0)[0]
 
 
+def test_server_report_names_the_requests_in_flight_at_stop() -> None:
+    """A distributed run's client count and the server's differ by the requests in flight
+    when Locust stopped its users: the report says how many, and why."""
+    delta = ModelStats(
+        inference_count=771, execution_count=771, success=Duration(771, 771 * 1_000_000)
+    )
+    report = ModelReport("m", delta, client_requests=763)
+    assert report.in_flight_at_stop == 8 and report.as_dict()["in_flight_at_stop"] == 8
+    assert (
+        "the client counted 763 successful requests, the server 771: 8 in flight when the "
+        "users stopped" in report.text()
+    )
+    same = ModelReport("m", delta, client_requests=771)
+    assert same.in_flight_at_stop == 0 and "Client and server counts" not in same.text()
+    assert "the server only 771: 9" in ModelReport("m", delta, client_requests=780).text()
+    assert ModelReport("m", delta).in_flight_at_stop is None
+
+
 # -- perf sweep -------------------------------------------------------------------------------
 def point(concurrency: int, p99: float, batch: int = 1, failures: int = 0) -> Point:
     return Point(

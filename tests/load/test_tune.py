@@ -390,6 +390,10 @@ def test_gate_fails_a_committed_config_that_falls_short(tmp_path: Path) -> None:
     assert result["gate"]["passed"] is False and result["gate"]["shortfall_percent"] > 10
     assert "GATE FAIL: the committed configuration falls" in output
     assert not result["best"]["committed"] and result["best"]["candidate"]["dynamic_batching"]
+    # every measured candidate carries its spread (its windows' throughputs), as the CSV does
+    measured = [c for c in result["candidates"] if c["status"] == "measured"]
+    assert all(c["spread"] is not None and c["spread"] >= 0 for c in measured), measured
+    assert ",spread," in (out / "candidates.csv").read_text().splitlines()[0]
     diff = (out / "config.diff").read_text()
     assert "+dynamic_batching {" in diff and "+  max_queue_delay_microseconds: 2000" in diff
 

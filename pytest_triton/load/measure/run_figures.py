@@ -148,12 +148,16 @@ def client_figures(record: RunRecord) -> tg.Measured:
     Locust's own percentiles, whole ms below 100 ms, stay in its UI."""
     logged = record.log.total() if record.log is not None else Slice()
     pct = logged.histogram.percentiles_ms(PERCENTILES)
+    avg_ms = logged.avg_ms
+    if record.requests and record.failures >= record.requests:
+        # every request failed: their latencies are no answer's, so none is reported
+        pct, avg_ms = dict.fromkeys(pct, math.nan), math.nan
     return tg.Measured(
         requests=record.requests,
         failures=record.failures,
         samples=logged.samples,
         duration_s=record.duration_s,
-        avg_ms=logged.avg_ms,
+        avg_ms=avg_ms,
         p95_ms=pct[95],
         p99_ms=pct[99],
         p50_ms=pct[50],

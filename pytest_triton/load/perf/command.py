@@ -29,6 +29,7 @@ from pytest_triton.base.config import (
     check_replicas_behind,
     from_arguments,
     from_environ,
+    join_dash_values,
     resolve,
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
@@ -38,6 +39,7 @@ from pytest_triton.client.triton_client import Protocol
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.perf.points import Point, bound_search, parse_range, parse_rate_range
 from pytest_triton.load.perf.report import exit_status, sweep_verdict, write_reports
+from pytest_triton.load.preflight import preflight_load
 from pytest_triton.load.runner.embedded import (
     DEFAULT_FORMAT,
     EmbeddedServer,
@@ -220,6 +222,11 @@ def run(args: argparse.Namespace) -> int:
     generator: GeneratorProcess | None = None
     points: list[Point] = []
     try:
+        if config.server.url:  # before any model is made: a refusal is said at once
+            check_host(config.server.url, config.load.allow_remote)
+            scheme = parse_url(config.server.url)[0]
+            asked: Protocol = chosen or ("grpc" if scheme in ("grpc", "grpcs") else "http")
+            preflight_load(config.server.url, "--url", [asked], config)
         served = model_source(args.model, args.size, fmt)
         transport = checked_shared_memory(config, config.server.url)
         if transport != "none":
@@ -339,7 +346,7 @@ def _sweep(
 
 
 def perf_main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(join_dash_values(sys.argv[1:] if argv is None else argv))
     try:
         parse_range(args.batch_size)
         parse_range(args.concurrency_range)

@@ -6,6 +6,7 @@ No locust import here: the functions take Locust's parser and environment as arg
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from pytest_triton.base.config import (
@@ -13,6 +14,7 @@ from pytest_triton.base.config import (
     add_arguments,
     from_arguments,
     from_mapping,
+    join_dash_values,
     resolve,
 )
 from pytest_triton.base.urls import is_loopback_host
@@ -37,6 +39,9 @@ def add_options(parser: Any) -> None:
     unless --web-host (or LOCUST_WEB_HOST, or a config file) says otherwise."""
     add_arguments(parser, "locust", env_vars=True)
     parser.set_defaults(web_host=WEB_HOST)
+    # Locust parses sys.argv right after this event: a --triton-server-args value that
+    # begins with '--' is joined to its flag first
+    sys.argv[1:] = join_dash_values(sys.argv[1:])
 
 
 def web_ui_exposure(web_host: str | None, web_login: bool) -> str | None:

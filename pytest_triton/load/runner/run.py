@@ -28,6 +28,7 @@ from pytest_triton.base.config import (
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import check_host
 from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
+from pytest_triton.load.preflight import preflight_load
 from pytest_triton.load.runner.embedded import (
     EmbeddedServer,
     Served,
@@ -52,6 +53,7 @@ from pytest_triton.load.runner.user_settings import (
     stats_protocol,
     user_endpoint,
     user_model,
+    user_protocol,
     user_security,
 )
 
@@ -171,9 +173,22 @@ class LoadRun:
         if host:
             check_host(host, self.config.load.allow_remote)
             plan_update(self.config, None)  # refused: only the embedded server's model
+            if options.headless:  # with the web UI: when the run starts (its host may change)
+                self.preflight(host)
         elif len(_user_hosts(self.environment)) <= 1:
             self.start_server()
         # several explicit class hosts: each is checked when its users start
+
+    def preflight(self, host: str) -> None:
+        """One request to the host, over each protocol its Triton users send on, before any
+        user starts: a refusal (401/403, TLS, a closed port) ends the run at once, naming the
+        option that fixes it (RefusedError). Users that send no Triton requests ask nothing."""
+        users = [c for c in self.environment.user_classes if getattr(c, "triton_preflight", 0)]
+        if not users or host == self.embedded_host:
+            return
+        turns = range(max(1, len(self.config.client.protocol or ())))
+        protocols = [user_protocol(c, host, self.config, i) for c in users for i in turns]
+        preflight_load(host, "--host", protocols, self.config)
 
     def start_server(self) -> None:
         environment = self.environment
@@ -232,6 +247,9 @@ class LoadRun:
             return
         self.config = config = run_config(environment)
         check_load_allowed(host, config)
+        options = environment.parsed_options
+        if options is not None and not options.headless:
+            self.preflight(host)  # headless runs asked before their users spawned
         models = [user_model(c, config) for c in environment.user_classes]
         protocol = stats_protocol(host, config)
         if self.tracker is not None:

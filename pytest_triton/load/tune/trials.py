@@ -24,7 +24,7 @@ from pytest_triton.client.triton_client import Protocol
 from pytest_triton.load.perf.command import GeneratorProcess
 from pytest_triton.load.perf.points import Point
 from pytest_triton.load.tune.space import Candidate, thread_parameter
-from pytest_triton.load.tune.strategy import Constraints, Trial, check_constraints
+from pytest_triton.load.tune.strategy import Constraints, Trial, check_constraints, windows_spread
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import Variant, check_servable, default_format
@@ -297,6 +297,7 @@ class CandidateRunner:
         trial.within_slo = math.nan if point.goodput is None else point.goodput
         trial.memory_mb = max(m for m in (memory_idle, memory) if m is not None) if memory else None
         trial.stable = point.stable
+        trial.spread = windows_spread(point.windows)
         trial.point = point.as_dict()
         trial.violations = check_constraints(trial, self.constraints)
         if point.failures:

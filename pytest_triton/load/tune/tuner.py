@@ -33,12 +33,16 @@ from pytest_triton.base.config import (
     check_environ,
     from_arguments,
     from_environ,
+    join_dash_values,
     resolve,
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS
+from pytest_triton.base.urls import parse_url
+from pytest_triton.client.wire.request import Protocol
 from pytest_triton.load.perf.command import UNITS
 from pytest_triton.load.perf.points import parse_range
+from pytest_triton.load.preflight import preflight_load
 from pytest_triton.load.runner.embedded import DEFAULT_FORMAT, Size, check_format, model_source
 from pytest_triton.load.tune import space as sp
 from pytest_triton.load.tune.progress import Progress
@@ -159,6 +163,13 @@ def tune(options: TuneOptions) -> Outcome:
         raise ConfigError("the request batch size must be >= 1")
     if options.constraints.max_memory_mb is not None and config.server.url:
         raise ConfigError(memory_unknown("external"))
+    if config.server.url:  # one request before any export: a refusal is said at once
+        scheme = parse_url(config.server.url)[0]
+        asked = (config.client.protocol or ())[:1] or (
+            "grpc" if scheme in ("grpc", "grpcs") else "http",
+        )
+        protocol: Protocol = "grpc" if asked[0] == "grpc" else "http"
+        preflight_load(config.server.url, "--triton-url", [protocol], config)
     asked = options.choice.formats or ((config.serving.format,) if config.serving.format else ())
     formats = asked or (DEFAULT_FORMAT,)
     if config.server.gpu:  # what the GPU server serves there (TensorRT and ORT-TensorRT join)
@@ -506,7 +517,7 @@ def options_from(args: argparse.Namespace) -> TuneOptions:
 
 def tune_main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_dash_values(sys.argv[1:] if argv is None else argv))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         options = options_from(args)
