@@ -139,7 +139,7 @@ def steps(python: str = sys.executable) -> list[Step]:
             (
                 python,
                 "-m",
-                "pytest_triton.load.tune",
+                "pytest_triton.cli.triton_tune",
                 "-m",
                 "dlrm",
                 "-b",

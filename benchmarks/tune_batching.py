@@ -91,7 +91,7 @@ def tune_once(out: Path) -> dict[str, object]:
     cmd = [
         sys.executable,
         "-m",
-        "pytest_triton.load.tune",
+        "pytest_triton.cli.triton_tune",
         "-m",
         "benchmarks.tune_batching:deep_mlp_spec",
         "-b",

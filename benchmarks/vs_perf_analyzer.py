@@ -259,7 +259,7 @@ def run_pa(executable: Path, served: Served, args: argparse.Namespace, workdir: 
 
 def run_triton_perf(served: Served, args: argparse.Namespace, workdir: Path) -> Result:
     url = f"{args.protocol}://{served.endpoints.url(args.protocol)}"
-    cmd = [sys.executable, "-m", "pytest_triton.load.perf", "-m", served.source]
+    cmd = [sys.executable, "-m", "pytest_triton.cli.triton_perf", "-m", served.source]
     cmd += ["--model-name", served.model, "-u", url, "--triton-protocol", args.protocol]
     cmd += ["-b", str(args.batch), *load_args(args), *window_args(args, "--max-trials")]
     cmd += ["--triton-allow-unstable", "--no-progress"]

@@ -28,9 +28,11 @@ from pytest_triton.base.errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_triton"
 # Bottom to top: a layer may import itself and the layers before it. Front ends sit above
-# them all and never import each other.
-LAYERS = ("base", "client", "parity", "repository", "models", "server", "session", "gate")
-FRONTS = ("plugin", "load", "cli")
+# them all and never import each other. `load` is the load engine (Locust's side, the sweep,
+# the search) that the locustfiles and the command-line tools drive; pytest's plugin never
+# imports it (it imports locust, which patches the process with gevent).
+LAYERS = ("base", "client", "parity", "repository", "models", "server", "session", "load", "gate")
+FRONTS = ("plugin", "cli")
 ROOT_FILES = {"__init__.py", "py.typed"}
 
 
@@ -167,6 +169,13 @@ def test_the_gate_report_reads_documents_only() -> None:
         assert not roots & {"pytest", "_pytest", "locust", "gevent"}, (module, roots)
 
 
+def test_the_pytest_plugin_imports_no_load_module() -> None:
+    plugin = [m for m in MODULES if layer(m) == "plugin"]
+    assert plugin
+    for module in plugin:
+        assert not {d for d in reaches(module) if layer(d) == "load"}, module
+
+
 def test_load_measure_imports_no_locust() -> None:
     """What a run measured is read by pytest and the gate too: no locust, gevent or pytest."""
     measure = [m for m in MODULES if m.startswith("pytest_triton.load.measure")]
@@ -204,8 +213,8 @@ import contextlib, io, json, sys
 import locust.argument_parser as ap
 from pytest_triton.base.config import SETTINGS
 from pytest_triton.load.runner.options import add_options
-from pytest_triton.load.perf.command import _parser as perf_parser
-from pytest_triton.load.tune.tuner import _parser as tune_parser
+from pytest_triton.cli.triton_perf import _parser as perf_parser
+from pytest_triton.cli.triton_tune import _parser as tune_parser
 from pytest_triton.cli.deploy import deployer_parser
 from pytest_triton.plugin.hooks import pytest_addoption
 

@@ -99,6 +99,16 @@ MOVED_PACKAGES: dict[str, str] = {
     "load.sweep": "load.perf",  # named after the command it serves (triton-perf)
     "load.runner.arrivals": "load.measure.arrivals",  # plain measurement, no Locust
 }
+"""Names that left a module which stays (its command-line part went to cli/): the module's
+`__getattr__` (moved_names) finds them where they are now."""
+MOVED_NAMES: dict[str, dict[str, str]] = {
+    "load.perf.command": {"perf_main": "cli.triton_perf", "perf_config": "cli.triton_perf"},
+    "load.tune.tuner": {
+        "tune_main": "cli.triton_tune",
+        "options_from": "cli.triton_tune",
+        "open_table": "cli.triton_tune",
+    },
+}
 PUBLIC_ALIASES: dict[str, str] = {
     "factories": "plugin.factories",  # public since 0.1.0: `import pytest_triton.factories`
 }
@@ -225,5 +235,19 @@ def forwarder(package: str) -> Callable[[str], Any]:
                         warn_moved(f"{package}.{name}", f"{target}.{name}")
                     return getattr(module, name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+def moved_names(module: str) -> Callable[[str], Any]:
+    """A module's `__getattr__` for the names MOVED_NAMES says left it, with the warning."""
+    homes = MOVED_NAMES[module[len(PACKAGE) + 1 :]]
+
+    def __getattr__(name: str) -> Any:
+        if name in homes:
+            new = _full(homes[name])
+            warn_moved(f"{module}.{name}", f"{new}.{name}")
+            return getattr(importlib.import_module(new), name)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__

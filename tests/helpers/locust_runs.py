@@ -93,7 +93,7 @@ class Locust:
     def what(self) -> str:
         """Which tool ran on what, for progress lines: `locust -f dlrm.py`."""
         args = [str(a) for a in self.args]
-        tool = "triton-perf" if "pytest_triton.load.perf.command" in args else Path(args[0]).name
+        tool = "triton-perf" if "pytest_triton.cli.triton_perf" in args else Path(args[0]).name
         if "-m" in args and args[args.index("-m") + 1] == "locust":
             tool = "locust"
         target = next((Path(args[i + 1]).name for i, a in enumerate(args[:-1]) if a == "-f"), "")
@@ -162,7 +162,7 @@ class Locust:
 def triton_perf_args(model: str) -> list[str]:
     """The start of a triton-perf command line for `model` (as `python -m`, so that the
     checkout's code runs); the test adds the rest."""
-    return [sys.executable, "-m", "pytest_triton.load.perf.command", "-m", model]
+    return [sys.executable, "-m", "pytest_triton.cli.triton_perf", "-m", model]
 
 
 def locust_args(locustfile: Path, *args: str, report: Path | None = None) -> list[str]:

@@ -89,7 +89,7 @@ def test_locust_and_triton_perf_stop_at_once_naming_the_missing_gpu() -> None:
             text=True,
         ),
         "triton-perf": subprocess.Popen(
-            [sys.executable, "-m", "pytest_triton.load.perf", "-m", "dlrm", "--triton-gpu"],
+            [sys.executable, "-m", "pytest_triton.cli.triton_perf", "-m", "dlrm", "--triton-gpu"],
             env=subprocess_env(),
             cwd=REPO,
             stdout=subprocess.PIPE,

@@ -206,7 +206,7 @@ def _tune(ingress: Ingress, case: str, tmp_path: Path) -> Locust:
     cmd = [
         sys.executable,
         "-m",
-        "pytest_triton.load.tune",
+        "pytest_triton.cli.triton_tune",
         "-m",
         "tests.helpers.probe_models:probe_spec",
         "--triton-url",

@@ -18,6 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton.base.config import resolve
 from pytest_triton.base.errors import ConfigError
+from pytest_triton.cli.triton_tune import _parser, options_from
 from pytest_triton.load.tune import space as sp
 from pytest_triton.load.tune.progress import Progress
 from pytest_triton.load.tune.space import Candidate, SearchSpace
@@ -34,7 +35,7 @@ from pytest_triton.load.tune.strategy import (
 )
 from pytest_triton.load.tune.tables import Outcome, gate_check, markdown
 from pytest_triton.load.tune.trials import check_launcher
-from pytest_triton.load.tune.tuner import TuneOptions, _parser, options_from
+from pytest_triton.load.tune.tuner import TuneOptions
 from pytest_triton.load.tune.tuner import tune as run_tune
 from pytest_triton.server.gpu import visible_gpus
 from tests.helpers.locust_runs import Locust, subprocess_env
@@ -302,7 +303,7 @@ def tune(tmp_path: Path, *args: str, timeout: float = 180) -> tuple[int, str, Pa
     cmd = [
         sys.executable,
         "-m",
-        "pytest_triton.load.tune",
+        "pytest_triton.cli.triton_tune",
         *args,
         "-b",
         "1",
