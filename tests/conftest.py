@@ -58,10 +58,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(group))
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Under `make test`'s xdist, the sessions this suite starts itself (pytester, pytest and
-    Locust subprocesses) are not xdist workers: the plugin would name their models after the
-    worker this suite runs in."""
-    if hasattr(config, "workerinput"):
-        for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
-            del os.environ[name]
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A session a test starts is not a worker of `make test`'s xdist, even when the test
+    runs in one: the plugin would name its models on external servers after that worker."""
+    for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
+        monkeypatch.delenv(name)
+    return pytester

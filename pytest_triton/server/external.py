@@ -17,7 +17,7 @@ from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.base.urls import Endpoints, endpoints_from
 from pytest_triton.client import refusals
 from pytest_triton.client.wire.request import Protocol
-from pytest_triton.server.launcher import RunningServer, ServerArgs
+from pytest_triton.server.launcher import RunningServer, ServerArgs, poll_until_ready
 
 
 class ExternalServer(RunningServer):
@@ -107,20 +107,21 @@ def wait_until_serving(
         given or f"{scheme}://{hostport}", option, protocol, hostport, security
     )
     started = time.monotonic()
-    deadline = started + timeout_s
-    while True:
+
+    def probe() -> str | None:
         answer = refusals.probe(target, min(timeout_s, refusals.PROBE_TIMEOUT_S))
         if answer.ready:
-            return
+            return None
         if answer.refusal is not None:
             if not answer.transient or time.monotonic() - started > REFUSED_GRACE_S:
                 raise RefusedError(answer.refusal)
-            problem = answer.refusal
-        else:
-            problem = answer.problem
-        if time.monotonic() > deadline:
-            raise ServerError(
-                f"the server at {target.shown} is not ready after {timeout_s:.0f}s: "
-                f"{problem}; raise --triton-startup-timeout if its models are large"
-            )
-        time.sleep(0.2)
+            return answer.refusal
+        return answer.problem
+
+    def timed_out(problem: str) -> BaseException:
+        return ServerError(
+            f"the server at {target.shown} is not ready after {timeout_s:.0f}s: "
+            f"{problem}; raise --triton-startup-timeout if its models are large"
+        )
+
+    poll_until_ready(probe, timeout_s, timed_out, interval_s=0.2)

@@ -35,7 +35,11 @@ def free_port() -> int:
 def subprocess_env(**extra: str) -> dict[str, str]:
     """This environment without any TRITON_* setting (tests must not inherit targets), with
     the checkout importable (the probe locustfile imports tests.load)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "LOCUST_"))}
+    env = {  # nor xdist's: a Locust run is not a worker of the suite's xdist
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "LOCUST_", "PYTEST_XDIST_"))
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     # Runs of a few seconds hold too few measurement windows to be stable: only the tests of
     # stability itself (test_measurement.py) ask for it.
