@@ -76,7 +76,6 @@ def steps(python: str = sys.executable) -> list[Step]:
             (
                 *pytest,
                 "tests/models/test_gpu_served.py",
-                "tests/server/test_gpu_mode.py",
                 "tests/load/test_gpu_front_ends.py",
                 "--triton-gpu",
                 "--junitxml={out}/gpu-tests.xml",

@@ -213,6 +213,9 @@ def pipeline(
 
     def fixture(request: pytest.FixtureRequest) -> ServedPipeline:
         deployment: Deployment = request.getfixturevalue(server)
+        unservable = getattr(deployment.repository, "unservable", {}).get(name)
+        if unservable is not None:
+            pytest.skip(unservable)
         return served_pipeline(deployment, name, getattr(request, "param", None) or mode)
 
     fixture_function: Any = pytest.fixture(scope=scope)(fixture)  # type: ignore[call-overload]

@@ -33,10 +33,17 @@ class _Pipeline:
         ]
 
     def _request(self, step, tensors):
+        kwargs = {}
+        if hasattr(pb_utils, "PreferredMemory"):
+            # a step on the GPU answers in host memory: the pipeline's tensors are numpy
+            kwargs["preferred_memory"] = pb_utils.PreferredMemory(
+                pb_utils.TRITONSERVER_MEMORY_CPU, 0
+            )
         return pb_utils.InferenceRequest(
             model_name=step["model"],
             requested_output_names=list(step["outputs"]),
             inputs=[pb_utils.Tensor(n, np.ascontiguousarray(tensors[n])) for n in step["inputs"]],
+            **kwargs,
         )
 
     def _take(self, step, response, tensors):
@@ -52,6 +59,12 @@ class _Pipeline:
                 raise RuntimeError(
                     f"pipeline {self.pipeline!r} step {step['step']!r}: model "
                     f"{step['model']!r} returned no output {name!r}"
+                )
+            if not tensor.is_cpu():  # a server that ignores the preferred memory
+                raise RuntimeError(
+                    f"pipeline {self.pipeline!r} step {step['step']!r}: model "
+                    f"{step['model']!r} answered {name!r} in GPU memory, which this python "
+                    "model reads only from the host"
                 )
             tensors[name] = tensor.as_numpy()
 

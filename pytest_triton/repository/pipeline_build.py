@@ -38,6 +38,8 @@ class PipelineRepository(Repository):
 
     def __init__(self, root: Path, specs: Sequence[ModelSpec], **kwargs: object) -> None:
         self.pipelines = []
+        # pipelines this server cannot serve, with the reason (their steps were not planned)
+        self.unservable: dict[str, str] = {}
         super().__init__(root, specs, **kwargs)  # type: ignore[arg-type]
 
     @classmethod
@@ -63,6 +65,12 @@ class PipelineRepository(Repository):
     def plan(self, target: ServerTarget | Iterable[str]) -> list[Variant]:
         variants = super().plan(target)
         for pipeline in self.pipelines:
+            try:
+                for step in pipeline.steps:
+                    self.step_variant(pipeline, step)
+            except SpecError as exc:  # e.g. a run planned at fp16 only: the others still serve
+                self.unservable[pipeline.name] = str(exc)
+                continue
             for mode in pipeline.modes:
                 self.write_front(pipeline, mode)
         return variants
@@ -83,7 +91,8 @@ class PipelineRepository(Repository):
         reasons = [u.reason for u in self.unavailable if u.id.startswith(spec_name + "-")]
         raise SpecError(
             f"pipeline {pipeline.name!r}: step {step.name!r} ({pipeline.step_format_of(step)}) "
-            f"cannot be served here: {'; '.join(reasons) or 'it was not planned at fp32'}"
+            f"cannot be served here: {'; '.join(reasons) or 'it was not planned at fp32'} "
+            "(pipelines are served at fp32: add fp32 to --triton-precisions)"
         )
 
     def front_name(self, pipeline: PipelineSpec, mode: str) -> str:
