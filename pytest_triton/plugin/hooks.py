@@ -31,10 +31,11 @@ from pytest_triton.client.wire.shm import ID_SUFFIX, cuda_problem
 from pytest_triton.plugin import factories, gate_report, step_report
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import plan_variants
-from pytest_triton.server.launcher import LIVE_SERVERS
+from pytest_triton.server.launcher import LIVE_SERVERS, RunningServer
 from pytest_triton.session.lifecycle import launcher_for, server_target
 
 CONFIG = pytest.StashKey[TritonConfig]()
+SERVERS_BEFORE = pytest.StashKey[frozenset[RunningServer]]()  # live when a session began
 # The plugin's own markers, registered in every session that loads it; the project's suite
 # registers its own (container, load, slow, reliability) in pyproject.toml.
 MARKERS = {
@@ -113,6 +114,7 @@ def sources(pytestconfig: pytest.Config) -> list[Source]:
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml reads --junitxml (the report points it)
 def pytest_configure(config: pytest.Config) -> None:
+    config.stash[SERVERS_BEFORE] = LIVE_SERVERS.started()
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     try:
@@ -340,6 +342,7 @@ def pytest_runtest_makereport(
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Last line of defence: stop any server a fixture's teardown did not reach."""
-    LIVE_SERVERS.stop_all()
+    """Last line of defence: stop any server of this session a fixture's teardown did not
+    reach (not those of a session this one runs inside: pytester's in-process runs)."""
+    LIVE_SERVERS.stop_all(keep=config.stash.get(SERVERS_BEFORE, frozenset()))
     step_report.unregister(config)

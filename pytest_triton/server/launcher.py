@@ -198,9 +198,16 @@ class LiveServers:
         with self._lock:
             self._servers.discard(server)
 
-    def stop_all(self) -> None:
+    def started(self) -> frozenset[RunningServer]:
+        """The servers live now (a session notes them when it begins)."""
         with self._lock:
-            servers = list(self._servers)
+            return frozenset(self._servers)
+
+    def stop_all(self, keep: frozenset[RunningServer] = frozenset()) -> None:
+        """Stop every live server but those in `keep`: a pytest session run inside another
+        (pytester's in-process runs) stops its own servers, not its host session's."""
+        with self._lock:
+            servers = [s for s in self._servers if s not in keep]
         for server in servers:
             server.stop()
 
