@@ -1,7 +1,9 @@
 # Two commands do all the set-up (see README.md):
 #   make gate   - the main job: release gate of the example models on an embedded local Triton (CPU)
 #   make test   - the plugin's own test suite
-# CI (.github/workflows/ci.yml) runs lint, test-cpu, test-container and gate.
+# CI runs `make lint`, `.ci/run` (the system set-up, then exactly `make test`) and `make gate`
+# (.github/workflows/ci.yml; .ci/run starts the Docker engine, builds the offline CPU image and
+# installs test-deps first). test-cpu and test-container are parts of `make test` for local use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,8 +18,8 @@ GATE_ARGS ?=
 # where it exists, else $(PYTHON)
 TOOL_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: gate test test-deps test-cpu test-container lint install clean bench bench-loadgen \
-	bench-serving bench-perf-analyzer chromium screenshots perf-analyzer
+.PHONY: gate test test-fast test-deps test-cpu test-container lint install clean bench bench-loadgen \
+	bench-serving bench-perf-analyzer chromium screenshots perf-analyzer gpu-proof
 
 # An editable install leaves out setup.py's pytest_triton_locust.pth (it puts our options into
 # `locust --help`), so it is copied into the environment's site-packages here.
@@ -40,23 +42,36 @@ gate: $(STAMP)
 		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
 # The suite, after the Debian packages it drives (test-deps: chromium for the web UI test,
-# nginx for the replica tests) and perf_analyzer (the CSV compatibility test).
+# nginx for the replica tests) and perf_analyzer (the CSV compatibility test). Two xdist
+# workers, each test file on one worker (its module's servers start once; the files that
+# share the zoo server run together). Three overloaded two cores: model loads inside timed
+# Locust runs (the update tests) outlasted their runs.
+TEST_WORKERS ?= 2
 test: $(STAMP) test-deps perf-analyzer
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
-# The suite without Docker (CI's CPU job)
+# The edit loop's tier, under 3 minutes: the unit tests and one real server (the local
+# launcher's own tests), on two workers.
+FAST_TESTS := tests/test_architecture.py tests/repository tests/parity/test_parity_messages.py \
+	tests/load/test_windows.py tests/load/test_load_units.py tests/load/test_web_units.py \
+	tests/load/test_stream_log.py tests/gate tests/server/test_local_launcher.py
+test-fast: $(STAMP)
+	$(BIN)/pytest -n 2 --dist loadgroup $(FAST_TESTS)
+
+# The suite without Docker (part of make test)
 test-cpu: $(STAMP) perf-analyzer
 	$(BIN)/pytest -m "not container"
 
 # Container tests on the offline CPU image (needs a Docker engine: .ci/docker-engine, and root
-# for debootstrap); CI's container job
+# for debootstrap); part of make test
 test-container: $(STAMP)
 	images/build-cpu-image
 	TESTCONTAINERS_RYUK_DISABLED=true $(BIN)/pytest -m container
 
 # Debian packages the suite drives as real parts: chromium (the web UI test), nginx (the
-# ingress in front of Triton replicas) and faketime (a Locust worker's clock set off). Installed where missing, as root or through
-# password-less sudo; otherwise make stops and says what to run.
+# ingress in front of Triton replicas) and faketime (a Locust worker's clock set off); on a
+# fresh Debian machine 27 packages, 414 MB (README.md). Installed where missing, as root or
+# through password-less sudo; otherwise make stops and says what to run.
 test-deps:
 	@missing=; \
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
@@ -104,6 +119,14 @@ bench-loadgen: $(STAMP) perf-analyzer
 # The same artifact in-process vs served (1 and 8 clients, per shared-memory transport)
 bench-serving: $(STAMP)
 	$(BIN)/python benchmarks/serving_overhead.py --repeat 3 --duration 5
+
+# The GPU proof (docs/gpu.md), on a GPU machine after `source .gpu/setup.sh`: the examples gate
+# at fp32 and fp16, the GPU tests, Locust, serving_overhead and triton-tune on the GPU, within
+# 8 minutes; gpu-proof.tar.gz and gpu-proof-summary.md land in $OUT (else ./gpu-proof). Its
+# python3 is the machine's own (no venv): the kit put the project on PYTHONPATH.
+GPU_PROOF_OUT ?= $(or $(OUT),gpu-proof)
+gpu-proof:
+	$(PYTHON) benchmarks/gpu_proof.py --out $(GPU_PROOF_OUT)
 
 # triton-perf against perf_analyzer on one server, the statistics API as referee
 bench-perf-analyzer: $(STAMP) perf-analyzer

@@ -1,5 +1,5 @@
 """setuptools' hook for the one file pyproject.toml cannot place: pytest_triton_locust.pth at the
-top of site-packages (see pytest_triton/load/locust/help_options.py for why it exists)."""
+top of site-packages (see pytest_triton/load/runner/help_options.py for why it exists)."""
 
 from pathlib import Path
 

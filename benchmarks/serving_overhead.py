@@ -67,6 +67,17 @@ class Point:
     refused: str = ""
     server_infer_ms: float = float("nan")  # the model's own compute per execution, server side
     server_request_ms: float = float("nan")  # a request's time in the server
+    # where a request's time in the server goes: queue, compute input, compute output
+    server_queue_ms: float = float("nan")
+    server_input_ms: float = float("nan")
+    server_output_ms: float = float("nan")
+
+    @property
+    def client_ms(self) -> float:
+        """A request's mean latency at the client (closed loop: clients / request rate) less
+        its time in the server: the client library, the network stack and the wire."""
+        mean_ms = self.clients * self.batch / self.samples_per_s * 1e3
+        return mean_ms - self.server_request_ms
 
 
 def measure(
@@ -228,7 +239,19 @@ def run_model(
                         delta = read_stats(deployment.client("http"), variant.model_name) - before
                         times = delta.latency_breakdown_us()
                         measured.setdefault((transport, n), []).append(
-                            (*result, times["compute_infer"] / 1e3, times["request"] / 1e3)
+                            (
+                                *result,
+                                *(
+                                    times[k] / 1e3
+                                    for k in (
+                                        "compute_infer",
+                                        "request",
+                                        "queue",
+                                        "compute_input",
+                                        "compute_output",
+                                    )
+                                ),
+                            )
                         )
                     except ConfigError as exc:  # a transport this machine cannot use
                         refused[transport] = str(exc)
@@ -237,9 +260,9 @@ def run_model(
                         for client in opened:
                             client.close()
         for (mode, n), results in measured.items():
-            infer, request = (
+            infer, request, queue, cin, cout = (
                 statistics.median(r[i] for r in results) if len(results[0]) > 3 else float("nan")
-                for i in (3, 4)
+                for i in (3, 4, 5, 6, 7)
             )
             points.append(
                 Point(
@@ -252,6 +275,9 @@ def run_model(
                     int(sum(r[2] for r in results)),
                     server_infer_ms=infer,
                     server_request_ms=request,
+                    server_queue_ms=queue,
+                    server_input_ms=cin,
+                    server_output_ms=cout,
                 )
             )
         points += [Point(label, batch, t, 0, refused=reason) for t, reason in refused.items()]
@@ -269,26 +295,32 @@ def progress(message: str) -> None:
 def table(points: list[Point], protocol: str) -> str:
     lines = [
         f"| model | batch | transport ({protocol}) | clients | throughput | "
-        "/ in-process | p99 latency | server: request / compute |",
-        "|---|---|---|---|---|---|---|---|",
+        "/ in-process | p99 latency | server: request / compute | where a request's time "
+        "goes: client + queue + compute input + infer + output (ms) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     base = {p.model: p for p in points if p.mode == "in-process"}
     for p in points:
         unit = UNITS.get(p.model.removesuffix("-fp16"), "samples/s")
         if p.refused:
-            lines.append(f"| {p.model} | {p.batch} | {p.mode} | - | refused: {p.refused} | | | |")
+            lines.append(f"| {p.model} | {p.batch} | {p.mode} | - | refused: {p.refused} | | | | |")
             continue
         ratio = p.samples_per_s / base[p.model].samples_per_s if p.model in base else 1.0
         clients = p.clients if p.mode != "in-process" else "-"
-        server = (
-            ""
-            if p.server_request_ms != p.server_request_ms
-            else f"{p.server_request_ms:.1f} / {p.server_infer_ms:.1f} ms"
+        served = p.server_request_ms == p.server_request_ms  # not NaN: measured in a server
+        server = f"{p.server_request_ms:.1f} / {p.server_infer_ms:.1f} ms" if served else ""
+        parts = (
+            p.client_ms,
+            p.server_queue_ms,
+            p.server_input_ms,
+            p.server_infer_ms,
+            p.server_output_ms,
         )
+        breakdown = " + ".join(f"{x:.1f}" for x in parts) if served else ""
         lines.append(
             f"| {p.model} | {p.batch} | {p.mode} | {clients} | "
             f"{p.samples_per_s:,.0f} {unit} | {ratio:.2f} | {p.p99_ms:.1f} ms | "
-            f"{server} |"
+            f"{server} | {breakdown} |"
         )
     return "\n".join(lines)
 

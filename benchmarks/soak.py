@@ -35,7 +35,7 @@ import psutil
 
 from pytest_triton import TritonClient
 from pytest_triton.client.stats import read_stats
-from pytest_triton.load.locust.embedded import EmbeddedServer, zoo_model
+from pytest_triton.load.runner.embedded import EmbeddedServer, zoo_model
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -49,7 +49,7 @@ from perf_analyzer_tool import MISSING, find_perf_analyzer, run_perf_analyzer
 from pytest_triton import ModelSpec, TritonClient
 from pytest_triton.base.dtypes import Array
 from pytest_triton.client.stats import ModelStats, read_stats
-from pytest_triton.load.locust.embedded import EmbeddedServer, zoo_model
+from pytest_triton.load.runner.embedded import EmbeddedServer, zoo_model
 from pytest_triton.server import LocalLauncher, ServerArgs
 
 HERE = Path(__file__).resolve().parent
@@ -259,7 +259,7 @@ def run_pa(executable: Path, served: Served, args: argparse.Namespace, workdir: 
 
 def run_triton_perf(served: Served, args: argparse.Namespace, workdir: Path) -> Result:
     url = f"{args.protocol}://{served.endpoints.url(args.protocol)}"
-    cmd = [sys.executable, "-m", "pytest_triton.load.sweep", "-m", served.source]
+    cmd = [sys.executable, "-m", "pytest_triton.cli.triton_perf", "-m", served.source]
     cmd += ["--model-name", served.model, "-u", url, "--triton-protocol", args.protocol]
     cmd += ["-b", str(args.batch), *load_args(args), *window_args(args, "--max-trials")]
     cmd += ["--triton-allow-unstable", "--no-progress"]

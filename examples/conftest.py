@@ -5,10 +5,15 @@ import pytest
 
 from pytest_triton import factories
 from pytest_triton.models import ZOO, zoo_spec
+from pytest_triton.models.pipelines import mnist_pipeline
 
 # One instance per model: the examples' counts (5 MNIST, 2 text-recognition) are for their
 # hardware, and every instance of a python-hosted model is a process of its own.
-triton_repository = factories.repository([zoo_spec(name, instance_count=1) for name in ZOO])
+# ... and MNIST with its pre- and post-processing as a pipeline (ensemble and BLS models).
+triton_repository = factories.repository(
+    [zoo_spec(name, instance_count=1) for name in ZOO], pipelines=[mnist_pipeline()]
+)
+digits = factories.pipeline("mnist_pipeline")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from pytest_triton import Deployment, TritonConfig
+from pytest_triton.base.config import foreign_variables
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locustfiles" / "dlrm.py"
 USERS, ROWS, SECONDS = 2, 1024, 7
@@ -78,7 +79,12 @@ def test_dlrm_meets_its_load_targets(
         *WINDOWS,
         *(part for flag, value in TARGETS.items() for part in (flag, value)),
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_PERF_")}
+    # Not this session's targets, nor variables of settings Locust does not take (which it
+    # refuses: TRITON_MAX_TRIALS set for the tune gate of the same session)
+    foreign = {name for name, _ in foreign_variables(os.environ, "locust")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("TRITON_PERF_") and k not in foreign
+    }
     done = subprocess.run(
         command,
         capture_output=True,

@@ -8,41 +8,105 @@ from documents only), `session`, `server`, `models`, `repository`, `parity`, `cl
 
 import importlib
 from importlib.metadata import version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_triton.base.config import TritonConfig
-from pytest_triton.base.errors import (
-    ConfigError,
-    ExportError,
-    InferenceError,
-    ModelLoadError,
-    ServerError,
-    SharedMemoryError,
-    SpecError,
-    TritonTestError,
-)
-from pytest_triton.client.stats import ModelStats, StatsWindow, assert_dynamic_batching
-from pytest_triton.client.triton_client import TritonClient
-from pytest_triton.parity.compare import Tolerance, assert_parity
-from pytest_triton.parity.results import ParityResult
-from pytest_triton.repository import (
-    DynamicBatching,
-    InstanceGroup,
-    ModelSpec,
-    Repository,
-    TensorSpec,
-)
-from pytest_triton.session.deployment import Deployment, ServedModel
+if TYPE_CHECKING:
+    from pytest_triton.base.config import TritonConfig
+    from pytest_triton.base.errors import (
+        ConfigError,
+        ExportError,
+        InferenceError,
+        ModelLoadError,
+        RefusedError,
+        ServerError,
+        SharedMemoryError,
+        SpecError,
+        TritonTestError,
+    )
+    from pytest_triton.client.stats import ModelStats, StatsWindow, assert_dynamic_batching
+    from pytest_triton.client.triton_client import TritonClient
+    from pytest_triton.parity.compare import Tolerance, assert_parity
+    from pytest_triton.parity.results import ParityResult
+    from pytest_triton.plugin import factories
+    from pytest_triton.repository import (
+        DynamicBatching,
+        InstanceGroup,
+        ModelSpec,
+        PipelineSpec,
+        Repository,
+        Step,
+        TensorSpec,
+    )
+    from pytest_triton.repository.sequence import SequenceSpec
+    from pytest_triton.session.deployment import Deployment, ServedModel
+    from pytest_triton.session.served_pipeline import ServedPipeline
+    from pytest_triton.session.served_sequences import ServedSequenceModel
+
+from pytest_triton.base import moved
 
 __version__ = version("pytest-triton")
+moved.install()
+
+# Each public name and the module that holds it, imported on first use: a Locust process or a
+# client that needs TritonClient does not pay for torch (the repository layer imports it).
+_HOME = {
+    "TritonConfig": "pytest_triton.base.config",
+    **dict.fromkeys(
+        [
+            "ConfigError",
+            "ExportError",
+            "InferenceError",
+            "ModelLoadError",
+            "RefusedError",
+            "ServerError",
+            "SharedMemoryError",
+            "SpecError",
+            "TritonTestError",
+        ],
+        "pytest_triton.base.errors",
+    ),
+    **dict.fromkeys(
+        ["ModelStats", "StatsWindow", "assert_dynamic_batching"], "pytest_triton.client.stats"
+    ),
+    "TritonClient": "pytest_triton.client.triton_client",
+    "Tolerance": "pytest_triton.parity.compare",
+    "assert_parity": "pytest_triton.parity.compare",
+    "ParityResult": "pytest_triton.parity.results",
+    **dict.fromkeys(
+        [
+            "DynamicBatching",
+            "InstanceGroup",
+            "ModelSpec",
+            "PipelineSpec",
+            "Repository",
+            "Step",
+            "TensorSpec",
+        ],
+        "pytest_triton.repository",
+    ),
+    "Deployment": "pytest_triton.session.deployment",
+    "ServedModel": "pytest_triton.session.deployment",
+    "ServedPipeline": "pytest_triton.session.served_pipeline",
+    "SequenceSpec": "pytest_triton.repository.sequence",
+    "ServedSequenceModel": "pytest_triton.session.served_sequences",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """`from pytest_triton import factories` (public since 0.1.0) without importing pytest's
-    side of the package for users of the library alone."""
+    """Public names load their module when first asked for (`factories`, public since 0.1.0,
+    is pytest's side of the package)."""
     if name == "factories":
         return importlib.import_module("pytest_triton.plugin.factories")
-    raise AttributeError(f"module 'pytest_triton' has no attribute {name!r}")
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'pytest_triton' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
 
 
 __all__ = [
@@ -56,12 +120,18 @@ __all__ = [
     "ModelSpec",
     "ModelStats",
     "ParityResult",
+    "PipelineSpec",
+    "RefusedError",
     "Repository",
+    "SequenceSpec",
     "ServedModel",
+    "ServedPipeline",
+    "ServedSequenceModel",
     "ServerError",
     "SharedMemoryError",
     "SpecError",
     "StatsWindow",
+    "Step",
     "TensorSpec",
     "Tolerance",
     "TritonClient",

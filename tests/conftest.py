@@ -3,6 +3,7 @@ numpy-2 interpreter for the stub-environment tests."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,37 @@ def numpy2_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.helpers.interpreters import make_numpy2_venv
 
     return make_numpy2_venv(tmp_path_factory.mktemp("interpreters"))
+
+
+# Files whose tests share the session's zoo server: under xdist they run on one worker, which
+# exports the zoo and starts its server once.
+ZOO_SERVER_FILES = (
+    "client/test_shared_memory.py",
+    "load/test_batching_gates.py",
+    "models/test_zoo_accuracy.py",
+    "models/test_zoo_served.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With `-n N --dist loadgroup` (make test) each test file runs on one worker, so its
+    module-scoped servers start once, and the zoo server's files share one worker."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    tests = Path(__file__).parent
+    for item in items:
+        if any(True for _ in item.iter_markers("xdist_group")):
+            continue
+        path = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
+        group = "zoo-server" if path in ZOO_SERVER_FILES else (path or item.nodeid)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A session a test starts is not a worker of `make test`'s xdist, even when the test
+    runs in one: the plugin would name its models on external servers after that worker."""
+    for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
+        monkeypatch.delenv(name)
+    return pytester

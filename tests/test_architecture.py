@@ -6,6 +6,8 @@ One settings table feeds every front end."""
 from __future__ import annotations
 
 import ast
+import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -13,13 +15,24 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.base.config import SETTINGS, settings_for
+from pytest_triton.base.config import (
+    BY_NAME,
+    ENV_FRONTS,
+    SETTINGS,
+    Front,
+    check_environ,
+    foreign_variables,
+    settings_for,
+)
+from pytest_triton.base.errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_triton"
 # Bottom to top: a layer may import itself and the layers before it. Front ends sit above
-# them all and never import each other.
-LAYERS = ("base", "client", "parity", "repository", "models", "server", "session", "gate")
-FRONTS = ("plugin", "load", "cli")
+# them all and never import each other. `load` is the load engine (Locust's side, the sweep,
+# the search) that the locustfiles and the command-line tools drive; pytest's plugin never
+# imports it (it imports locust, which patches the process with gevent).
+LAYERS = ("base", "client", "parity", "repository", "models", "server", "session", "load", "gate")
+FRONTS = ("plugin", "cli")
 ROOT_FILES = {"__init__.py", "py.typed"}
 
 
@@ -156,6 +169,13 @@ def test_the_gate_report_reads_documents_only() -> None:
         assert not roots & {"pytest", "_pytest", "locust", "gevent"}, (module, roots)
 
 
+def test_the_pytest_plugin_imports_no_load_module() -> None:
+    plugin = [m for m in MODULES if layer(m) == "plugin"]
+    assert plugin
+    for module in plugin:
+        assert not {d for d in reaches(module) if layer(d) == "load"}, module
+
+
 def test_load_measure_imports_no_locust() -> None:
     """What a run measured is read by pytest and the gate too: no locust, gevent or pytest."""
     measure = [m for m in MODULES if m.startswith("pytest_triton.load.measure")]
@@ -167,10 +187,14 @@ def test_load_measure_imports_no_locust() -> None:
         ), module
 
 
-def test_the_locust_process_imports_no_pytest() -> None:
+def test_the_locust_process_imports_no_pytest_and_no_torch() -> None:
+    """torch costs a Locust process seconds of start-up: only a locustfile that serves or
+    checks a PyTorch module of its own imports it."""
     code = (
-        "import sys, locust, pytest_triton.load.users, pytest_triton.load.sweep.generator; "
-        "bad = sorted(m for m in sys.modules if m == 'pytest' or m.startswith('_pytest')); "
+        "import sys, locust, pytest_triton, pytest_triton.load.users, "
+        "pytest_triton.load.perf.generator; "
+        "bad = sorted(m for m in sys.modules if m in ('pytest', 'torch') "
+        "or m.startswith(('_pytest', 'torch.'))); "
         "assert not bad, bad"
     )
     done = subprocess.run(
@@ -184,31 +208,75 @@ def test_the_locust_process_imports_no_pytest() -> None:
 
 
 # -- one settings table, every front end ----------------------------------------------------
-def test_every_setting_reaches_each_of_its_front_ends() -> None:
-    """pytest --help is checked in test_plugin; here Locust's own parser, triton-perf's and
-    triton-tune's."""
-    code = """
-import sys, locust.argument_parser as ap
-from pytest_triton.load.locust.options import add_options
-parser = ap.get_parser()
-add_options(parser)
-print(parser.format_help())
-print("=====")
-from pytest_triton.load.sweep.command import _parser
-print(_parser().format_help())
-print("=====")
-from pytest_triton.load.tune.tuner import _parser as tune_parser
-print(tune_parser().format_help())
+FRONT_PARSERS = """
+import contextlib, io, json, sys
+import locust.argument_parser as ap
+from pytest_triton.base.config import SETTINGS
+from pytest_triton.load.runner.options import add_options
+from pytest_triton.cli.triton_perf import _parser as perf_parser
+from pytest_triton.cli.triton_tune import _parser as tune_parser
+from pytest_triton.cli.deploy import deployer_parser
+from pytest_triton.plugin.hooks import pytest_addoption
+
+locust_parser = ap.get_parser()
+add_options(locust_parser)
+parsers = {"locust": locust_parser, "perf": perf_parser(), "tune": tune_parser(),
+           "deploy": deployer_parser()}
+for front in ("locust", "perf", "tune"):
+    print(parsers[front].format_help())
+    print("=====")
+required = {"locust": [], "perf": ["-m", "dlrm"], "tune": ["-m", "dlrm"], "deploy": ["--onnx"]}
+taken = {}
+for front, parser in parsers.items():
+    found = []
+    for s in SETTINGS:
+        argv = required[front] + ([s.cli] if s.flag else [s.cli, "1"])
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            try:
+                _, extra = parser.parse_known_args(argv)
+            except SystemExit:  # refused by name (Locust's parser)
+                assert s.cli in err.getvalue(), (front, err.getvalue())
+                continue
+        if s.cli not in extra:
+            found.append(s.name)
+    taken[front] = found
+class Recorder:
+    def __init__(self): self.flags = []
+    def getgroup(self, *a, **k): return self
+    def addoption(self, *flags, **k): self.flags.extend(flags)
+    def addini(self, *a, **k): pass
+recorder = Recorder()
+pytest_addoption(recorder)
+taken["pytest"] = [s.name for s in SETTINGS if s.cli in recorder.flags]
+refusals = {}
+for front, parser in parsers.items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
+        parser.parse_args(required[front] + ["--triton-formats", "onnx"])  # pytest's only
+    refusals[front] = err.getvalue()
+print(json.dumps({"taken": taken, "refusals": refusals}))
 """
+
+
+@pytest.fixture(scope="module")
+def front_parsers() -> str:
+    """Every front end's parser, asked in one subprocess (importing Locust here would patch
+    pytest's process with gevent): the standalone tools' --help, then what each takes."""
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", FRONT_PARSERS],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=PACKAGE.parent,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    locust_help, perf_help, tune_help = done.stdout.split("=====")
+    return done.stdout
+
+
+def test_every_setting_reaches_each_of_its_front_ends(front_parsers: str) -> None:
+    """pytest --help is checked in test_plugin; here Locust's own parser, triton-perf's and
+    triton-tune's."""
+    locust_help, perf_help, tune_help, _ = front_parsers.split("=====")
     for setting in settings_for("locust"):
         if not setting.internal:
             assert setting.cli in locust_help and setting.env in locust_help, setting.name
@@ -218,6 +286,44 @@ print(tune_parser().format_help())
         assert setting.cli in tune_help, setting.name
     assert "--triton-launcher" in tune_help and "--triton-launcher" not in perf_help
     assert {s.fronts and True for s in SETTINGS} == {True}  # every row serves somebody
+
+
+def test_a_setting_given_where_it_is_not_taken_is_refused_on_every_front_end(
+    front_parsers: str,
+) -> None:
+    """Walk the table for every front end: the flag of a setting it does not take is not one
+    of its options (argparse then stops naming it; a real refusal of each parser is shown),
+    and a TRITON_* variable it would ignore is refused naming the variable."""
+    seen = json.loads(front_parsers.strip().splitlines()[-1])
+    for front, names in seen["taken"].items():
+        expected = {s.name for s in SETTINGS if front in s.fronts}
+        if front == "deploy":  # its parser also has flags of its own, named as NVIDIA's
+            assert expected <= set(names), front
+        else:
+            assert set(names) == expected, front
+    for front, text in seen["refusals"].items():
+        assert "--triton-formats" in text, (front, text)
+    # GPU mode reaches every front end that starts a server
+    for name in ("gpu", "gpus", "numerics"):
+        assert {"pytest", "locust", "perf", "tune"} <= BY_NAME[name].fronts, name
+    fronts: tuple[Front, ...] = ("pytest", "locust", "perf", "tune", "deploy")
+    for front in fronts:
+        for setting in SETTINGS:
+            if setting.internal:
+                continue
+            environ = {setting.env: "1"}
+            reads = front in ENV_FRONTS and front in setting.fronts
+            ignored = front not in setting.fronts and front not in ENV_FRONTS
+            if reads or ignored:  # read, or left to the load tools a pytest session runs
+                assert foreign_variables(environ, front) == [], (front, setting.name)
+                continue
+            with pytest.raises(ConfigError, match=setting.env):
+                check_environ(environ, front)
+    with pytest.raises(ConfigError, match="locust does not take --triton-launcher"):
+        check_environ({"TRITON_LAUNCHER": "container", "TRITON_GPU": "1"}, "locust")
+    with pytest.raises(ConfigError, match="pass --triton-gpu"):
+        check_environ({"TRITON_GPU": "1"}, "pytest")
+    check_environ({"TRITON_GPU": "1", "TRITON_TOKEN": "x", "TRITON_GPU_RUNNER": "y"}, "perf")
 
 
 TESTS = PACKAGE.parent / "tests"
@@ -277,3 +383,129 @@ def test_every_error_is_a_package_error() -> None:
         and name != "TritonTestError"
     )
     assert outside == []
+
+
+# -- the layout as documented, and no old name left ------------------------------------------
+ARCHITECTURE_DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_modules() -> dict[str, set[str]]:
+    """docs/architecture.md's table: folder -> the modules its row names."""
+    rows: dict[str, set[str]] = {}
+    for line in ARCHITECTURE_DOC.read_text().splitlines():
+        cells = line.split(" | ")
+        if len(cells) < 3 or not cells[0].startswith("| `"):
+            continue
+        folder = cells[0][3:].strip("`").removeprefix("pytest_triton/").rstrip("/")
+        rows[folder] = set(re.findall(r"`([a-z_0-9]+)`", cells[1]))
+    return rows
+
+
+def test_the_architecture_page_lists_every_module() -> None:
+    documented = documented_modules()
+    missing = []
+    for module, path in MODULES.items():
+        parts = module.split(".")[1:]
+        if not parts or path.name == "__init__.py":
+            continue
+        folder, name = "/".join(parts[:-1]), parts[-1]
+        if name != "__main__" and name not in documented.get(folder, set()):
+            missing.append(f"{folder}/{name}")
+    assert not missing, f"docs/architecture.md does not list: {sorted(missing)}"
+    gone = sorted(
+        f"{folder}/{name}"
+        for folder, names in documented.items()
+        for name in names
+        if not (PACKAGE / folder / f"{name}.py").exists() and name not in {"static"}
+    )
+    assert not gone, f"docs/architecture.md lists modules that do not exist: {gone}"
+
+
+def test_no_module_is_imported_under_an_old_or_other_name() -> None:
+    """Modules are imported by their own names (a few short forms aside): an alias that
+    keeps an old module name alive hides where the code now is."""
+    from pytest_triton.base.moved import moved_to
+
+    # short forms, and names that would shadow a local of the importer
+    short_forms = {
+        "targets": {"tg"},
+        "space": {"sp"},
+        "baseline": {"gate_baseline", "gb"},
+        "document": {"gate_document", "gd"},
+        "local": {"local_module"},
+        "text_recognition": {"textrec"},
+    }
+    roots = [PACKAGE, PACKAGE.parent / "tests", PACKAGE.parent / "benchmarks"]
+    roots += [PACKAGE.parent / "locustfiles", PACKAGE.parent / "examples"]
+    bad = []
+    for path in (p for root in roots for p in root.rglob("*.py")):
+        if path.name == "test_public_surface.py":  # imports the old names on purpose
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pytest_triton"):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+                aliases = [(a.name, a.asname) for a in node.names]
+                old = [node.module or "", *names]
+            elif isinstance(node, ast.Import):
+                aliases = [(a.name.rsplit(".", 1)[-1], a.asname) for a in node.names]
+                old = [a.name for a in node.names if a.name.startswith("pytest_triton")]
+            else:
+                continue
+            bad += [f"{path.name}: {n}" for n in old if moved_to(n) is not None]
+            bad += [
+                f"{path.name}: {name} as {alias}"
+                for name, alias in aliases
+                if alias
+                and f"{getattr(node, 'module', '')}.{name}".replace(".", "/") + ".py"
+                in {str(m.relative_to(PACKAGE.parent)) for m in MODULES.values()}
+                and alias not in short_forms.get(name, set())
+            ]
+    assert not bad, bad
+
+
+LAYER_PATH = re.compile(
+    r"(?<![\w/.-])(?:pytest_triton/)?((?:base|client|parity|repository|models|server|session"
+    r"|gate|plugin|load|cli)/[\w/]*\w\.py)\b"
+)
+DOTTED = re.compile(r"\bpytest_triton(?:\.[A-Za-z_]\w*)+")
+
+
+def test_no_stale_module_path_in_code_or_docs() -> None:
+    """Every `pytest_triton.x.y` and `layer/.../module.py` written in code and docs exists
+    (the CHANGELOG keeps history; base/moved.py names the old paths on purpose)."""
+    top = PACKAGE.parent
+    files = [*PACKAGE.rglob("*.py"), *(top / "docs").rglob("*.md"), top / "README.md"]
+    files += [*(top / "tests").rglob("*.py"), *(top / "benchmarks").rglob("*.py")]
+    files += [*(top / "locustfiles").glob("*.py"), *(top / "examples").glob("*.py")]
+    loggers = {  # logger names are dotted too
+        m.group(1)
+        for path in PACKAGE.rglob("*.py")
+        for m in re.finditer(r"(?:getLogger\(|LOGGER = )\s*\"([\w.]+)\"", path.read_text())
+    }
+    stale = []
+    for path in files:
+        if path.name in ("moved.py", "test_public_surface.py") or path == Path(__file__).resolve():
+            continue
+        text = path.read_text(errors="replace")
+        stale += [
+            f"{path.relative_to(top)}: {m.group(0)}"
+            for m in LAYER_PATH.finditer(text)
+            if not (PACKAGE / m.group(1)).exists()
+            and not m.group(1).rsplit("/", 1)[-1].startswith("test_")  # tests/ is laid out alike
+        ]
+        for m in DOTTED.finditer(text):
+            if m.group(0) in loggers:
+                continue
+            parts = m.group(0).split(".")
+            depth = max(
+                (
+                    i
+                    for i in range(2, len(parts) + 1)
+                    if PACKAGE.joinpath(*parts[1:i]).with_suffix(".py").exists()
+                    or (PACKAGE.joinpath(*parts[1:i]) / "__init__.py").exists()
+                ),
+                default=1,
+            )
+            if len(parts) - depth > 1 or (depth == 1 and parts[1][0].islower()):
+                stale.append(f"{path.relative_to(top)}: {m.group(0)}")
+    assert not stale, stale

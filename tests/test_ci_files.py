@@ -147,7 +147,7 @@ def test_workflow_parses_and_has_the_jobs_users_copy() -> None:
     triggers = wf.get("on", wf.get(True))  # YAML 1.1 reads the bare key `on` as true
     assert {"push", "pull_request"} <= set(triggers)
     jobs = wf["jobs"]
-    assert {"lint", "cpu", "container", "gate", "gpu", "gpu-in-ngc-image"} <= set(jobs)
+    assert set(jobs) == {"lint", "test", "gate", "gpu", "gpu-in-ngc-image"}
     for name, job in jobs.items():
         assert job.get("runs-on") and job.get("steps"), name
         assert job.get("timeout-minutes"), f"{name}: a job without a timeout can hang for hours"
@@ -211,7 +211,7 @@ def test_the_checker_catches_what_does_not_exist() -> None:
 
 def test_ci_jobs_match_make_targets_and_tox_envs() -> None:
     called = {t for _, c in workflow_commands() for t in re.findall(r"\bmake (\w[\w-]*)", c)}
-    assert {"lint", "test-cpu", "test-container", "gate", "install"} <= called
+    assert {"lint", "gate", "install"} <= called
     assert {"py", "container", "gate", "gpu", "lint"} <= tox_envs()
     config = tox()
     assert config.get("testenv", "commands") == 'pytest -m "not container" {posargs}'
@@ -263,3 +263,81 @@ def test_commit_subjects_stay_short(tmp_path: Path, message: str, accepted: bool
         timeout=30,
     )
     assert (done.returncode == 0) == accepted, done.stderr
+
+
+# -- one CI story: what the README says CI runs is what ci.yml, .ci/run and the docs say ------
+CI_STORY = (
+    "CI runs `make lint`, `.ci/run` (the system set-up, then exactly `make test`) and `make gate`"
+)
+
+
+def prose(text: str) -> str:
+    """Comment or markdown text as one line: comment marks and line breaks gone."""
+    lines = [re.sub(r"^\s*#\s?", "", line) for line in text.splitlines()]
+    return re.sub(r"\s+", " ", " ".join(lines))
+
+
+def makefile_header() -> str:
+    lines = (REPO / "Makefile").read_text().splitlines()
+    return "\n".join(line for line in lines[: next(i for i, x in enumerate(lines) if x[:1] != "#")])
+
+
+def workflow_header() -> str:
+    return WORKFLOW.read_text().split("\nname:", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["README.md", "docs/getting-started.md", "docs/gate.md", "Makefile", "ci.yml", ".ci/run"],
+)
+def test_every_file_tells_the_same_ci_story(where: str) -> None:
+    text = {
+        "Makefile": makefile_header(),
+        "ci.yml": workflow_header(),
+        ".ci/run": (REPO / ".ci" / "run").read_text(),
+    }.get(where) or (REPO / where).read_text()
+    assert CI_STORY in prose(text), f"{where} does not say: {CI_STORY}"
+    assert "lint, test-cpu, test-container and gate" not in prose(text), "the old CI story"
+
+
+def test_ci_yml_runs_what_the_story_says() -> None:
+    commands = {job: [c for j, c in workflow_commands() if j == job] for job in workflow()["jobs"]}
+    assert commands["lint"] == ["make lint"]
+    assert len(commands["test"]) == 1 and commands["test"][0].split()[-1] == ".ci/run"
+    assert all("make gate" in c for c in commands["gate"] if "make" in c) and any(
+        "make gate" in c for c in commands["gate"]
+    )
+    ci_run = [
+        line
+        for line in (REPO / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert ci_run[-1] == "make test", ".ci/run ends with exactly the README's test command"
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"```bash\n(make gate.*?)```", readme, re.DOTALL)
+    assert block and re.search(r"^make test\s", block.group(1), re.MULTILINE)
+
+
+GATE_BULLET = re.compile(r"`make gate` checks every zoo.*?\(([^()]*report\.md[^()]*)\)", re.DOTALL)
+
+
+def gate_files() -> set[str]:
+    """What `make gate` writes into its report directory, from the code that writes it."""
+    from pytest_triton.gate.markdown import PLOTS
+    from pytest_triton.gate.output import REPORT_JSON, REPORT_MD
+    from pytest_triton.plugin.gate_report import JUNIT_NAME
+
+    load = re.findall(
+        r'out / "(load-[\w-]+\.json)"',
+        (REPO / "examples" / "test_release_gate_load.py").read_text(),
+    )
+    assert load, "the gate's load test no longer names its verdict file as the test expects"
+    return {REPORT_JSON, REPORT_MD, JUNIT_NAME, *load, *PLOTS.values()}
+
+
+@pytest.mark.parametrize("where", ["README.md", "docs/getting-started.md"])
+def test_the_docs_list_what_make_gate_writes(where: str) -> None:
+    found = GATE_BULLET.search((REPO / where).read_text())
+    assert found, f"{where}: no list of the gate report's files after `make gate` checks..."
+    listed = set(re.findall(r"`([^`]+)`", found.group(1)))
+    assert listed == gate_files()

@@ -16,7 +16,7 @@ import argparse
 import dataclasses
 import math
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -39,9 +39,12 @@ PERF: frozenset[Front] = frozenset({"perf", "tune"})
 LOAD: frozenset[Front] = frozenset({"locust", "perf", "tune"})
 SERVER: frozenset[Front] = frozenset({"pytest", "locust", "perf", "tune", "deploy"})
 TUNE: frozenset[Front] = frozenset({"tune"})
-"""Settings only triton-tune takes of the standalone tools: the launcher choice (container,
-GPU), since it deploys every candidate on a server it starts; triton-perf's own server is
-always the embedded local one."""
+"""Settings only triton-tune takes of the standalone tools: the launcher choice (container),
+since it deploys every candidate on a server it starts; triton-perf's and Locust's own server
+is always a local one (on the CPU, or on the GPU with --triton-gpu)."""
+ENV_FRONTS: frozenset[Front] = frozenset({"locust", "perf", "tune"})
+"""The front ends that read their settings from TRITON_* variables too; pytest reads its
+command line and ini file, triton-deploy its command line."""
 """Settings of how a server starts, for every front end that may start one."""
 
 
@@ -358,9 +361,10 @@ class ServerSettings:
     gpu: bool = _setting(
         False,
         "serve on NVIDIA GPUs (KIND_GPU instances, PyTorch reference on CUDA) with any "
-        "launcher; stops at once naming what the chosen launcher lacks (a GPU, the Docker SDK, "
-        "the engine, its nvidia runtime, CUDA in torch)",
-        PYTEST | TUNE,
+        "launcher (Locust and triton-perf: the server they start themselves); stops at once "
+        "naming what the chosen launcher lacks (a GPU, the Docker SDK, the engine, its nvidia "
+        "runtime, CUDA in torch)",
+        PYTEST | LOAD,
         parse=parse_bool,
         flag=True,
     )
@@ -368,7 +372,7 @@ class ServerSettings:
         "all",
         "GPUs for --triton-gpu: all or a comma list of ordinals (0,1): a container's "
         "device request, a local server's CUDA_VISIBLE_DEVICES",
-        PYTEST | TUNE,
+        PYTEST | LOAD,
         parse=parse_gpus,
         metavar="all|0,1",
     )
@@ -377,7 +381,7 @@ class ServerSettings:
         "fp32 numerics on a GPU: strict = TF32 off in the server "
         "(NVIDIA_TF32_OVERRIDE=0) and the reference, torch.testing's tolerances; production = "
         "TF32 as the backends ship it, with the measured tolerances in parity.py",
-        PYTEST | TUNE,
+        PYTEST | LOAD,
         choices=get_args(Numerics),
     )
     image: str | None = _setting(
@@ -535,7 +539,8 @@ class ServingSettings:
         "export format the embedded server of a load test serves",
         LOAD,
         parse=parse_format,
-        shown_default="the user class's, onnx",
+        shown_default="the user class's, else onnx; on a GPU the first of onnx, "
+        "torchscript-trace, torchscript-script its server can serve there",
         metavar="FORMAT",
         aliases=("--format",),
     )
@@ -893,6 +898,69 @@ class GateSettings:
         bound="max",
         metavar="PCT",
     )
+    perf_ttft_p99: float | None = _setting(
+        None,
+        "streams: the 99th percentile time to first token (request sent to its first "
+        "token's response) must stay at or below this",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-ttft-p99",
+        unit="ms",
+        bound="max",
+        metavar="MS",
+    )
+    perf_itl_p99: float | None = _setting(
+        None,
+        "streams: the 99th percentile inter-token latency (each gap between two tokens' "
+        "responses of a stream) must stay at or below this",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-itl-p99",
+        unit="ms",
+        bound="max",
+        metavar="MS",
+    )
+    perf_output_tokens_per_s: float | None = _setting(
+        None,
+        "streams: output tokens per second (tokens of the streams that ended after the "
+        "warm-up, over that span) must reach this",
+        frozenset({"locust"}),
+        parse=parse_limit,
+        option="--perf-output-tokens-per-s",
+        unit="tokens/s",
+        bound="min",
+        metavar="X",
+    )
+    perf_stream_goodput: float | None = _setting(
+        None,
+        "streams: the share of streams (failed ones count as not good) whose time to first "
+        "token is within --perf-slo-ttft-ms and whose average inter-token latency is within "
+        "--perf-slo-itl-ms must reach this (AIPerf's goodput)",
+        frozenset({"locust"}),
+        parse=parse_ratio,
+        option="--perf-stream-goodput",
+        bound="min",
+        metavar="R",
+    )
+    perf_slo_ttft_ms: float | None = _setting(
+        None,
+        "streams: the time-to-first-token SLO a good stream meets (--perf-stream-goodput)",
+        frozenset({"locust"}),
+        parse=parse_positive_number,
+        option="--perf-slo-ttft-ms",
+        unit="ms",
+        metavar="MS",
+    )
+    perf_slo_itl_ms: float | None = _setting(
+        None,
+        "streams: the SLO on a stream's average inter-token latency that a good stream meets "
+        "(--perf-stream-goodput)",
+        frozenset({"locust"}),
+        parse=parse_positive_number,
+        option="--perf-slo-itl-ms",
+        unit="ms",
+        metavar="MS",
+    )
     wrong_answers: int | None = _setting(
         0,
         "wrong answers allowed in a load test (see --triton-check-every): answers that came "
@@ -1018,6 +1086,30 @@ def settings_for(front: Front) -> list[Setting]:
     return [s for s in SETTINGS if front in s.fronts]
 
 
+DASH_VALUE_FLAGS: frozenset[str] = frozenset(
+    flag for s in SETTINGS if s.parse is parse_shell_words for flag in (s.cli, *s.aliases)
+)
+"""Flags whose value is itself a list of flags (tritonserver's arguments)."""
+
+
+def join_dash_values(argv: Sequence[str]) -> list[str]:
+    """`--triton-server-args "--repository-poll-secs=1"`, as the docs write it: argparse reads
+    a value that begins with '-' as another option ("expected one argument"), so each such
+    value is joined to its flag (`--triton-server-args=--repository-poll-secs=1`) before any
+    front end parses its command line."""
+    joined: list[str] = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg in DASH_VALUE_FLAGS and index + 1 < len(argv) and argv[index + 1].startswith("-"):
+            joined.append(f"{arg}={argv[index + 1]}")
+            index += 2
+        else:
+            joined.append(arg)
+            index += 1
+    return joined
+
+
 def check_names(names: Iterable[str]) -> None:
     unknown = sorted(set(names) - set(BY_NAME))
     if unknown:
@@ -1055,10 +1147,36 @@ def from_namespace(namespace: Any, origin: Callable[[Setting], str]) -> Source:
     return lookup
 
 
+class _NotTaken(argparse.Action):
+    """The flag of a setting this front end does not take: refused naming it and who takes
+    it, rather than read by a parser that abbreviates as one of its own (Locust's takes
+    --triton-report as --triton-report-json)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        self.refusal = kwargs.pop("refusal")
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        parser.error(f"{option}: {self.refusal}")
+
+
 def add_arguments(parser: Any, front: Front, *, env_vars: bool = False) -> None:
     """Add the front end's settings to an argparse parser (Locust's is a ConfigArgParse one,
-    which also reads each from its environment variable and shows it in the web UI)."""
+    which also reads each from its environment variable and shows it in the web UI, and
+    abbreviates: there the other settings' flags are added too, each refused by name)."""
     standalone = front in ("perf", "tune", "deploy")
+    if env_vars:
+        for setting in SETTINGS:
+            if front not in setting.fronts and not setting.internal:
+                takers = ", ".join(sorted(setting.fronts))
+                parser.add_argument(
+                    setting.cli,
+                    dest="not_taken_" + setting.name,
+                    action=_NotTaken,
+                    refusal=f"{front} does not take this setting (only {takers})",
+                    help=argparse.SUPPRESS,
+                    include_in_web_ui=False,
+                )
     for setting in settings_for(front):
         flags = [setting.cli, *(setting.aliases if standalone else ())]
         kwargs: dict[str, Any] = {"dest": setting.dest, "default": None}
@@ -1094,6 +1212,41 @@ def from_environ(environ: Mapping[str, str], front: Front) -> Source:
         return value, setting.env
 
     return lookup
+
+
+def foreign_variables(environ: Mapping[str, str], front: Front) -> list[tuple[str, str]]:
+    """(variable, why it is refused) for each TRITON_* variable set that `front` would
+    otherwise ignore: a setting given where it is not taken is never silently dropped.
+
+    Locust, triton-perf and triton-tune read the variables of their own settings, so any other
+    setting's variable is refused. pytest and triton-deploy read none: the variable of a
+    setting they take is refused (pass the flag); the others are left to the load tools a
+    session may run (triton-tune's gate inside pytest reads TRITON_MEASUREMENT_INTERVAL).
+    """
+    found = []
+    for setting in SETTINGS:
+        if setting.internal or not environ.get(setting.env, "").strip():
+            continue
+        if front in ENV_FRONTS:
+            if front not in setting.fronts:
+                takers = ", ".join(sorted(setting.fronts))
+                found.append((setting.env, f"{front} does not take {setting.cli} (only {takers})"))
+        elif front in setting.fronts:
+            ini = f" (or {setting.ini} in the ini file)" if front == "pytest" else ""
+            found.append(
+                (setting.env, f"{front} reads no TRITON_* variables: pass {setting.cli}{ini}")
+            )
+    return found
+
+
+def check_environ(environ: Mapping[str, str], front: Front) -> None:
+    """Refuse TRITON_* variables of settings this front end does not read, naming each."""
+    found = foreign_variables(environ, front)
+    if found:
+        raise ConfigError(
+            "; ".join(f"{env} is set, but {why}" for env, why in found)
+            + f"; unset {', '.join(env for env, _ in found)}"
+        )
 
 
 def as_values(config: TritonConfig) -> dict[str, Any]:
@@ -1145,7 +1298,7 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
         values["launcher"] = "external" if values["url"] else "local"
         origins["launcher"] = "derived"
     # auto with --triton-gpu stays auto here: which launcher can run a GPU server depends on
-    # what this machine has (launchers.gpu decides when the launcher is made).
+    # what this machine has (server/gpu.py decides when the launcher is made).
     if values["launcher"] == "external" and not values["url"]:
         raise ConfigError(
             "the external launcher needs --triton-url (or triton_url in ini), "
@@ -1179,6 +1332,21 @@ def check_goodput(config: TritonConfig, slo_ms: float | None = None) -> float | 
             "(e.g. --perf-goodput 0.99 --perf-slo-ms 20)"
         )
     return slo
+
+
+def check_stream_goodput(config: TritonConfig) -> None:
+    """A streams' goodput target needs at least one SLO to count streams within."""
+    g = config.gate
+    if (
+        g.perf_stream_goodput is not None
+        and g.perf_slo_ttft_ms is None
+        and (g.perf_slo_itl_ms is None)
+    ):
+        raise ConfigError(
+            "--perf-stream-goodput counts streams within a TTFT and/or ITL SLO: give "
+            "--perf-slo-ttft-ms and/or --perf-slo-itl-ms (e.g. --perf-stream-goodput 0.99 "
+            "--perf-slo-ttft-ms 50 --perf-slo-itl-ms 10)"
+        )
 
 
 def client_security(config: TritonConfig, tls: bool = False) -> Security:

@@ -19,6 +19,11 @@ class ConfigError(TritonTestError, ValueError):
     """A --triton-* option or triton_* ini value that cannot be used."""
 
 
+class RefusedError(ConfigError):
+    """A server or an ingress that refused the first request (HTTP 401/403, TLS verification,
+    a closed port): says the status or TLS reason, the URL as given and the option to fix."""
+
+
 class ServerError(TritonTestError):
     """A tritonserver that could not start, crashed, or did not become ready.
 
@@ -52,7 +57,11 @@ class InferenceError(TritonTestError):
         self.protocol = protocol
         self.server_message = message
         self.status = status
-        where = f"{protocol} request to model {model!r}"
+        where = (
+            f"{protocol} request to the server"
+            if model == "-"  # a server-wide call (health, metadata)
+            else f"{protocol} request to model {model!r}"
+        )
         code = f" [{status}]" if status else ""
         super().__init__(f"{where} failed{code}: {message}")
 

@@ -1,4 +1,9 @@
-"""Command-line front end: `triton-deploy` (NVIDIA's deployer.py flags).
+"""Command-line front end: every tool's argument parsing and entry point: `triton-deploy`
+(NVIDIA's deployer.py flags), `triton-perf` and `triton-tune` (their work is in `load/`).
 
-Rule: a front end; imports any layer below, never `plugin` or `load`.
+Rule: a front end; imports any layer below (`load` included), never `plugin`.
 """
+
+from pytest_triton.base.moved import forwarder
+
+__getattr__ = forwarder(__name__)  # the names of the module this package replaced (0.1.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -23,7 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytest_triton.base.config import TritonConfig, add_arguments, from_arguments, resolve
+from pytest_triton.base.config import (
+    TritonConfig,
+    add_arguments,
+    check_environ,
+    from_arguments,
+    resolve,
+)
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.models import bert, dlrm, mnist, resnext, text_recognition
@@ -48,6 +55,7 @@ class UsageError(TritonTestError):
 
 def deployer_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,  # a setting another front end takes is refused, never abbreviated
         prog="triton-deploy",
         description="Export a zoo model and write a Triton model repository entry "
         "(flags of NVIDIA's deployer.py). Model arguments follow '--'.",
@@ -388,6 +396,7 @@ def deploy(argv: Sequence[str], out: Any = sys.stdout) -> int:
             file=out,
         )
     if args.check:
+        check_environ(os.environ, "deploy")
         return check(resolve(from_arguments(args, "deploy")), repo, variant, out)
     return 0
 

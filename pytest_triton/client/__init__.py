@@ -6,3 +6,7 @@ health, metadata, statistics), `memory_regions` (shared memory as a transport), 
 
 Rule: imports only `base`; knows nothing of repositories, launchers or front ends.
 """
+
+from pytest_triton.base.moved import forwarder
+
+__getattr__ = forwarder(__name__)  # the names of the module this package replaced (0.1.0)

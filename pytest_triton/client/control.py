@@ -22,7 +22,7 @@ from pytest_triton.base.errors import (
 )
 from pytest_triton.base.security import Security
 from pytest_triton.base.watched_servers import ServerHealth
-from pytest_triton.client import failures as request_errors
+from pytest_triton.client import failures
 from pytest_triton.client.failures import request_problem
 from pytest_triton.client.wire import grpc_h2
 from pytest_triton.client.wire.grpc_call import GrpcInfer
@@ -110,7 +110,7 @@ class Control:
     ) -> T:
         problem = request_problem(model, version) if named else None
         if problem is not None:
-            raise request_errors.refused(self, model, problem)
+            raise failures.refused(self, model, problem)
         try:
             if self.server is not None:
                 self.server.raise_if_dead()
@@ -129,10 +129,10 @@ class Control:
         if isinstance(exc, InferenceServerException):
             return self._rejected(model, exc, version, request)
         if isinstance(exc, ServerError):
-            return request_errors.died(self, model, exc)
+            return failures.died(self, model, exc)
         if isinstance(exc, TritonTestError):
             return exc
-        return request_errors.unexpected(self, model, exc)
+        return failures.unexpected(self, model, exc)
 
     def _rejected(
         self,
@@ -149,7 +149,7 @@ class Control:
                 "model's metadata does not fix its size)"
             )
         shapes = request.input_shapes if request is not None else None
-        return request_errors.rejected(
+        return failures.rejected(
             self, model, exc, version, shapes, self._versions_of, self._repository_state
         )
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import http.client
 import re
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from tritonclient.utils import InferenceServerException
 
-from pytest_triton.base.errors import InferenceError, ServerError
+from pytest_triton.base.errors import InferenceError, RefusedError, ServerError
 from pytest_triton.base.watched_servers import ServerHealth
 
 SERVER_DOWN_WAIT_S = 2.0  # after a transport failure: how long the server may take to be reaped
@@ -155,6 +156,9 @@ def rejected(
                 f"{': ' + state if state else ''}; with --model-control-mode=explicit "
                 "load it first, e.g. TritonClient.load_model)"
             )
+    hint = shape_hint(model, message, shapes)
+    if hint:  # first: Triton's own text runs long
+        message = f"{hint}; Triton said: {message}"
     if _SIZE_MISMATCH in message and shapes:
         empty = [(name, list(shape)) for name, shape in shapes.items() if 0 in shape]
         for name, shape in empty:
@@ -163,6 +167,46 @@ def rejected(
                 "carries at least one row)"
             )
     return InferenceError(model, source.protocol, message, status)
+
+
+_UNEXPECTED_SHAPE = re.compile(
+    r"unexpected shape for input '([^']+)' for model '[^']+'\. Expected \[([^\]]*)\], "
+    r"got \[([^\]]*)\]"
+)
+_BATCH_MISMATCH = "batch size does not match other inputs"
+
+
+def shape_hint(model: str, message: str, shapes: Shapes | None) -> str:
+    """What Triton leaves unsaid about a shape it refused: an input without the batch
+    dimension of a batched model, or a dimension below zero (over gRPC Triton reads it as a
+    byte count or batch size that does not match, and says only that)."""
+    negative = {n: list(s) for n, s in (shapes or {}).items() if any(d < 0 for d in s)}
+    refused_shape = (_SIZE_MISMATCH, _BATCH_MISMATCH, "Unable to parse 'shape'")
+    if negative and any(text in message for text in refused_shape):
+        name, shape = next(iter(negative.items()))
+        return (
+            f"input {name!r} was sent with shape {shape}: a dimension below 0 is no size "
+            "(every dimension sent is a count of elements; -1 in a model's config means "
+            "'any size', never a value to send)"
+        )
+    if _BATCH_MISMATCH in message:
+        return (
+            "the inputs' first dimensions differ or one is below 1: every input of one "
+            "request carries the same batch size, at least 1, as its first dimension"
+        )
+    found = _UNEXPECTED_SHAPE.search(message)
+    if found is None:
+        return ""
+    name, expected, got = found.groups()
+    want = [d.strip() for d in expected.split(",") if d.strip()]
+    sent = [d.strip() for d in got.split(",") if d.strip()]
+    if want and want[0] == "-1" and len(sent) == len(want) - 1 and sent == want[1:]:
+        return (
+            f"input {name!r} has shape [{', '.join(sent)}], without the batch dimension: "
+            f"model {model!r} is batched, so each input's first dimension is the batch; send "
+            f"shape [1, {', '.join(sent)}] for one row (x[None] or x.reshape(1, *x.shape))"
+        )
+    return ""
 
 
 def transport(source: RequestSource, model: str, exc: BaseException) -> Exception:
@@ -177,6 +221,9 @@ def transport(source: RequestSource, model: str, exc: BaseException) -> Exceptio
     if death is not None:
         return death
     kind = f"{type(exc).__name__}: {detail}"
+    tls = tls_problem(exc, detail)
+    if tls is not None:
+        return RefusedError(f"{source.protocol} request to {source.url}: {tls}")
     if timed_out:
         text = f"no answer from the server at {source.url} within {source.timeout_s:g}s ({detail})"
     elif isinstance(exc, (ConnectionResetError, BrokenPipeError, http.client.HTTPException)) or any(
@@ -188,7 +235,34 @@ def transport(source: RequestSource, model: str, exc: BaseException) -> Exceptio
         )
     else:
         text = f"server at {source.url} unreachable: {kind}"
+        if source.protocol == "grpc" and "refused" in lowered:
+            text += (
+                " (where this gRPC address was guessed from the HTTP URL, its port + 1, give "
+                "the server's gRPC URL with --triton-grpc-url)"
+            )
     return InferenceError(model, source.protocol, text)
+
+
+def tls_problem(exc: BaseException, detail: str) -> str | None:
+    """A TLS failure is no unreachable server: say what did not verify and what fixes it."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        reason = f"certificate verify failed: {cause.verify_message}"
+    elif isinstance(cause, ssl.SSLError):
+        reason = cause.reason or str(cause)
+    elif "certificate verify failed" in detail.lower() or "CERTIFICATE_VERIFY" in detail:
+        reason = detail
+    else:
+        return None
+    if "verify" in reason.lower():
+        return (
+            f"TLS certificate verification failed: {reason}; give the CA bundle that signed "
+            "the server's certificate with --triton-tls-ca (and --triton-tls-server-name where "
+            "its name differs from the host)"
+        )
+    return f"TLS handshake failed: {reason}"
 
 
 def unexpected(source: RequestSource, model: str, exc: Exception) -> Exception:

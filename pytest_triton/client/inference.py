@@ -16,16 +16,22 @@ from pytest_triton.base.dtypes import TYPES, Array, tensor_type
 from pytest_triton.base.errors import (
     SpecError,
 )
-from pytest_triton.client import failures as request_errors
+from pytest_triton.client import failures
 from pytest_triton.client.control import Tensors
 from pytest_triton.client.failures import request_problem
 from pytest_triton.client.memory_regions import MemoryRegions
 from pytest_triton.client.wire import grpc_h2
-from pytest_triton.client.wire import request as wire
 from pytest_triton.client.wire.grpc_call import rpc_error
 from pytest_triton.client.wire.http_conn import raise_for_status
 from pytest_triton.client.wire.lane import GrpcLane, HttpLane, Lane
-from pytest_triton.client.wire.request import PreparedRequest
+from pytest_triton.client.wire.request import (
+    PreparedRequest,
+    RawAnswer,
+    answer_size,
+    build_request,
+    read_grpc,
+    read_http,
+)
 
 
 class Inference(MemoryRegions):
@@ -49,11 +55,11 @@ class Inference(MemoryRegions):
         registered region (a load user's distinct batches)."""
         problem = request_problem(model, version)
         if problem is not None:
-            raise request_errors.refused(self, model, problem)
+            raise failures.refused(self, model, problem)
         batches = [self._wire_ready(model, b) for b in batches]
         if self.shared_memory == "none":
             return [
-                wire.build_request(
+                build_request(
                     self.protocol, self.url, model, b, outputs, version, headers=self._headers
                 )
                 for b in batches
@@ -73,7 +79,7 @@ class Inference(MemoryRegions):
             try:
                 tensor_type(array.dtype)
             except SpecError:
-                raise request_errors.refused(
+                raise failures.refused(
                     self,
                     model,
                     (
@@ -93,13 +99,13 @@ class Inference(MemoryRegions):
                 request.model, lambda: http.exchange(request.wire), request.version, request
             )
             return self._call(
-                request.model, lambda: wire.read_http(request, reply), request.version, request
+                request.model, lambda: read_http(request, reply), request.version, request
             )
         answer = self._call(
             request.model, lambda: self._grpc_exchange(request), request.version, request
         )
         return self._call(
-            request.model, lambda: wire.read_grpc(request, answer), request.version, request
+            request.model, lambda: read_grpc(request, answer), request.version, request
         )
 
     def send_status(self, request: PreparedRequest) -> int:
@@ -108,11 +114,11 @@ class Inference(MemoryRegions):
         verdict needs. Returns the answer's size in bytes as it came over the wire (the HTTP
         body, the gRPC message; over shared memory the outputs are not in it). Failures raise
         as send()'s do."""
-        return wire.answer_size(self.send_answer(request))
+        return answer_size(self.send_answer(request))
 
-    def send_answer(self, request: PreparedRequest) -> wire.RawAnswer:
+    def send_answer(self, request: PreparedRequest) -> RawAnswer:
         """Send a prepared request; its answer as it came back, not decoded (decode it with
-        wire.read_answer when wanted, as a load generator does with a sample of its
+        read_answer when wanted, as a load generator does with a sample of its
         answers). Failures raise as send()'s do."""
         http = self._http
         if http is not None:
@@ -169,7 +175,7 @@ class Inference(MemoryRegions):
             answer: bytes = call.result()
         except grpc.RpcError as exc:
             raise rpc_error(exc) from None
-        return wire.read_grpc(request, answer)
+        return read_grpc(request, answer)
 
     def infer(
         self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None, version: str = ""

@@ -9,8 +9,12 @@ from pytest_triton.base.errors import (
     InferenceError,
 )
 from pytest_triton.client.control import Control, Tensors
-from pytest_triton.client.wire import request as wire
-from pytest_triton.client.wire.request import PreparedRequest
+from pytest_triton.client.wire.request import (
+    PreparedRequest,
+    build_request,
+    output_bytes,
+    reserve,
+)
 from pytest_triton.client.wire.shm import (
     SharedMemory,
 )
@@ -38,7 +42,7 @@ class MemoryRegions(Control):
     ) -> dict[str, int]:
         outputs, batched = self._signature(model, version)
         batch = next(iter(inputs.values())).shape[0] if batched and inputs else None
-        sizes = wire.output_bytes(outputs, batch, self.output_shared_memory_size)
+        sizes = output_bytes(outputs, batch, self.output_shared_memory_size)
         missing = [n for n in names if n not in sizes]
         if missing:
             raise InferenceError(
@@ -54,12 +58,12 @@ class MemoryRegions(Control):
         names = list(outputs) if outputs is not None else self.output_names(model, version)
         memory = self._shared_memory()
         sizes = [self._output_sizes(model, version, names, b) for b in batches]
-        wire.reserve(memory, batches, sizes[0] if sizes else None)
+        reserve(memory, batches, sizes[0] if sizes else None)
         built: list[PreparedRequest] = []
         try:
             for batch, size in zip(batches, sizes, strict=True):
                 built.append(
-                    wire.build_request(
+                    build_request(
                         self.protocol,
                         self.url,
                         model,

@@ -20,7 +20,7 @@ from typing import Any
 
 import tritonclient.http as httpclient
 
-from pytest_triton.base import watched_servers as health
+from pytest_triton.base import watched_servers
 from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.watched_servers import ServerHealth
 from pytest_triton.client.inference import Inference
@@ -45,9 +45,9 @@ def release_connections(hostports: Iterable[str]) -> None:
     """Close this process's idle keep-alive connections to a server about to stop: Triton's
     graceful shutdown waits for every open connection up to its exit timeout (a client left
     open made a stop take 11 s over HTTP and 15 s over gRPC instead of 3)."""
-    wanted = {health.address_key(h) for h in hostports}
+    wanted = {watched_servers.address_key(h) for h in hostports}
     for client in list(_LIVE):
-        if health.address_key(client.url) in wanted:
+        if watched_servers.address_key(client.url) in wanted:
             with contextlib.suppress(Exception):
                 client.release_idle()
 
@@ -72,7 +72,7 @@ class TritonClient(Inference):
             raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
         # A server this process started is found by its address: a client made from a bare URL
         # still learns at once that it died (and whether it maps this machine's memory).
-        server = server if server is not None else health.find(url)
+        server = server if server is not None else watched_servers.find(url)
         check_offered(
             shared_memory,
             url,

@@ -127,6 +127,7 @@ def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str
         "stability": (document.get("stability") or {}).get("summary"),
         "stages": list(document.get("stages") or []),
         "soak": _soak_summary(document.get("soak")),
+        "streams": document.get("streams"),
         "figures": [str(f) for f in document.get("figures") or []],
         "wrong_answers": document.get("wrong_answers"),
         "goodput": measured.get("goodput"),

@@ -245,6 +245,20 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
                 f"{num(soak['memory_growth_mb_per_min'])} MB/min over the steady part; p99 "
                 f"drift {num(soak['p99_drift_pct'])}%"
             )
+        streams = run.get("streams")
+        if streams:
+            notes.append(
+                f"Streams of {run['name']}: {streams['streams']:,} streams, "
+                f"{num(streams['output_tokens_per_s'])} output tokens/s; time to first token "
+                f"p50 {num(streams['ttft_p50_ms'])} / p99 {num(streams['ttft_p99_ms'])} ms, "
+                f"inter-token latency p50 {num(streams['itl_p50_ms'])} / p99 "
+                f"{num(streams['itl_p99_ms'])} ms"
+                + (
+                    f", goodput {num(streams['goodput'])}"
+                    if streams.get("good_streams") and _finite(streams.get("goodput"))
+                    else ""
+                )
+            )
         if run.get("wrong_answers") is not None:
             notes.append(f"Answers of {run['name']} checked: {run['wrong_answers']} wrong.")
         if _finite(run.get("goodput")):

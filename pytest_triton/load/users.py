@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 
 import locust
 import numpy as np
-import torch
 from locust import User, constant, task
 from locust.exception import StopUser
 
@@ -38,14 +37,14 @@ from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryE
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient
 from pytest_triton.client.wire.lane import Lane
 from pytest_triton.client.wire.request import RawAnswer, answer_size
-from pytest_triton.load.locust import grpc_gevent, listeners, multiplexer
-from pytest_triton.load.locust.checking import Reference, update_label, user_answer_check
-from pytest_triton.load.locust.distributed import tell_master_refused
-from pytest_triton.load.locust.embedded import EmbeddedModel, zoo_model
-from pytest_triton.load.locust.open_loop import OpenLoop, ReplayLoop, open_loop
-from pytest_triton.load.locust.options import default_targets, run_config
-from pytest_triton.load.locust.rollout import sent_after_retirement
-from pytest_triton.load.locust.user_settings import (
+from pytest_triton.load.runner import grpc_gevent, listeners, multiplexer
+from pytest_triton.load.runner.checking import Reference, update_label, user_answer_check
+from pytest_triton.load.runner.distributed import tell_master_refused
+from pytest_triton.load.runner.embedded import EmbeddedModel, zoo_model
+from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
+from pytest_triton.load.runner.options import default_targets, run_config
+from pytest_triton.load.runner.rollout import sent_after_retirement
+from pytest_triton.load.runner.user_settings import (
     check_load_allowed,
     user_batch_size,
     user_endpoint,
@@ -54,12 +53,11 @@ from pytest_triton.load.locust.user_settings import (
     user_security,
     user_shared_memory,
 )
+from pytest_triton.load.webui import events
 
 grpc_gevent.init()
 listeners.install_listeners(locust.events)
-# This process only makes input tensors with torch; one thread keeps it fork-safe for
-# --processes and leaves the cores to the server.
-torch.set_num_threads(1)
+events.install_web_listeners(locust.events)  # after the run's own: they read what it made
 
 log = logging.getLogger("pytest_triton.load")
 InputsFactory = Callable[[int, int], Mapping[str, Any]]
@@ -67,11 +65,18 @@ Answered = tuple[PreparedRequest, RawAnswer]
 _user_numbers = itertools.count()
 _refused: set[str] = set()
 
-__all__ = ["GrpcTritonUser", "HttpTritonUser", "TritonUser", "default_targets", "zoo_model"]
+__all__ = [
+    "EmbeddedModel",
+    "GrpcTritonUser",
+    "HttpTritonUser",
+    "TritonUser",
+    "default_targets",
+    "zoo_model",
+]
 
 
 def _numpy(value: Any) -> Array:
-    if isinstance(value, torch.Tensor):
+    if type(value).__module__ == "torch":  # a torch.Tensor; torch itself is imported elsewhere
         value = value.detach().cpu().numpy()
     return np.ascontiguousarray(value)
 
@@ -90,6 +95,7 @@ class TritonUser(User):
 
     abstract = True
     wait_time = constant(0)
+    triton_preflight: ClassVar[bool] = True  # its run asks --host once before any load
     model: str | None = None
     version: str = ""
     batch_size: int = 1

@@ -15,11 +15,14 @@ Every model module (dlrm, resnext, bert, mnist, text_recognition) offers the sam
   axes; the batch axis 0 is always dynamic), optionally ``OUTPUT_DYNAMIC_AXES`` and
   ``DYNAMIC_AXIS_NAMES`` (only BERT has a dynamic sequence axis).
 
+``streaming_gru`` is the zoo's stateful model: ``sequence_spec(size, strategy)`` gives the
+``SequenceSpec`` of a GRU cell served behind Triton's sequence batcher (docs/sequences.md).
+
 ``ZOO`` maps a model name to a ``ZooEntry`` bundling one module and its full/small configs
 with recommended Triton settings from the example that describes the model.
 """
 
-from pytest_triton.models import bert, dlrm, mnist, resnext, text_recognition
+from pytest_triton.models import bert, dlrm, mnist, resnext, streaming_gru, text_recognition
 from pytest_triton.models._common import CheckpointError, extract_state_dict, load_checkpoint
 from pytest_triton.models.specs import zoo_spec
 from pytest_triton.models.zoo import ZOO, Serving, Size, TensorInfo, ZooEntry
@@ -37,6 +40,7 @@ __all__ = [
     "load_checkpoint",
     "mnist",
     "resnext",
+    "streaming_gru",
     "text_recognition",
     "zoo_spec",
 ]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pytest_triton.client.stats import ModelStats
 from pytest_triton.parity.compare import OutputDiff, ParityReport, finite_or_none
 
-Check = Literal["parity", "batched_parity"]
+Check = Literal["parity", "batched_parity", "sequence_parity"]
 NO_TRANSPORT = "none"
 
 

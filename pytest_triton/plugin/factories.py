@@ -4,6 +4,8 @@
     my_server = factories.server(repository="my_repo", launcher="local")
     my_client = factories.client(server="my_server")
     my_model = factories.model(server="my_server")
+    my_pipeline = factories.pipeline("classify", server="my_server")  # pipelines=[...] above
+    my_gru = factories.sequence_model(gru_spec, server="my_server")   # a stateful model
 
 Each fixture names the fixture it builds on and asks pytest for it when it runs
 (`request.getfixturevalue`). The role each factory gives its fixture lets the plugin's
@@ -14,6 +16,7 @@ variants the server will serve (ids like `mnist-onnx-hosted-grpc`).
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,11 +26,16 @@ import pytest
 from pytest_triton.base.config import TritonConfig, check_names, parse_shared_memory
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
-from pytest_triton.plugin import gate_report as reporting
+from pytest_triton.plugin import gate_report, step_report
 from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.pipeline import PipelineSpec
+from pytest_triton.repository.pipeline_build import PipelineRepository
+from pytest_triton.repository.sequence import SequenceSpec
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.session.deployment import Deployment, ServedModel
 from pytest_triton.session.lifecycle import start_deployment
+from pytest_triton.session.served_pipeline import ServedPipeline, served_pipeline
+from pytest_triton.session.served_sequences import ServedSequenceModel, serve_sequence_model
 
 ROLE = "_pytest_triton_role"
 SpecSource = Sequence[ModelSpec] | Callable[[TritonConfig], Sequence[ModelSpec]]
@@ -38,6 +46,7 @@ DEPLOYMENTS = pytest.StashKey[list[Deployment]]()
 class RepositoryRole:
     specs: SpecSource
     formats: tuple[str, ...] | None
+    pipelines: tuple[PipelineSpec, ...] = ()
 
     def resolve_specs(self, config: TritonConfig) -> list[ModelSpec]:
         return list(self.specs(config) if callable(self.specs) else self.specs)
@@ -75,23 +84,33 @@ def role_of(value: Any) -> Role | None:
 
 
 def repository(
-    specs: SpecSource, *, formats: Sequence[str] | None = None, scope: str = "session"
+    specs: SpecSource,
+    *,
+    formats: Sequence[str] | None = None,
+    scope: str = "session",
+    pipelines: Sequence[PipelineSpec] = (),
 ) -> Any:
-    """A model repository of these specs (ModelSpecs, or a callable config -> ModelSpecs).
+    """A model repository of these specs (ModelSpecs, or a callable config -> ModelSpecs),
+    and of `pipelines` (each one's steps, ensemble and BLS models; see factories.pipeline).
 
     It is written to --triton-repository-dir if given (and kept), else to a temporary
     directory removed at teardown. `formats` overrides --triton-formats for these specs.
     """
-    role = RepositoryRole(specs, tuple(formats) if formats else None)
+    role = RepositoryRole(specs, tuple(formats) if formats else None, tuple(pipelines))
 
     def fixture(
         request: pytest.FixtureRequest, triton_config: TritonConfig
     ) -> Iterator[Repository]:
-        repo = Repository.create(
+        make = (
+            functools.partial(PipelineRepository.with_pipelines, role.pipelines)
+            if role.pipelines
+            else Repository.create
+        )
+        repo = make(
             role.resolve_specs(triton_config),
             triton_config.serving.repository_dir,
             formats=role.formats or triton_config.serving.formats,
-            progress=_progress_writer(request.config),
+            progress=step_report.say,
             precisions=triton_config.serving.precisions,
             warmup=triton_config.serving.warmup,
         )
@@ -118,14 +137,23 @@ def server(
         request: pytest.FixtureRequest, triton_config: TritonConfig
     ) -> Iterator[Deployment]:
         repo: Repository = request.getfixturevalue(role.repository)
-        deployment = start_deployment(triton_config.with_overrides(role.overrides), repo)
+        config = triton_config.with_overrides(role.overrides)
+        started = time.perf_counter()
+        deployment = start_deployment(config, repo)
+        step_report.say(
+            f"{request.fixturename}: {config.server.launcher} server ready in "
+            f"{time.perf_counter() - started:.1f}s"
+        )
         request.config.stash.setdefault(DEPLOYMENTS, []).append(deployment)
-        deployment.listeners.append(functools.partial(reporting.record_result, request.config))
-        reporting.record_server(request.config, deployment)
+        deployment.listeners.append(functools.partial(gate_report.record_result, request.config))
+        gate_report.record_server(request.config, deployment)
         try:
             yield deployment
         finally:
+            started = time.perf_counter()
             deployment.close()
+            stopped_in = time.perf_counter() - started
+            step_report.say(f"{request.fixturename}: stopped in {stopped_in:.1f}s")
 
     return _fixture(fixture, role, scope)
 
@@ -177,14 +205,31 @@ def model(*, server: str = "triton_server", scope: str = "function") -> Any:
     return _fixture(fixture, role, scope)
 
 
-def _progress_writer(pytestconfig: pytest.Config) -> Callable[[str], None]:
-    """Export progress straight to the terminal (not captured): exports can take minutes."""
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+def pipeline(
+    name: str, *, server: str = "triton_server", mode: str = "ensemble", scope: str = "function"
+) -> Any:
+    """The pipeline `name` of the named server's repository as a ServedPipeline, served in
+    `mode` (ensemble, bls, bls-async); parametrize it indirectly to run a test in each mode."""
 
-    def write(message: str) -> None:
-        # One line per finished export ("exported x in 3.1s"); -v also shows each start.
-        verbose = pytestconfig.getoption("verbose") > 0
-        if reporter is not None and (verbose or not message.startswith("exporting ")):
-            reporter.write_line(f"[pytest-triton] {message}")
+    def fixture(request: pytest.FixtureRequest) -> ServedPipeline:
+        deployment: Deployment = request.getfixturevalue(server)
+        unservable = getattr(deployment.repository, "unservable", {}).get(name)
+        if unservable is not None:
+            pytest.skip(unservable)
+        return served_pipeline(deployment, name, getattr(request, "param", None) or mode)
 
-    return write
+    fixture_function: Any = pytest.fixture(scope=scope)(fixture)  # type: ignore[call-overload]
+    return fixture_function
+
+
+def sequence_model(
+    spec: SequenceSpec, *, server: str = "triton_server", scope: str = "session"
+) -> Any:
+    """A stateful model (SequenceSpec) exported, written and loaded on the named server
+    fixture: a ServedSequenceModel whose `assert_sequence_parity` and `run` send sequences."""
+
+    def fixture(request: pytest.FixtureRequest) -> ServedSequenceModel:
+        deployment: Deployment = request.getfixturevalue(server)
+        return serve_sequence_model(deployment, spec)
+
+    return pytest.fixture(scope=scope)(fixture)  # type: ignore[call-overload]

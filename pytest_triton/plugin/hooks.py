@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import types
 from collections.abc import Generator, Sequence
 from pathlib import Path
@@ -18,21 +19,23 @@ from pytest_triton.base.config import (
     Setting,
     Source,
     TritonConfig,
+    check_environ,
     check_replicas_behind,
+    join_dash_values,
     resolve,
     settings_for,
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.importing import load_object
 from pytest_triton.client.wire.shm import ID_SUFFIX, cuda_problem
-from pytest_triton.plugin import factories
-from pytest_triton.plugin import gate_report as reporting
+from pytest_triton.plugin import factories, gate_report, step_report
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import plan_variants
-from pytest_triton.server.launcher import LIVE_SERVERS
+from pytest_triton.server.launcher import LIVE_SERVERS, RunningServer
 from pytest_triton.session.lifecycle import launcher_for, server_target
 
 CONFIG = pytest.StashKey[TritonConfig]()
+SERVERS_BEFORE = pytest.StashKey[frozenset[RunningServer]]()  # live when a session began
 # The plugin's own markers, registered in every session that loads it; the project's suite
 # registers its own (container, load, slow, reliability) in pyproject.toml.
 MARKERS = {
@@ -49,7 +52,24 @@ class _Unset:
 UNSET: Any = _Unset()  # an ini key nobody set (pytest's own default would be "")
 
 
+def accept_dash_values(parser: pytest.Parser) -> None:
+    """`--triton-server-args "--repository-poll-secs=1"` as the docs write it: pytest's
+    argparse would read the value as another option, so this parser joins such a value to
+    its flag before each of its parses (this parser only; nothing else of pytest changes)."""
+    for name in ("parse", "parse_known_and_unknown_args"):
+        original = getattr(parser, name, None)
+        if original is None or getattr(original, "joins_dash_values", False):
+            continue
+
+        def joined(args: Any, *rest: Any, _original: Any = original, **named: Any) -> Any:
+            return _original(join_dash_values([os.fspath(a) for a in args]), *rest, **named)
+
+        joined.joins_dash_values = True  # type: ignore[attr-defined]
+        setattr(parser, name, joined)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
+    accept_dash_values(parser)
     group = parser.getgroup("triton", "pytest-triton: serve PyTorch models on Triton")
     for setting in settings_for("pytest"):
         text = setting.describe()
@@ -94,16 +114,19 @@ def sources(pytestconfig: pytest.Config) -> list[Source]:
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml reads --junitxml (the report points it)
 def pytest_configure(config: pytest.Config) -> None:
+    config.stash[SERVERS_BEFORE] = LIVE_SERVERS.started()
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     try:
+        check_environ(os.environ, "pytest")
         triton = config.stash[CONFIG] = resolve(*sources(config))
         check_replicas_behind(triton, triton.server.url, "--triton-url")
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-triton: {exc}") from None
     if triton.gate.report and hasattr(config.option, "xmlpath") and not config.option.xmlpath:
-        config.option.xmlpath = reporting.junit_path(triton)  # unless -p no:junitxml
-    config.pluginmanager.register(reporting.GateReporter(config, triton), "pytest-triton-gate")
+        config.option.xmlpath = gate_report.junit_path(triton)  # unless -p no:junitxml
+    config.pluginmanager.register(gate_report.GateReporter(config, triton), "pytest-triton-gate")
+    step_report.register(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -319,5 +342,7 @@ def pytest_runtest_makereport(
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Last line of defence: stop any server a fixture's teardown did not reach."""
-    LIVE_SERVERS.stop_all()
+    """Last line of defence: stop any server of this session a fixture's teardown did not
+    reach (not those of a session this one runs inside: pytester's in-process runs)."""
+    LIVE_SERVERS.stop_all(keep=config.stash.get(SERVERS_BEFORE, frozenset()))
+    step_report.unregister(config)

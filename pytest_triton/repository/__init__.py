@@ -7,6 +7,8 @@ in as `base.server_offer.ServerTarget`).
 
 from pytest_triton.base.formats import FORMATS
 from pytest_triton.repository.builder import Repository
+from pytest_triton.repository.pipeline import PipelineSpec, Step
+from pytest_triton.repository.pipeline_build import PipelineRepository
 from pytest_triton.repository.spec import (
     DynamicBatching,
     InstanceGroup,
@@ -20,7 +22,10 @@ __all__ = [
     "DynamicBatching",
     "InstanceGroup",
     "ModelSpec",
+    "PipelineRepository",
+    "PipelineSpec",
     "Repository",
+    "Step",
     "TensorSpec",
     "Variant",
 ]

@@ -39,6 +39,8 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
             "artifact_format",
             "onnx" if variant.artifact.endswith(".onnx") else "torchscript",
         )
+        if not variant.artifact.endswith(".onnx"):  # hosted_model.py's DLPack path
+            _param(config, "FORCE_CPU_ONLY_INPUT_TENSORS", "no")
     else:
         config.platform = NATIVE_BACKEND[variant.format][1]
     if variant.format == "onnx-trt":
@@ -93,3 +95,6 @@ def write_config(directory: Path, config: mc.ModelConfig) -> Path:
 
 def read_config(path: Path) -> mc.ModelConfig:
     return text_format.Parse(Path(path).read_text(), mc.ModelConfig())
+
+
+tensor_message = _tensor  # public: the pipeline front models declare their tensors the same way

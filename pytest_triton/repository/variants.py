@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pytest_triton.base.errors import SpecError
+from pytest_triton.base.errors import ConfigError, SpecError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS, PRECISIONS
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.repository.spec import ModelSpec
@@ -121,6 +121,46 @@ def _problem(fmt: str, target: ServerTarget, kind: str) -> str | None:
     if not native and fmt == "onnx" and kind == "KIND_GPU" and target.onnx_gpu_problem:
         return target.onnx_gpu_problem  # offered on the GPU or not at all, never on the CPU
     return None
+
+
+LOAD_FORMATS: tuple[str, ...] = ("onnx", "torchscript-trace", "torchscript-script")
+"""What a load test serves when no format is named, in order of preference: the first one the
+server can serve on its device (on a GPU without onnxruntime's CUDA provider, TorchScript)."""
+
+
+def format_problem(fmt: str, target: ServerTarget) -> str | None:
+    """Why this server cannot serve `fmt` on its own instances (its device), or None."""
+    if fmt not in NATIVE_BACKEND:
+        return f"unknown export format {fmt!r}; choose from {', '.join(FORMATS + GPU_FORMATS)}"
+    return _problem(fmt, target, target.instance_kind)
+
+
+def _device(target: ServerTarget) -> str:
+    return "GPU" if target.gpu else "CPU"
+
+
+def check_servable(fmt: str, target: ServerTarget) -> str:
+    """`fmt`, named by the user: refused with the reason when this server cannot serve it."""
+    problem = format_problem(fmt, target)
+    if problem is not None:
+        ok = [f for f in FORMATS + GPU_FORMATS if format_problem(f, target) is None]
+        raise ConfigError(
+            f"export format {fmt!r} cannot be served by this server on its {_device(target)}: "
+            f"{problem}; it can serve {', '.join(ok) or 'none of them'}"
+        )
+    return fmt
+
+
+def default_format(target: ServerTarget, preferred: Sequence[str] = LOAD_FORMATS) -> str:
+    """The first of `preferred` this server can serve on its device; none: every reason."""
+    problems = {fmt: format_problem(fmt, target) for fmt in preferred}
+    for fmt, problem in problems.items():
+        if problem is None:
+            return fmt
+    reasons = "; ".join(f"{fmt}: {problem}" for fmt, problem in problems.items())
+    raise ConfigError(
+        f"this server can serve none of {', '.join(preferred)} on its {_device(target)}: {reasons}"
+    )
 
 
 def precisions_of(spec: ModelSpec, fmt: str, precisions: Sequence[str] | None) -> list[str]:

@@ -1,5 +1,5 @@
 """Picks the launcher the resolved configuration asks for; with --triton-gpu, the one that can
-run a GPU server here (launchers.gpu), after checking that it has what it needs."""
+run a GPU server here (server/gpu.py), after checking that it has what it needs."""
 
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ import contextlib
 import itertools
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -43,6 +42,7 @@ from pytest_triton.server.launcher import (
     http_status,
     load_failures,
     log_excerpt,
+    poll_until_ready,
 )
 
 NGC_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
@@ -182,24 +182,32 @@ class TritonReady(WaitStrategy):
         self.with_startup_timeout(int(timeout_s)).with_poll_interval(0.1)
 
     def wait_until_ready(self, container: WaitStrategyTarget) -> None:
-        deadline = time.monotonic() + self._startup_timeout
-        url = None
-        while time.monotonic() < deadline:
+        url: str | None = None
+
+        def probe() -> str | None:
+            nonlocal url
             wrapped = container.get_wrapped_container()
             wrapped.reload()
             if wrapped.status in ("exited", "dead"):
                 raise ContainerExited(int(wrapped.attrs.get("State", {}).get("ExitCode", -1)))
-            if wrapped.status == "running":
-                if url is None:
-                    try:
-                        port = container.get_exposed_port(PORTS["http"])
-                    except (TimeoutError, ConnectionError):  # it stopped since: next round says
-                        continue
-                    url = f"http://{container.get_container_host_ip()}:{port}/v2/health/ready"
-                if http_status(url) == 200:
-                    return
-            time.sleep(self._poll_interval)
-        raise TimeoutError(f"{url or 'the container'} not ready after {self._startup_timeout:.0f}s")
+            if wrapped.status != "running":
+                return f"the container is {wrapped.status}"
+            if url is None:
+                try:
+                    port = container.get_exposed_port(PORTS["http"])
+                except (TimeoutError, ConnectionError):  # it stopped since: next round says
+                    return "its port is not published yet"
+                url = f"http://{container.get_container_host_ip()}:{port}/v2/health/ready"
+            return None if http_status(url) == 200 else "not ready"
+
+        poll_until_ready(
+            probe,
+            self._startup_timeout,
+            lambda _: TimeoutError(
+                f"{url or 'the container'} not ready after {self._startup_timeout:.0f}s"
+            ),
+            self._poll_interval,
+        )
 
 
 class ContainerExited(ServerError):

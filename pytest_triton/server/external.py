@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from pytest_triton.base.errors import ConfigError, ServerError
+from pytest_triton.base.errors import RefusedError, ServerError
 from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.base.urls import Endpoints, endpoints_from
+from pytest_triton.client import refusals
 from pytest_triton.client.wire.request import Protocol
-from pytest_triton.server.launcher import RunningServer, ServerArgs, wait_until_ready
+from pytest_triton.server.launcher import RunningServer, ServerArgs, poll_until_ready
 
 
 class ExternalServer(RunningServer):
@@ -55,7 +56,9 @@ class ExternalLauncher:
         deployed: bool = False,
         security: Security = PLAIN,
         name_suffix: str = "",
+        url_option: str = "--triton-url",
     ) -> None:
+        self.url, self.url_option = url, url_option
         self.endpoints = endpoints_from(url, grpc_url)
         self.name_suffix = "" if deployed else name_suffix
         self._backends = frozenset(backends)
@@ -83,39 +86,42 @@ class ExternalLauncher:
 
     def start(self, args: ServerArgs) -> ExternalServer:
         server = ExternalServer(self.endpoints, self._backends, self.deployed, self.security)
-        if self.security.plain:
-            wait_until_ready(server, args.startup_timeout_s)
-        else:
-            wait_until_serving(server, args.startup_timeout_s)
+        wait_until_serving(server, args.startup_timeout_s, self.url, self.url_option)
         return server
 
 
-def wait_until_serving(server: ExternalServer, timeout_s: float) -> None:
-    """Readiness through a client with the server's TLS and headers (an ingress in front
-    wants them); a TLS handshake that fails is a configuration error, said at once."""
-    from pytest_triton.client.triton_client import TritonClient
+REFUSED_GRACE_S = 3.0  # a closed port may be a server restarting: how long it may stay closed
 
+
+def wait_until_serving(
+    server: ExternalServer, timeout_s: float, given: str = "", option: str = "--triton-url"
+) -> None:
+    """Readiness with the server's TLS and headers (an ingress in front wants them). A refusal
+    (HTTP 401/403, a certificate that does not verify, a port that stays closed) is a
+    configuration error, said at once with the option that fixes it, not after the timeout."""
     protocol: Protocol = "http" if "grpc" not in server.endpoints.tls else "grpc"
-    url = server.endpoints.url(protocol)
+    hostport = server.endpoints.url(protocol)
     security = server.security.for_protocol(protocol in server.endpoints.tls)
-    deadline = time.monotonic() + timeout_s
-    with TritonClient(url, protocol, timeout_s=min(timeout_s, 10.0), security=security) as client:
-        while True:
-            try:
-                if client.is_server_ready():
-                    return
-                problem = "it answers not ready"
-            except Exception as exc:
-                problem = str(exc).splitlines()[0] if str(exc) else repr(exc)
-                if "CERTIFICATE" in problem.upper() or "SSL" in problem.upper():
-                    raise ConfigError(
-                        f"TLS with the server at {protocol}s://{url} failed: {problem} (give the "
-                        "CA bundle that signed its certificate with --triton-tls-ca, and its "
-                        "name with --triton-tls-server-name where it differs from the host)"
-                    ) from None
-            if time.monotonic() > deadline:
-                raise ServerError(
-                    f"the server at {url} ({protocol}) is not ready after {timeout_s:.0f}s: "
-                    f"{problem}"
-                )
-            time.sleep(0.2)
+    scheme = f"{protocol}s" if protocol in server.endpoints.tls else protocol
+    target = refusals.Target(
+        given or f"{scheme}://{hostport}", option, protocol, hostport, security
+    )
+    started = time.monotonic()
+
+    def probe() -> str | None:
+        answer = refusals.probe(target, min(timeout_s, refusals.PROBE_TIMEOUT_S))
+        if answer.ready:
+            return None
+        if answer.refusal is not None:
+            if not answer.transient or time.monotonic() - started > REFUSED_GRACE_S:
+                raise RefusedError(answer.refusal)
+            return answer.refusal
+        return answer.problem
+
+    def timed_out(problem: str) -> BaseException:
+        return ServerError(
+            f"the server at {target.shown} is not ready after {timeout_s:.0f}s: "
+            f"{problem}; raise --triton-startup-timeout if its models are large"
+        )
+
+    poll_until_ready(probe, timeout_s, timed_out, interval_s=0.2)

@@ -12,12 +12,12 @@ import time
 import urllib.error
 import urllib.request
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pytest_triton.base import watched_servers as health
+from pytest_triton.base import watched_servers
 from pytest_triton.base.config import ModelControl
 from pytest_triton.base.errors import ModelLoadError, ServerError
 from pytest_triton.base.security import PLAIN, Security
@@ -153,7 +153,7 @@ class RunningServer(ABC):
     # -- the watcher -------------------------------------------------------------------------
     def start_watcher(self) -> None:
         """Watch the server from now on; clients made for its addresses will ask it."""
-        health.remember((self.endpoints.http, self.endpoints.grpc), self)
+        watched_servers.remember((self.endpoints.http, self.endpoints.grpc), self)
         threading.Thread(
             target=self._watch, name=f"tritonserver-{self.launcher}-watcher", daemon=True
         ).start()
@@ -198,9 +198,16 @@ class LiveServers:
         with self._lock:
             self._servers.discard(server)
 
-    def stop_all(self) -> None:
+    def started(self) -> frozenset[RunningServer]:
+        """The servers live now (a session notes them when it begins)."""
         with self._lock:
-            servers = list(self._servers)
+            return frozenset(self._servers)
+
+    def stop_all(self, keep: frozenset[RunningServer] = frozenset()) -> None:
+        """Stop every live server but those in `keep`: a pytest session run inside another
+        (pytester's in-process runs) stops its own servers, not its host session's."""
+        with self._lock:
+            servers = [s for s in self._servers if s not in keep]
         for server in servers:
             server.stop()
 
@@ -280,17 +287,35 @@ def http_status(url: str, timeout: float = 1.0) -> int | None:
         return None
 
 
+def poll_until_ready(
+    probe: Callable[[], str | None],
+    timeout_s: float,
+    timed_out: Callable[[str], BaseException],
+    interval_s: float = 0.1,
+) -> None:
+    """The one readiness loop of every launcher: `probe()` answers None once the server is
+    ready, else why it is not yet; it raises to stop at once (a server that died, a refusal),
+    and `timed_out(why)` is raised when the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        why = probe()
+        if why is None:
+            return
+        if time.monotonic() > deadline:
+            raise timed_out(why)
+        time.sleep(interval_s)
+
+
 def wait_until_ready(
     server: RunningServer, timeout_s: float, expect_models: Sequence[str] = ()
 ) -> None:
     """Poll /v2/health/ready; a dead server or a failed model load raises at once with the log."""
-    deadline = time.monotonic() + timeout_s
     ready_url = f"http://{server.endpoints.http}/v2/health/ready"
-    while True:
+
+    def probe() -> str | None:
         code = server.exit_code()
         if code is not None:
-            log = server.log_text()
-            failures = load_failures(log)
+            failures = load_failures(server.log_text())
             tail = server.log_tail()
             if failures:
                 model, reason = failures[0]
@@ -298,16 +323,17 @@ def wait_until_ready(
             raise ServerError(
                 f"{exit_description(server.launcher, code)} before it was ready", tail
             )
-        if http_status(ready_url) == 200:
-            return
-        if time.monotonic() > deadline:
-            failures = load_failures(server.log_text())
-            server_tail = server.log_tail()
-            if failures:
-                raise ModelLoadError(failures[0][0], failures[0][1], server_tail)
-            raise ServerError(
-                f"tritonserver ({server.launcher}) not ready after {timeout_s:.0f}s at "
-                f"{ready_url}; raise --triton-startup-timeout if the models are large",
-                server_tail,
-            )
-        time.sleep(0.1)
+        return None if http_status(ready_url) == 200 else "not ready"
+
+    def timed_out(_: str) -> BaseException:
+        failures = load_failures(server.log_text())
+        server_tail = server.log_tail()
+        if failures:
+            return ModelLoadError(failures[0][0], failures[0][1], server_tail)
+        return ServerError(
+            f"tritonserver ({server.launcher}) not ready after {timeout_s:.0f}s at "
+            f"{ready_url}; raise --triton-startup-timeout if the models are large",
+            server_tail,
+        )
+
+    poll_until_ready(probe, timeout_s, timed_out)

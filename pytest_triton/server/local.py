@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from pytest_triton.base.errors import ConfigError, ServerError
 from pytest_triton.base.processes import die_with_parent, kill_group, reap_orphaned
 from pytest_triton.base.server_offer import NO_TENSORRT, ServerTarget
@@ -248,6 +250,7 @@ class LocalServer(RunningServer):
         try:
             if self.process.poll() is None:
                 release_connections([self.endpoints.http, self.endpoints.grpc])
+                _wait_for_closes_seen(self.process.pid)
                 self.process.terminate()
                 try:
                     self.process.wait(self._exit_timeout + 5)
@@ -261,6 +264,24 @@ class LocalServer(RunningServer):
             for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
                 with contextlib.suppress(OSError):
                     region.unlink()
+
+
+CLOSES_SEEN_WITHIN_S = 2.0
+
+
+def _wait_for_closes_seen(pid: int) -> None:
+    """Let the server close its side of the connections our clients just closed: a socket in
+    CLOSE_WAIT is one whose close the kernel has and Triton's event loop has not handled yet,
+    and a SIGTERM then makes Triton wait its exit timeout for it (seen on a busy machine)."""
+    deadline = time.monotonic() + CLOSES_SEEN_WITHIN_S
+    while time.monotonic() < deadline:
+        try:
+            sockets = psutil.Process(pid).net_connections("tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return
+        if not any(c.status == psutil.CONN_CLOSE_WAIT for c in sockets):
+            return
+        time.sleep(0.02)
 
 
 def reap_orphan_servers() -> list[Path]:

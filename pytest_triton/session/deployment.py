@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from pytest_triton.base import setup_steps
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import (
     ConfigError,
@@ -134,6 +138,7 @@ class Deployment:
             self.repository.ensure(variant)
             self.server.check_alive()
             client = self.client("http")
+            started = time.perf_counter()
             try:
                 if self.server.model_control_mode == "explicit":
                     if self.serves_repository_directly:
@@ -158,6 +163,36 @@ class Deployment:
                     )
                 raise ModelLoadError(variant.model_name, reason, self.server.log_tail()) from None
             self._loaded.add(variant.model_name)
+            setup_steps.say(f"loaded {variant.id} in {time.perf_counter() - started:.1f}s")
+
+    def load_front(
+        self,
+        name: str,
+        config: Callable[[], ModelConfig],
+        files: Callable[[], dict[str, bytes]],
+    ) -> None:
+        """Load, once, a model the repository holds beside its variants (a pipeline's
+        ensemble or BLS model, whose steps are loaded first); a failure names the model."""
+        with self._lock:
+            if name in self._loaded:
+                return
+            client = self.client("http")
+            try:
+                if self.server.model_control_mode == "explicit":
+                    if self.serves_repository_directly:
+                        client.load_model(name)
+                    else:
+                        client.load_model(name, config=pbtxt.to_json(config()), files=files())
+                elif not client.is_model_ready(name):
+                    raise InferenceError(name, "http", "model is not ready")
+            except InferenceError as exc:
+                self.server.check_alive()
+                reason = exc.server_message
+                for model, logged in load_failures(self.server.log_text()):
+                    if model == name:
+                        reason = logged
+                raise ModelLoadError(name, reason, self.server.log_tail()) from None
+            self._loaded.add(name)
 
     def _check_deployed(self, variant: Variant) -> None:
         """A deployed model is READY at the spec's version and serves the spec's config."""

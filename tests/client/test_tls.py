@@ -278,4 +278,6 @@ def test_parity(triton_model, triton_client):
         *common, "--triton-tls-ca", str(pki.other_ca), timeout=300
     )
     assert wrong.ret != 0
-    assert "TLS with the server at https://" in wrong.stdout.str() + wrong.stderr.str()
+    said = wrong.stdout.str() + wrong.stderr.str()
+    assert f"TLS certificate verification failed for https://{scorer_ingress}" in said, said
+    assert "--triton-tls-ca" in said and "unreachable" not in said

@@ -429,6 +429,16 @@ def test_stages_soak_answers_update_and_plots_reach_the_gate_report() -> None:
         "samples": [{"at": 1.0}],
     }
     document["figures"] = ["load-dlrm-memory.png", "load-dlrm-latency.png"]
+    document["streams"] = {
+        "streams": 802,
+        "output_tokens_per_s": 675.4,
+        "ttft_p50_ms": 24.879,
+        "ttft_p99_ms": 91.583,
+        "itl_p50_ms": 1.59,
+        "itl_p99_ms": 27.967,
+        "good_streams": 796,
+        "goodput": 0.993,
+    }
     document["wrong_answers"] = 0
     document["measured"] = {**document["measured"], "goodput": 0.99, "slo_ms": 20.0}
     document["update"] = {
@@ -457,6 +467,8 @@ def test_stages_soak_answers_update_and_plots_reach_the_gate_report() -> None:
         "Soak of dlrm: memory (rss) 400 -> 700 MB, 300 MB/min over the steady part",
         "![dlrm: load-dlrm-memory.png](load-dlrm-memory.png)",
         "Answers of dlrm checked: 0 wrong.",
+        "Streams of dlrm: 802 streams, 675 output tokens/s; time to first token p50 24.9 / p99 "
+        "91.6 ms, inter-token latency p50 1.59 / p99 28 ms, goodput 0.993",
         "Goodput of dlrm: 0.99 of the requests succeeded within 20 ms.",
         "Model update in dlrm: dlrm_onnx version 1 -> 2, p99 38.1 ms during the switch, "
         "1928 requests after it.",
@@ -496,11 +508,11 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
     import argparse
 
     from pytest_triton.base.config import from_mapping, resolve
-    from pytest_triton.load.sweep import points as perf
-    from pytest_triton.load.sweep.report import sweep_verdict, write_reports
+    from pytest_triton.load.perf.points import Point
+    from pytest_triton.load.perf.report import sweep_verdict, write_reports
 
     points = [
-        perf.Point(
+        Point(
             batch_size=8,
             concurrency=c,
             duration_s=2.0,
@@ -542,11 +554,11 @@ def test_triton_perf_s_goodput_and_latency_bound_reach_the_report(tmp_path: Path
     the highest rate at which it held go into report.json and report.md."""
     import argparse
 
-    from pytest_triton.load.sweep import points as perf
-    from pytest_triton.load.sweep.report import write_reports
+    from pytest_triton.load.perf.points import Point
+    from pytest_triton.load.perf.report import write_reports
 
     points = [
-        perf.Point(
+        Point(
             batch_size=1,
             concurrency=1,
             duration_s=2.0,

@@ -19,6 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
+from pytest_triton.base import setup_steps
+
 REPO = Path(__file__).resolve().parents[2]
 PROBE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "probe.py"
 LOCUSTFILES = REPO / "locustfiles"
@@ -33,7 +35,11 @@ def free_port() -> int:
 def subprocess_env(**extra: str) -> dict[str, str]:
     """This environment without any TRITON_* setting (tests must not inherit targets), with
     the checkout importable (the probe locustfile imports tests.load)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "LOCUST_"))}
+    env = {  # nor xdist's: a Locust run is not a worker of the suite's xdist
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRITON_", "LOCUST_", "PYTEST_XDIST_"))
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     # Runs of a few seconds hold too few measurement windows to be stable: only the tests of
     # stability itself (test_measurement.py) ask for it.
@@ -72,6 +78,7 @@ class Locust:
 
     def __post_init__(self) -> None:
         self.started = time.monotonic()
+        setup_steps.say(f"{self.what} ...")
         # Own session: a timeout can kill the whole tree.
         self.proc = subprocess.Popen(
             list(self.args),
@@ -85,6 +92,16 @@ class Locust:
         )
         for stream, sink in ((self.proc.stdout, self._out), (self.proc.stderr, self._err)):
             threading.Thread(target=self._drain, args=(stream, sink), daemon=True).start()
+
+    @property
+    def what(self) -> str:
+        """Which tool ran on what, for progress lines: `locust -f dlrm.py`."""
+        args = [str(a) for a in self.args]
+        tool = "triton-perf" if "pytest_triton.cli.triton_perf" in args else Path(args[0]).name
+        if "-m" in args and args[args.index("-m") + 1] == "locust":
+            tool = "locust"
+        target = next((Path(args[i + 1]).name for i, a in enumerate(args[:-1]) if a == "-f"), "")
+        return f"{tool} -f {target}" if target else tool
 
     @staticmethod
     def _drain(stream: Any, sink: list[str]) -> None:
@@ -137,6 +154,7 @@ class Locust:
                 + "\n".join(out.splitlines()[-60:])
             )
         time.sleep(0.1)  # let the drain threads catch the last lines
+        setup_steps.say(f"{self.what} exited {code} in {time.monotonic() - self.started:.1f}s")
         report = None
         if self.report_path is not None and self.report_path.exists():
             report = json.loads(self.report_path.read_text())
@@ -148,7 +166,7 @@ class Locust:
 def triton_perf_args(model: str) -> list[str]:
     """The start of a triton-perf command line for `model` (as `python -m`, so that the
     checkout's code runs); the test adds the rest."""
-    return [sys.executable, "-m", "pytest_triton.load.sweep.command", "-m", model]
+    return [sys.executable, "-m", "pytest_triton.cli.triton_perf", "-m", model]
 
 
 def locust_args(locustfile: Path, *args: str, report: Path | None = None) -> list[str]:

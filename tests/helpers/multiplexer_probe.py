@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient  # noqa: E402
-from pytest_triton.load.locust.multiplexer import multiplexer  # noqa: E402
+from pytest_triton.load.runner.multiplexer import multiplexer  # noqa: E402
 
 MODEL = "sleepy"  # tests/helpers/probe_models.py: x FP32 [8] -> y FP32 [4], 20 ms a request
 GOOD = {"x": np.ones((1, 8), np.float32)}

@@ -10,7 +10,7 @@ import sys
 import threading
 
 from pytest_triton.base.config import resolve
-from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
+from pytest_triton.load.runner.embedded import EmbeddedModel, EmbeddedServer
 from tests.helpers.probe_models import probe_spec
 
 

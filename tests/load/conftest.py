@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_triton.load.locust.embedded import EmbeddedModel, EmbeddedServer
+from pytest_triton.load.runner.embedded import EmbeddedModel, EmbeddedServer
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
 from tests.helpers.probe_models import probe_spec, write_sleepy

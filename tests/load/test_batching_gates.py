@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_triton.load.locust.embedded import EmbeddedServer, zoo_model
+from pytest_triton.load.runner.embedded import EmbeddedServer, zoo_model
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
 from tests.helpers.locust_runs import (

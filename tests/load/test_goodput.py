@@ -19,7 +19,8 @@ from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.goodput import goodput_between, share_within
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram
 from pytest_triton.load.measure.window_log import WindowLog
-from pytest_triton.load.sweep import points as perf
+from pytest_triton.load.measure.windows import merge
+from pytest_triton.load.perf.points import Point, bound_summary, largest_within_bound
 from tests.helpers.locust_runs import REPO, Locust, run_locust, triton_perf_args
 
 RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
@@ -66,14 +67,14 @@ def test_a_goodput_target_needs_an_slo() -> None:
 
 
 def test_the_bound_search_holds_goodput_instead_of_the_percentile() -> None:
-    def point(c: int, p99: float, goodput: float) -> perf.Point:
-        return perf.Point(1, c, 1.0, 100, 0, p99, p99, p99, p99, p99, goodput=goodput)
+    def point(c: int, p99: float, goodput: float) -> Point:
+        return Point(1, c, 1.0, 100, 0, p99, p99, p99, p99, p99, goodput=goodput)
 
     points = [point(1, 80, 0.999), point(2, 120, 0.995), point(4, 300, 0.9)]
-    assert perf.largest_within_bound(points, 50).__class__ is type(None)  # p99 never within
-    best = perf.largest_within_bound(points, 50, goodput=0.99)
+    assert largest_within_bound(points, 50).__class__ is type(None)  # p99 never within
+    best = largest_within_bound(points, 50, goodput=0.99)
     assert best is not None and best.concurrency == 2
-    summary = perf.bound_summary(best, 50, 99, "rec/s", goodput=0.99)
+    summary = bound_summary(best, 50, 99, "rec/s", goodput=0.99)
     assert summary.startswith("goodput 0.99 within 50 ms: up to 2 concurrent requests")
 
 
@@ -162,3 +163,19 @@ def test_triton_perf_reports_the_highest_rate_at_which_goodput_holds(
     assert report["goodput"] == 0.9 and report["slo_ms"] == 60
     assert report["within_bound"]["1"]["request_rate_asked"] == 15
     assert "goodput 0.9 within 60 ms: up to an open-loop rate of 15 req/s" in done.stdout
+
+
+def test_windows_where_every_request_failed_report_no_latency() -> None:
+    """A failure's latency is no answer's: a window of failures only has no percentiles, one
+    with some answers keeps them."""
+    log = WindowLog()
+    for i in range(100):
+        log.record(1000.1 + i / 200, "m", 5.0, ok=False, samples=1)  # first second: failures
+        log.record(1001.1 + i / 200, "m", 5.0, ok=i % 2 == 0, samples=1)  # then half answered
+    failed, mixed = log.windows(1000.0, 1002.0, warmup_s=0, interval_s=1.0)
+    assert failed.requests == failed.failures == 100
+    assert math.isnan(failed.p99_ms) and math.isnan(failed.avg_ms), failed
+    assert mixed.failures == 50 and mixed.p99_ms == pytest.approx(5.0, rel=1e-2)
+    assert math.isnan(merge([failed]).p99_ms) and math.isnan(merge([failed]).avg_ms)
+    both = merge([failed, mixed])
+    assert both.requests == 200 and both.avg_ms == pytest.approx(5.0, rel=1e-2)

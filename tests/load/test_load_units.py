@@ -19,18 +19,24 @@ from pytest_triton.base.config import from_arguments, from_environ, resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import Endpoints, check_host, is_loopback
 from pytest_triton.client.stats import Duration, ModelStats
-from pytest_triton.load.locust.embedded import EmbeddedModel
-from pytest_triton.load.locust.user_settings import (
+from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.server_side import ModelReport, generator_warnings
+from pytest_triton.load.perf.points import (
+    Point,
+    bound_search,
+    bound_summary,
+    largest_within_bound,
+    parse_range,
+)
+from pytest_triton.load.perf.report import plot, points_markdown, write_points_csv
+from pytest_triton.load.runner.embedded import EmbeddedModel
+from pytest_triton.load.runner.user_settings import (
     stats_protocol,
     user_batch_size,
     user_endpoint,
     user_model,
     user_protocol,
 )
-from pytest_triton.load.measure import targets as tg
-from pytest_triton.load.measure.server_side import ModelReport, generator_warnings
-from pytest_triton.load.sweep import points as perf
-from pytest_triton.load.sweep import report as sweep_report
 from tests.helpers.locust_runs import REPO, subprocess_env
 from tests.helpers.probe_models import probe_spec
 
@@ -39,13 +45,13 @@ def test_nothing_here_imports_locust() -> None:
     """The plugin and every module pytest may import must leave gevent out of the process."""
     code = (
         "import sys, pytest_triton.plugin, pytest_triton.load.measure.targets, "
-        "pytest_triton.load.sweep.points, pytest_triton.load.locust.embedded, "
-        "pytest_triton.load.locust.user_settings, pytest_triton.load.locust.options, "
-        "pytest_triton.load.sweep.report, "
-        "pytest_triton.load.measure.server_side, pytest_triton.load.sweep.command, "
+        "pytest_triton.load.perf.points, pytest_triton.load.runner.embedded, "
+        "pytest_triton.load.runner.user_settings, pytest_triton.load.runner.options, "
+        "pytest_triton.load.perf.report, "
+        "pytest_triton.load.measure.server_side, pytest_triton.load.perf.command, "
         "pytest_triton.load.webui.snapshot, pytest_triton.load.measure.window_log, "
-        "pytest_triton.load.measure.windows, pytest_triton.load.locust.arrivals, "
-        "pytest_triton.load.locust.generator_cpu, pytest_triton.load.tune.tuner; "
+        "pytest_triton.load.measure.windows, pytest_triton.load.measure.arrivals, "
+        "pytest_triton.load.runner.generator_cpu, pytest_triton.load.tune.tuner; "
         "from gevent import monkey; "
         "assert 'locust' not in sys.modules and not monkey.is_anything_patched()"
     )
@@ -63,7 +69,7 @@ def test_nothing_here_imports_locust() -> None:
 LOOP_CLOCK = """
 import time
 import gevent
-from pytest_triton.load.locust.listeners import _sync_loop_clock  # imports locust
+from pytest_triton.load.runner.listeners import _sync_loop_clock  # imports locust
 
 def run_time_timer_after_a_slow_start(sync):
     busy = time.monotonic()
@@ -273,9 +279,27 @@ def test_server_report_reads_like_perf_analyzer() -> None:
     assert "could not keep up" in generator_warnings(cpu_percent=97.0)[0]
 
 
+def test_server_report_names_the_requests_in_flight_at_stop() -> None:
+    """A distributed run's client count and the server's differ by the requests in flight
+    when Locust stopped its users: the report says how many, and why."""
+    delta = ModelStats(
+        inference_count=771, execution_count=771, success=Duration(771, 771 * 1_000_000)
+    )
+    report = ModelReport("m", delta, client_requests=763)
+    assert report.in_flight_at_stop == 8 and report.as_dict()["in_flight_at_stop"] == 8
+    assert (
+        "the client counted 763 successful requests, the server 771: 8 in flight when the "
+        "users stopped" in report.text()
+    )
+    same = ModelReport("m", delta, client_requests=771)
+    assert same.in_flight_at_stop == 0 and "Client and server counts" not in same.text()
+    assert "the server only 771: 9" in ModelReport("m", delta, client_requests=780).text()
+    assert ModelReport("m", delta).in_flight_at_stop is None
+
+
 # -- perf sweep -------------------------------------------------------------------------------
-def point(concurrency: int, p99: float, batch: int = 1, failures: int = 0) -> perf.Point:
-    return perf.Point(
+def point(concurrency: int, p99: float, batch: int = 1, failures: int = 0) -> Point:
+    return Point(
         batch_size=batch,
         concurrency=concurrency,
         duration_s=2.0,
@@ -299,36 +323,36 @@ def point(concurrency: int, p99: float, batch: int = 1, failures: int = 0) -> pe
     ],
 )
 def test_ranges_read_like_perf_analyzer(text: str, values: list[int]) -> None:
-    assert perf.parse_range(text) == values
+    assert parse_range(text) == values
 
 
 @pytest.mark.parametrize("text", ["8:2", "0:4", "a", "1:2:0", "1:2:3:4"])
 def test_bad_ranges_say_the_format(text: str) -> None:
     with pytest.raises(ValueError, match="START"):
-        perf.parse_range(text)
+        parse_range(text)
 
 
 def test_bound_search_doubles_then_bisects() -> None:
     asked: list[int] = []
 
-    def measure(c: int) -> perf.Point:
+    def measure(c: int) -> Point:
         asked.append(c)
         return point(c, 20.0 * c)  # p99 grows 20 ms per concurrent request
 
-    points = list(perf.bound_search(measure, 90, 1, 64))
+    points = list(bound_search(measure, 90, 1, 64))
     assert asked == [1, 2, 4, 8, 6, 5]
-    best = perf.largest_within_bound(points, 90)
+    best = largest_within_bound(points, 90)
     assert best is not None and best.concurrency == 4
-    assert list(perf.bound_search(measure, 10, 1, 64)) == [point(1, 20.0)]  # never within
-    assert [p.concurrency for p in perf.bound_search(measure, 1e9, 1, 6)] == [1, 2, 4, 6]
+    assert list(bound_search(measure, 10, 1, 64)) == [point(1, 20.0)]  # never within
+    assert [p.concurrency for p in bound_search(measure, 1e9, 1, 6)] == [1, 2, 4, 6]
 
 
 def test_failed_points_never_count_as_within_the_bound() -> None:
-    best = perf.largest_within_bound([point(1, 5), point(2, 5, failures=3)], 10)
+    best = largest_within_bound([point(1, 5), point(2, 5, failures=3)], 10)
     assert best is not None and best.concurrency == 1
-    summary = perf.bound_summary(best, 10, 99, "rec/s")
+    summary = bound_summary(best, 10, 99, "rec/s")
     assert summary.startswith("p99 latency bound 10 ms: up to 1 concurrent requests of batch 1")
-    assert "not met" in perf.bound_summary(None, 10, 99, "rec/s")
+    assert "not met" in bound_summary(None, 10, 99, "rec/s")
 
 
 PERF_ANALYZER_HEADER = [  # perf_analyzer 2.51's `-f file.csv`, server statistics on
@@ -349,14 +373,14 @@ PERF_ANALYZER_HEADER = [  # perf_analyzer 2.51's `-f file.csv`, server statistic
 
 def test_reports_are_written(tmp_path: Path) -> None:
     points = [point(1, 10.0, batch=8), point(1, 30.0, batch=64)]
-    table = sweep_report.points_markdown(points, "rec/s")
+    table = points_markdown(points, "rec/s")
     assert table.splitlines()[0] == (
         "| **Batch Size** | **Throughput** | **Avg Latency** | **95% Latency** | **99% Latency** |"
     )
     assert "| 64 | 3200.0 rec/s | 15.0 ms | 28.5 ms | 30.0 ms |" in table
     fast = replace(points[0], avg_ms=2.1374, p95_ms=2.6, p99_ms=3.0)
-    assert "| 2.14 ms | 2.60 ms | 3.00 ms |" in sweep_report.points_markdown([fast])
-    sweep_report.write_points_csv(points, tmp_path / "p.csv")
+    assert "| 2.14 ms | 2.60 ms | 3.00 ms |" in points_markdown([fast])
+    write_points_csv(points, tmp_path / "p.csv")
     with open(tmp_path / "p.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0])[:13] == ["Concurrency", *PERF_ANALYZER_HEADER]
@@ -371,9 +395,9 @@ def test_reports_are_written(tmp_path: Path) -> None:
     assert rows[1]["Client Send"] == rows[1]["Client Recv"] == "0"
     assert rows[1]["Network+Server Send/Recv"] == "15000"  # no server time known: all of it
     open_loop = [replace(points[0], request_rate_asked=50.0)]
-    sweep_report.write_points_csv(open_loop, tmp_path / "r.csv")
+    write_points_csv(open_loop, tmp_path / "r.csv")
     header = (tmp_path / "r.csv").read_text().splitlines()[0].split(",")
     assert header[:13] == ["Request Rate", *PERF_ANALYZER_HEADER] and "Concurrency" in header
-    sweep_report.plot(points, tmp_path / "p.png", title="t", unit="rec/s", bound_ms=20)
+    plot(points, tmp_path / "p.png", title="t", unit="rec/s", bound_ms=20)
     assert (tmp_path / "p.png").stat().st_size > 1000
     assert math.isnan(points[0].client_overhead_ms)  # no server figures, no overhead

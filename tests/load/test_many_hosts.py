@@ -136,6 +136,11 @@ def test_master_and_workers_on_three_hosts_count_what_the_server_counts(
     # the server also answered the requests in flight when the users were stopped (at most
     # one per user), which Locust no longer counts
     assert 0 <= server["success_count"] - requests <= USERS, done.tail()
+    # ... and the report says so: the difference named, not left for the reader to find
+    assert server["client_success_count"] == requests, server
+    assert server["in_flight_at_stop"] == server["success_count"] - requests, server
+    if server["in_flight_at_stop"]:
+        assert f"{server['in_flight_at_stop']} in flight when the users stopped" in done.output
     # the skewed worker's offset was measured, and none of its requests left the run
     offsets = sorted(o["offset_s"] for o in report["worker_clock_offsets"].values())
     assert len(offsets) == 2, report["worker_clock_offsets"]

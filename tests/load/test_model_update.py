@@ -56,7 +56,7 @@ def test_an_update_to_a_version_serving_wrong_answers_fails_the_run(tmp_path: Pa
         "-r",
         "2",
         "-t",
-        "10s",
+        "15s",  # loading version 2 takes seconds on a busy machine (as in the test above)
         "--triton-format",
         "torchscript-trace",
         "--triton-update-to",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.perf_analyzer_tool import MISSING, find_perf_analyzer, run_perf_analyzer
-from pytest_triton.load.locust.embedded import EmbeddedModel
+from pytest_triton.load.runner.embedded import EmbeddedModel
 from pytest_triton.server.launcher import Endpoints
 from tests.helpers.locust_runs import Locust
 from tests.helpers.probe_models import probe_spec
@@ -63,7 +63,7 @@ def test_a_perf_analyzer_csv_reader_reads_triton_perfs_csv(
     tp_csv = tmp_path / "triton-perf.csv"
     run = Locust(
         [
-            *(sys.executable, "-m", "pytest_triton.load.sweep.command"),
+            *(sys.executable, "-m", "pytest_triton.cli.triton_perf"),
             *("-m", "tests.helpers.probe_models:probe_spec", "--model-name", MODEL),
             *("--url", f"http://{probe_server.http}", "-b", "1", "--concurrency-range", "2"),
             *("--triton-measurement-interval", WINDOW_MS, "--triton-load-warmup", "500"),

@@ -16,7 +16,7 @@ import pytest
 from pytest_triton.base.config import resolve
 from pytest_triton.base.security import Security
 from pytest_triton.base.server_offer import ServerTarget
-from pytest_triton.load.locust.scrape import Scraper, metrics_security, metrics_url
+from pytest_triton.load.runner.scrape import Scraper, metrics_security, metrics_url
 from pytest_triton.repository.builder import Repository
 from pytest_triton.server import LocalLauncher, ServerArgs
 from tests.helpers import certificates, nginx

@@ -18,6 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton.base.config import resolve
 from pytest_triton.base.errors import ConfigError
+from pytest_triton.cli.triton_tune import _parser, options_from
 from pytest_triton.load.tune import space as sp
 from pytest_triton.load.tune.progress import Progress
 from pytest_triton.load.tune.space import Candidate, SearchSpace
@@ -34,7 +35,7 @@ from pytest_triton.load.tune.strategy import (
 )
 from pytest_triton.load.tune.tables import Outcome, gate_check, markdown
 from pytest_triton.load.tune.trials import check_launcher
-from pytest_triton.load.tune.tuner import TuneOptions, _parser, options_from
+from pytest_triton.load.tune.tuner import TuneOptions
 from pytest_triton.load.tune.tuner import tune as run_tune
 from pytest_triton.server.gpu import visible_gpus
 from tests.helpers.locust_runs import Locust, subprocess_env
@@ -302,7 +303,7 @@ def tune(tmp_path: Path, *args: str, timeout: float = 180) -> tuple[int, str, Pa
     cmd = [
         sys.executable,
         "-m",
-        "pytest_triton.load.tune",
+        "pytest_triton.cli.triton_tune",
         *args,
         "-b",
         "1",
@@ -390,6 +391,10 @@ def test_gate_fails_a_committed_config_that_falls_short(tmp_path: Path) -> None:
     assert result["gate"]["passed"] is False and result["gate"]["shortfall_percent"] > 10
     assert "GATE FAIL: the committed configuration falls" in output
     assert not result["best"]["committed"] and result["best"]["candidate"]["dynamic_batching"]
+    # every measured candidate carries its spread (its windows' throughputs), as the CSV does
+    measured = [c for c in result["candidates"] if c["status"] == "measured"]
+    assert all(c["spread"] is not None and c["spread"] >= 0 for c in measured), measured
+    assert ",spread," in (out / "candidates.csv").read_text().splitlines()[0]
     diff = (out / "config.diff").read_text()
     assert "+dynamic_batching {" in diff and "+  max_queue_delay_microseconds: 2000" in diff
 

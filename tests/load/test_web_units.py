@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from pytest_triton.client.stats import Duration, ModelStats
-from pytest_triton.load.locust.generator_cpu import REPORT_KEY as CPU_KEY
-from pytest_triton.load.locust.generator_cpu import GeneratorCpu
-from pytest_triton.load.locust.options import WEB_HOST, web_ui_exposure
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.runner.generator_cpu import REPORT_KEY as CPU_KEY
+from pytest_triton.load.runner.generator_cpu import GeneratorCpu
+from pytest_triton.load.runner.options import WEB_HOST, web_ui_exposure
 from pytest_triton.load.webui.snapshot import (
     AGGREGATED,
     CSV_HEADER,
@@ -218,7 +218,7 @@ def test_locustfiles_default_the_web_ui_to_loopback() -> None:
     code = """
 import os
 import locust.argument_parser as ap
-from pytest_triton.load.locust.options import add_options
+from pytest_triton.load.runner.options import add_options
 parser = ap.get_parser()
 add_options(parser)
 for env in (None, "127.0.0.3"):

@@ -12,7 +12,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from pytest_triton.load.locust.arrivals import Lag, rate_warning, schedule
+from pytest_triton.load.measure.arrivals import Lag, rate_warning, schedule
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram, ms_text
 from pytest_triton.load.measure.window_log import SLICE_S, WindowLog
 from pytest_triton.load.measure.windows import PERCENTILES, Criterion, Window, assess, merge

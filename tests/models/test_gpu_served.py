@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from pytest_triton.server.hosted_env import stub_numpy_problem
 from pytest_triton.server.launcher import wait_until_ready
 from pytest_triton.server.local import LocalServer, server_environment
 from pytest_triton.session.lifecycle import start_deployment
+from tests.helpers.interpreters import index_problem
 from tests.helpers.raw_models import write_python_model
 from tests.helpers.tiny_models import scorer_spec
 
@@ -89,6 +91,19 @@ def test_warmup_runs_before_the_model_serves_and_parity_holds(tmp_path: Path) ->
     finally:
         deployment.close()
         repo.remove()
+
+
+def test_without_a_package_index_the_numpy2_venv_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where numpy 2 must be downloaded and no index answers (the GPU machine), the tests that
+    need it skip with the reason rather than error: pip's index, made unreachable here."""
+    for name in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    problem = index_problem(Path(sys.executable))
+    assert problem is not None and "package index is not reachable" in problem, problem
 
 
 def test_numpy2_stub_answers_empty_outputs_that_parity_names(numpy2_bin: Path) -> None:

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 import pytest
+from tritonclient.utils import InferenceServerException
 
 from pytest_triton import InferenceError, TritonClient
+from pytest_triton.client.failures import rejected
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.local import LocalServer
 from tests.helpers import raw_requests as raw
@@ -99,6 +101,16 @@ def per_protocol(http: Send, grpc: Send) -> Send:
     return lambda target, protocol: (http if protocol == "http" else grpc)(target, protocol)
 
 
+def explained(target: Target, protocol: str, request: Request) -> str:
+    """The server's own refusal of a request (sent raw: numpy holds no negative dimension),
+    as the client's failure mapping words it for the shapes that were sent."""
+    said = raw.send(protocol, target.address(protocol), request).error()
+    status = "StatusCode.INVALID_ARGUMENT" if protocol == "grpc" else "400"
+    shapes = {t.name: list(t.shape) for t in request.inputs}
+    client = target.clients[protocol]
+    return str(rejected(client, request.model, InferenceServerException(said, status), "", shapes))
+
+
 def fp32(name: str, shape: list[int], values: int) -> Tensor:
     return Tensor(name, "FP32", shape, np.zeros(values, np.float32).tobytes())
 
@@ -172,7 +184,19 @@ CASES = [
     Malformed(
         "missing_batch_dim",
         by_client("add_one", {"X": ROW.reshape(4)}),
-        r"unexpected shape for input 'X' .*Expected \[-1,4\], got \[4\]",
+        r"input 'X' has shape \[4\], without the batch dimension: model 'add_one' is batched"
+        r".*send shape \[1, 4\] for one row.*Triton said: unexpected shape for input 'X' "
+        r".*Expected \[-1,4\], got \[4\]",
+    ),
+    Malformed(
+        "negative_dim_as_the_client_says_it",
+        lambda t, p: explained(t, p, Request("add_one", [fp32("X", [-1, 4], 4)])),
+        {
+            "http": r"input 'X' was sent with shape \[-1, 4\]: a dimension below 0 is no "
+            r"size.*Triton said: Unable to parse 'shape'",
+            "grpc": r"input 'X' was sent with shape \[-1, 4\]: a dimension below 0 is no "
+            r"size.*Triton said: input byte size mismatch",
+        },
     ),
     Malformed(
         "bytes_for_fp32",

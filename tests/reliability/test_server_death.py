@@ -270,8 +270,12 @@ def test_a_client_in_another_process_names_model_protocol_and_address(
         assert outcome.seconds < DEADLINE_S + (1.0 if model == "slow" else 0.0), (
             f"{what}: {outcome.seconds:.1f}s"
         )
-        expected = "unreachable" if model == "add_one" else "dropped the connection"
-        assert expected in message, message
+        if model == "add_one":
+            # a new connection to a server dying under SIGSEGV/SIGKILL is refused once its
+            # port is closed, or reset while the kernel still tears the process down
+            assert "unreachable" in message or "dropped the connection" in message, message
+        else:
+            assert "dropped the connection" in message, message
 
 
 # -- the container launcher -------------------------------------------------------------------

@@ -65,6 +65,14 @@ def test_hosted_variant_names_its_artifact(tmp_path: Path) -> None:
     assert config.parameters["artifact"].string_value == "model.onnx"
     assert config.parameters["artifact_format"].string_value == "onnx"
     assert (tmp_path / "scorer_onnx" / "1" / "model.py").is_file()
+    assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in config.parameters  # onnxruntime takes numpy
+
+
+def test_hosted_torchscript_takes_its_inputs_where_they_are(tmp_path: Path) -> None:
+    """The DLPack path of hosted_model.py: inputs in GPU memory stay there."""
+    config = _config(tmp_path, ["python"], "torchscript-trace")
+    assert config.parameters["artifact_format"].string_value == "torchscript"
+    assert config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """One connection of a client, driven from outside: for a load driver that waits on many
-sockets at once (load/multiplexer.py) instead of one greenlet per request in flight.
+sockets at once (load/runner/multiplexer.py) instead of one greenlet per request in flight.
 
 send() starts a prepared request, readable() takes what has arrived once the driver saw the
 socket readable and gives the answer's size when it is whole. The request and its reading are

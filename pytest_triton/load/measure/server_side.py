@@ -43,6 +43,33 @@ class ModelReport:
             return None
         return self.client_avg_ms - self.server_request_ms
 
+    @property
+    def in_flight_at_stop(self) -> int | None:
+        """Requests the server answered that the client never counted: those in flight when
+        the users were stopped (Locust stops a user mid-request; its answer comes back to no
+        one). None where the client's count is unknown."""
+        if self.client_requests is None:
+            return None
+        return max(0, self.delta.requests - self.client_requests)
+
+    def reconciliation(self) -> str:
+        """The client's count beside the server's, and what the difference is."""
+        client = self.client_requests
+        if client is None or client == self.delta.requests:
+            return ""
+        server = self.delta.requests
+        if server > client:
+            return (
+                f"Client and server counts: the client counted {client} successful requests, "
+                f"the server {server}: {server - client} in flight when the users stopped "
+                "(answered after the client stopped counting)"
+            )
+        return (
+            f"Client and server counts: the client counted {client} successful requests, "
+            f"the server only {server}: {client - server} the server's statistics do not "
+            "hold (another model version, or statistics read before they settled)"
+        )
+
     def text(self) -> str:
         d = self.delta
         b = d.latency_breakdown_us()
@@ -60,6 +87,9 @@ class ModelReport:
             f" + compute infer {b['compute_infer']:.0f} usec + compute output "
             f"{b['compute_output']:.0f} usec)",
         ]
+        reconciled = self.reconciliation()
+        if reconciled:
+            lines.append(f"  {reconciled}")
         overhead = self.client_overhead_ms
         if overhead is not None and self.client_avg_ms is not None:
             lines.append(
@@ -79,6 +109,8 @@ class ModelReport:
             "inference_count": d.inference_count,
             "execution_count": d.execution_count,
             "success_count": d.requests,
+            "client_success_count": self.client_requests,
+            "in_flight_at_stop": self.in_flight_at_stop,
             "fail_count": d.fail.count,
             "avg_batch_size": d.avg_batch_size,
             "batch_histogram": {str(k): v for k, v in sorted(d.batches.items())},

@@ -2,7 +2,7 @@
 
 During a run (`--triton-soak`) the Locust master scrapes Triton's Prometheus endpoint and, where
 the server runs on this machine, the RSS of tritonserver and its python stubs once a second
-(load/locust/scrape.py); this module parses what it scraped, finds the server's process, fits
+(load/runner/scrape.py); this module parses what it scraped, finds the server's process, fits
 the memory slope, compares the p99 of the run's first and last thirds, and draws both over
 time. No locust import.
 
@@ -227,6 +227,12 @@ def p99_per_second(log: WindowLog, first: float, last: float) -> list[tuple[floa
     return out
 
 
+def soak_plot_names(prefix: Path) -> list[str]:
+    """The file names write_soak_plots gives its plots: known before they are drawn, so the
+    report can name them."""
+    return [prefix.name + "-memory.png", prefix.name + "-latency.png"]
+
+
 def write_soak_plots(
     figures: SoakFigures,
     log: WindowLog | None,
@@ -268,7 +274,8 @@ def write_soak_plots(
     ax.set_ylabel("MB")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    memory_path = prefix.with_name(prefix.name + "-memory.png")
+    memory_name, latency_name = soak_plot_names(prefix)
+    memory_path = prefix.with_name(memory_name)
     fig.tight_layout()
     fig.savefig(memory_path, dpi=100)
     plt.close(fig)
@@ -290,7 +297,7 @@ def write_soak_plots(
     ax.set_ylabel("ms")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    latency_path = prefix.with_name(prefix.name + "-latency.png")
+    latency_path = prefix.with_name(latency_name)
     fig.tight_layout()
     fig.savefig(latency_path, dpi=100)
     plt.close(fig)

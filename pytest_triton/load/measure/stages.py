@@ -3,7 +3,7 @@
 A shape (`--triton-shape steps|ramp|spike|replay`) is a list of stages of
 `--triton-shape-step-s` each; a stage's load is a number of users (closed loop) or a total
 request rate (open loop: with --triton-request-rate, and always for a replayed trace). The
-Locust side (load/locust/shapes.py) follows `load_at`; at the end every stage is cut from the
+Locust side (load/runner/shapes.py) follows `load_at`; at the end every stage is cut from the
 request log after a settling time (the run's warm-up) and judged on the latency, failure and
 goodput targets, so a release sees at which load a target broke.
 """

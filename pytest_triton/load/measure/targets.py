@@ -118,6 +118,10 @@ OPTIONAL_FIGURES = {
     "perf_goodput": "goodput",
     "perf_memory_growth_mb_per_min": "memory_growth_mb_per_min",
     "perf_p99_drift": "p99_drift_pct",
+    "perf_ttft_p99": "ttft_p99_ms",
+    "perf_itl_p99": "itl_p99_ms",
+    "perf_output_tokens_per_s": "output_tokens_per_s",
+    "perf_stream_goodput": "stream_goodput",
 }
 """Targets on figures only some runs have: their rows appear where the figure was measured or
 a limit was set."""
@@ -140,6 +144,10 @@ class Measured(Rates):
     goodput: float = math.nan  # share of requests successful within --perf-slo-ms
     memory_growth_mb_per_min: float = math.nan  # soak: fitted slope of the server's memory
     p99_drift_pct: float = math.nan  # soak: p99 of the last third over the first, in %
+    ttft_p99_ms: float = math.nan  # streams: time to first token (stream_log.py)
+    itl_p99_ms: float = math.nan  # streams: inter-token latency
+    output_tokens_per_s: float = math.nan  # streams: tokens of the streams after warm-up
+    stream_goodput: float = math.nan  # streams: share within --perf-slo-ttft-ms / -itl-ms
     wrong_answers: int = 0  # failed requests whose answer came back but was not PyTorch's
 
     def successful_samples(self) -> int:

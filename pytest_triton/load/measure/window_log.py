@@ -354,6 +354,8 @@ class WindowLog:
 
     def _window(self, index: int, keys: range, origin: float, name: str | None) -> Window:
         total, pct = self._total(keys, name)
+        if total.requests and total.failures >= total.requests:  # nothing answered: a
+            pct = dict.fromkeys(pct, math.nan)  # failure's latency is no answer's
         return Window(
             index=index,
             start_s=keys.start * self.slice_s - origin,
@@ -361,7 +363,7 @@ class WindowLog:
             requests=total.requests,
             failures=total.failures,
             samples=total.samples,
-            avg_ms=total.avg_ms,
+            avg_ms=math.nan if math.isnan(pct[50]) else total.avg_ms,
             p50_ms=pct[50],
             p90_ms=pct[90],
             p95_ms=pct[95],

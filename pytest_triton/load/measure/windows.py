@@ -98,13 +98,17 @@ def merge(windows: Sequence[Window], index: int = -1) -> Window:
 
 def _merge_histograms(windows: Sequence[Window], index: int) -> Window:
     total = LatencyHistogram()
-    latency_sum = 0.0
+    latency_sum, timed = 0.0, 0
     for w in windows:
         assert w.histogram is not None
         total.add(w.histogram)
-        if w.histogram.count:
+        if w.histogram.count and not math.isnan(w.avg_ms):  # NaN: a window nothing answered
             latency_sum += w.avg_ms * w.histogram.count
+            timed += w.histogram.count
     pct = total.percentiles_ms(PERCENTILES)
+    requests = sum(w.requests for w in windows)
+    if requests and sum(w.failures for w in windows) >= requests:  # nothing answered
+        pct, timed = dict.fromkeys(pct, math.nan), 0
     return Window(
         index=index,
         start_s=windows[0].start_s,
@@ -112,7 +116,7 @@ def _merge_histograms(windows: Sequence[Window], index: int) -> Window:
         requests=sum(w.requests for w in windows),
         failures=sum(w.failures for w in windows),
         samples=sum(w.samples for w in windows),
-        avg_ms=latency_sum / total.count if total.count else math.nan,
+        avg_ms=latency_sum / timed if timed else math.nan,
         p50_ms=pct[50],
         p90_ms=pct[90],
         p95_ms=pct[95],

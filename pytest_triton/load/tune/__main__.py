@@ -1,7 +1,14 @@
-import os
-import sys
+"""`python -m pytest_triton.load.tune`, as before triton-tune's command line moved to
+pytest_triton/cli/triton_tune.py: still runs it, and says where it is now."""
 
-from pytest_triton.load.tune.tuner import tune_main
+import importlib
+import warnings
 
-os.environ.setdefault("PYTHONUNBUFFERED", "1")
-sys.exit(tune_main())
+warnings.warn(
+    "python -m pytest_triton.load.tune moved to python -m pytest_triton.cli.triton_tune "
+    "(or triton-tune)",
+    DeprecationWarning,
+    stacklevel=1,
+)
+# by name: the load layer does not import the command-line front end
+raise SystemExit(importlib.import_module("pytest_triton.cli.triton_tune").tune_main())

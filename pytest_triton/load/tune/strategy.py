@@ -12,7 +12,7 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -66,6 +66,9 @@ class Trial:
     # figures (throughput, p99, avg) of the search's measurement and of each re-measurement
     # (--confirm); the figures above are then their medians
     measurements: list[tuple[float, float, float]] = field(default_factory=list)
+    # how far apart its throughput figures were, relative to their median: over the
+    # measurement's windows, and over its re-measurements (NaN: not known)
+    spread: float = math.nan
 
     @property
     def goodput(self) -> float:
@@ -101,9 +104,32 @@ def remeasured(trial: Trial, again: Trial, constraints: Constraints) -> None:
         statistics.median(m[i] for m in trial.measurements) for i in range(3)
     )
     trial.stable = trial.stable and again.stable
+    trial.spread = max(
+        (
+            x
+            for x in (trial.spread, again.spread, relative_spread(m[0] for m in trial.measurements))
+            if not math.isnan(x)
+        ),
+        default=math.nan,
+    )
     trial.violations = check_constraints(trial, constraints) + [
         v for v in trial.violations if "requests failed" in v
     ]
+
+
+def relative_spread(values: Iterable[float]) -> float:
+    """(max - min) / median of the figures (NaN with fewer than two): how far apart two
+    measurements of the same candidate may come out on this machine."""
+    known = [v for v in values if not math.isnan(v)]
+    if len(known) < 2:
+        return math.nan
+    middle = statistics.median(known)
+    return (max(known) - min(known)) / middle if middle > 0 else math.nan
+
+
+def windows_spread(windows: Sequence[dict[str, Any]]) -> float:
+    """The spread of a measurement's windows' throughputs."""
+    return relative_spread(float(w.get("throughput", math.nan)) for w in windows)
 
 
 def check_constraints(trial: Trial, constraints: Constraints) -> list[str]:
@@ -182,6 +208,7 @@ def pareto_front(trials: Sequence[Trial]) -> list[Trial]:
 
 # -- the searches ---------------------------------------------------------------------------------
 Measure = Callable[[Candidate], Trial]
+BATCH_GROWTH = 1.1  # the server's mean batch grew by a tenth: batching still gains
 
 
 @dataclass
@@ -228,6 +255,8 @@ class Search:
     trials: dict[Candidate, Trial] = field(default_factory=dict)
     stopped: str = ""
     remaining: int = 0  # what the progress line's ETA counts: left in the list, or this pass
+    remeasures: int = 1  # a loss within the spread is measured again at most this often
+    remeasured: int = 0  # how many times that happened
 
     def __post_init__(self) -> None:
         problem = self.start.problem(self.request_batch)
@@ -272,6 +301,42 @@ class Search:
             b, self.objective, self.constraints
         )
 
+    def _within_noise(self, a: Trial, b: Trial) -> bool:
+        """Whether a's loss to b is smaller than the spread either showed (both measured,
+        on the same side of the constraints)."""
+        key_a = rank_key(a, self.objective, self.constraints)
+        key_b = rank_key(b, self.objective, self.constraints)
+        if a.status != "measured" or key_a[:2] != key_b[:2]:
+            return False
+        va, vb = a.value(self.objective), b.value(self.objective)
+        larger = max(abs(va), abs(vb))
+        spread = max((x for x in (a.spread, b.spread) if not math.isnan(x)), default=math.nan)
+        if math.isnan(spread) or not larger:
+            return False
+        return abs(va - vb) / larger < spread
+
+    def _settles_better(self, trial: Trial, current: Trial, measure: Measure) -> bool:
+        """Whether the step beats the current best: a loss within the measurements' spread
+        is measured again, both of them, before the direction is given up (one noisy
+        window series must not end the climb)."""
+        for _ in range(self.remeasures):
+            if self._better(trial, current) or not self._within_noise(trial, current):
+                break
+            if not self.budget.allows_another():
+                break
+            for again in (trial, current):
+                remeasured(again, measure(again.candidate), self.constraints)
+            self.remeasured += 1
+        return self._better(trial, current)
+
+    @staticmethod
+    def _batching_gains(trial: Trial, current: Trial) -> bool:
+        """The server formed larger batches with the larger max_batch_size: raising it
+        further may still pay, though this step did not beat the best (yet)."""
+        grown = float(trial.point.get("server_avg_batch") or 0.0)
+        before = float(current.point.get("server_avg_batch") or 0.0)
+        return trial.status == "measured" and grown > BATCH_GROWTH * max(before, 1.0)
+
     def _quick(self, measure: Measure) -> Iterator[Trial]:
         """Coordinate search: along each dimension in turn, step from the current best to
         the neighbouring value, up first then down, and keep stepping while it improves;
@@ -309,7 +374,10 @@ class Search:
                             return
                         if fresh:
                             yield trial
-                        if not self._better(trial, current):
+                        if not self._settles_better(trial, current, measure):
+                            raising = dimension == "max_batch_size" and step == 1
+                            if raising and self._batching_gains(trial, current):
+                                continue  # batches still grow: look one size further
                             break
                         current, moved, improved = trial, True, True
                     if moved:

@@ -158,6 +158,8 @@ def describe(trial: Trial, unit: str) -> str:
     if trial.status != "measured":
         return f"{text}: {trial.status}: {first_line(trial.message)}"
     text += f": {trial.throughput:,.1f} {unit}, p99 {trial.p99_ms:.2f} ms"
+    if not math.isnan(trial.spread):
+        text += f", spread {100 * trial.spread:.0f}%"
     if trial.measurements:
         text += f" (medians of {len(trial.measurements)} measurements)"
     if not math.isnan(trial.within_slo):
@@ -246,6 +248,7 @@ COLUMNS: tuple[tuple[str, Callable[[Trial], Any]], ...] = (
     ("goodput", lambda t: _round(t.goodput, 3)),
     ("memory_mb", lambda t: "" if t.memory_mb is None else round(t.memory_mb)),
     ("measurements", lambda t: len(t.measurements) or 1),
+    ("spread", lambda t: _round(t.spread, 4)),  # (max - min) / median of its throughputs
     ("stable", lambda t: int(t.stable)),
     ("feasible", lambda t: int(t.feasible)),
     ("seconds", lambda t: round(t.seconds, 1)),
@@ -288,6 +291,8 @@ def markdown(outcome: Outcome) -> str:
             result = "breaks " + "; ".join(t.violations)
         else:
             result = "ok" + ("" if t.stable else " (not stable)")
+        if not math.isnan(t.spread):
+            result += f", spread {100 * t.spread:.0f}%"
         if t.measurements:
             result += f", median of {len(t.measurements)}"
         cells = [

@@ -21,13 +21,13 @@ from pytest_triton.base.config import TritonConfig, as_values
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.urls import check_host
 from pytest_triton.client.triton_client import Protocol
-from pytest_triton.load.sweep.command import GeneratorProcess
-from pytest_triton.load.sweep.points import Point
+from pytest_triton.load.perf.command import GeneratorProcess
+from pytest_triton.load.perf.points import Point
 from pytest_triton.load.tune.space import Candidate, thread_parameter
-from pytest_triton.load.tune.strategy import Constraints, Trial, check_constraints
+from pytest_triton.load.tune.strategy import Constraints, Trial, check_constraints, windows_spread
 from pytest_triton.repository.builder import Repository
 from pytest_triton.repository.spec import ModelSpec
-from pytest_triton.repository.variants import Variant
+from pytest_triton.repository.variants import Variant, check_servable, default_format
 from pytest_triton.server.docker_engine import docker_client, ensure_image, ensure_reaper
 from pytest_triton.session.deployment import Deployment, ServedModel
 from pytest_triton.session.lifecycle import launcher_for, start_deployment
@@ -72,6 +72,24 @@ def check_launcher(config: TritonConfig) -> None:
         raise ConfigError(f"triton-tune cannot use the {name} launcher here: {exc}") from None
 
 
+def runner_config(config: TritonConfig) -> TritonConfig:
+    """The configuration candidates are served with: a server started here loads each one."""
+    return config if config.server.url else config.with_overrides({"model_control": "explicit"})
+
+
+def gpu_formats(config: TritonConfig, asked: Sequence[str]) -> tuple[str, ...]:
+    """With --triton-gpu, the formats to tune: those asked for, each refused with the reason
+    when the chosen server cannot serve it on its GPU; none asked, the first it can serve
+    there (TorchScript on the bundled server, whose onnxruntime has no CUDA provider). The
+    launcher's preflight runs first: no GPU stops here, before any export."""
+    chosen = runner_config(config)
+    check_launcher(chosen)
+    target = launcher_for(chosen).target()
+    if asked:
+        return tuple(check_servable(fmt, target) for fmt in asked)
+    return (default_format(target),)
+
+
 class CandidateRunner:
     """The server, repository and load generator of one search; `close()` stops them all."""
 
@@ -97,9 +115,8 @@ class CandidateRunner:
         self.progress = progress
         if config.server.url:
             check_host(config.server.url, config.load.allow_remote)
-            self.config = config
-        else:  # the launcher chosen (local, container, GPU), loading each candidate itself
-            self.config = config.with_overrides({"model_control": "explicit"})
+        # else the launcher chosen (local, container, GPU), loading each candidate itself
+        self.config = runner_config(config)
         self.repository: Repository | None = None
         self.deployment: Deployment | None = None
         self.generator: GeneratorProcess | None = None
@@ -280,6 +297,7 @@ class CandidateRunner:
         trial.within_slo = math.nan if point.goodput is None else point.goodput
         trial.memory_mb = max(m for m in (memory_idle, memory) if m is not None) if memory else None
         trial.stable = point.stable
+        trial.spread = windows_spread(point.windows)
         trial.point = point.as_dict()
         trial.violations = check_constraints(trial, self.constraints)
         if point.failures:

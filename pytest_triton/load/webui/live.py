@@ -24,13 +24,13 @@ from locust.runners import MasterRunner
 from locust.stats import StatsEntry
 
 from pytest_triton.client.stats import ModelStats
-from pytest_triton.load.locust.generator_cpu import cpu_of
-from pytest_triton.load.locust.recording import window_log
-from pytest_triton.load.locust.run import LoadRun, run_of
-from pytest_triton.load.locust.verdict import measured
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.server_side import generator_warnings
 from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.runner.generator_cpu import cpu_of
+from pytest_triton.load.runner.recording import window_log
+from pytest_triton.load.runner.run import LoadRun, run_of
+from pytest_triton.load.runner.verdict import measured
 from pytest_triton.load.webui.snapshot import ModelFigures, Snapshot, chart_point, csv_rows
 
 log = logging.getLogger("pytest_triton.load")
@@ -132,7 +132,7 @@ class LiveView:
         models = [
             self._figures(name, by_name.get(name, []), requests, server.get(name)) for name in names
         ]
-        figures = measured(environment)
+        figures = measured(run)
         checks = tg.evaluate(tg.Targets.from_config(run.config), figures)
         cpu = run.cpu_percent if final else _generator_cpu(environment)
         cpu_warning = run.cpu_warning or bool(run.monitor and run.monitor.cpu_warning)

@@ -7,7 +7,7 @@ model named by --triton-model), closed or open loop.
 
 from locust import constant_throughput
 
-from pytest_triton.load.locust.embedded import EmbeddedModel
+from pytest_triton.load.runner.embedded import EmbeddedModel
 from pytest_triton.load.users import TritonUser
 from tests.helpers.probe_models import probe_spec
 

@@ -1,6 +1,6 @@
 """The scorer (tests.helpers.tiny_models) as a Locust user, for servers started by a test."""
 
-from pytest_triton.load.locust.embedded import EmbeddedModel
+from pytest_triton.load.runner.embedded import EmbeddedModel
 from pytest_triton.load.users import TritonUser
 from tests.helpers.tiny_models import scorer_spec
 

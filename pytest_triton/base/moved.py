@@ -1,0 +1,253 @@
+"""Names that moved since 0.1.0 keep working from their old paths, with a DeprecationWarning
+naming the new one: a user's locustfile or conftest written against 0.1.0 (the README of the
+time showed `from pytest_triton.load.embedded import EmbeddedModel`) still runs.
+
+Two kinds of move: a module that went elsewhere (an import finder answers its old dotted name
+with the new module), and a module that became a package of the same name (the package's
+`__getattr__` forwards the old module's names). The table is the one place to extend when a
+module moves again; CHANGELOG.md lists it. Public aliases (`pytest_triton.factories`) resolve
+without a warning. Imports no other part of the package: the targets are imported by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+PACKAGE = "pytest_triton"
+
+MOVED_MODULES: dict[str, str] = {
+    # 0.1.0 path (without "pytest_triton.") -> where it lives now
+    "config": "base.config",
+    "dtypes": "base.dtypes",
+    "errors": "base.errors",
+    "formats": "base.formats",
+    "importing": "base.importing",
+    "processes": "base.processes",
+    "target": "base.server_offer",
+    "urls": "base.urls",
+    "health": "base.watched_servers",
+    "request_errors": "client.failures",
+    "stats": "client.stats",
+    "wire": "client.wire",
+    "wire.grpc_call": "client.wire.grpc_call",
+    "wire.grpc_h2": "client.wire.grpc_h2",
+    "wire.http_conn": "client.wire.http_conn",
+    "wire.http_control": "client.wire.http_control",
+    "wire.idle": "client.wire.idle",
+    "wire.lane": "client.wire.lane",
+    "wire.request": "client.wire.request",
+    "wire.shm": "client.wire.shm",
+    "results": "parity.results",
+    "reference": "repository.reference",
+    "launchers": "server",
+    "launchers.base": "server.launcher",
+    "launchers.container": "server.container",
+    "launchers.docker_engine": "server.docker_engine",
+    "launchers.external": "server.external",
+    "launchers.gpu": "server.gpu",
+    "launchers.hosted_env": "server.hosted_env",
+    "launchers.local": "server.local",
+    "launchers.select": "server.choice",
+    "launchers.tensorrt": "server.tensorrt",
+    "deployment": "session.deployment",
+    "reporting": "plugin.gate_report",
+    "load.arrivals": "load.measure.arrivals",
+    "load.embedded": "load.runner.embedded",
+    "load.generator_cpu": "load.runner.generator_cpu",
+    "load.grpc_gevent": "load.runner.grpc_gevent",
+    "load.hooks": "load.runner.listeners",
+    "load.monitor": "load.runner.monitor",
+    "load.multiplexer": "load.runner.multiplexer",
+    "load.open_loop": "load.runner.open_loop",
+    "load.options": "load.runner.options",
+    "load.recording": "load.runner.recording",
+    "load.run": "load.runner.run",
+    "load.user_settings": "load.runner.user_settings",
+    "load.verdict": "load.runner.verdict",
+    "load.server_report": "load.measure.server_side",
+    "load.targets": "load.measure.targets",
+    "load.window_log": "load.measure.window_log",
+    "load.windows": "load.measure.windows",
+    "load._generator": "load.perf.generator",
+    "load.sweep_report": "load.perf.report",
+    "load.live": "load.webui.live",
+    "load.live_report": "load.webui.snapshot",
+    "load.web_tab": "load.webui.tab",
+}
+"""Modules that became packages of the same name: their old names now live in these modules
+(forwarded by the package's `__getattr__`)."""
+BECAME_PACKAGES: dict[str, str | tuple[str, ...]] = {
+    "client": "client.triton_client",
+    "parity": "parity.compare",
+    "session": "session.lifecycle",
+    "cli": "cli.deploy",
+    # load/sweep.py became load/sweep/ (now load/perf/), and load/perf.py's names (the sweep's
+    # points) went to load/perf/points.py: the package has the old module's name again
+    "load.perf": ("load.perf.command", "load.perf.points"),
+}
+"""Packages renamed since (every module below them moved with them)."""
+MOVED_PACKAGES: dict[str, str] = {
+    "load.locust": "load.runner",  # named after the library it imports
+    "load.sweep": "load.perf",  # named after the command it serves (triton-perf)
+    "load.runner.arrivals": "load.measure.arrivals",  # plain measurement, no Locust
+}
+"""Names that left a module which stays (its command-line part went to cli/): the module's
+`__getattr__` (moved_names) finds them where they are now."""
+MOVED_NAMES: dict[str, dict[str, str]] = {
+    "load.perf.command": {"perf_main": "cli.triton_perf", "perf_config": "cli.triton_perf"},
+    "load.tune.tuner": {
+        "tune_main": "cli.triton_tune",
+        "options_from": "cli.triton_tune",
+        "open_table": "cli.triton_tune",
+    },
+}
+PUBLIC_ALIASES: dict[str, str] = {
+    "factories": "plugin.factories",  # public since 0.1.0: `import pytest_triton.factories`
+}
+
+
+def _full(name: str) -> str:
+    return f"{PACKAGE}.{name}"
+
+
+def moved_to(name: str) -> str | None:
+    """Where the module once named `name` (dotted, with the package) lives now; None where it
+    did not move. A name that moved twice is followed to its last place."""
+    if not name.startswith(PACKAGE + "."):
+        return None
+    short, found = name[len(PACKAGE) + 1 :], None
+    for _ in range(len(MOVED_MODULES) + len(MOVED_PACKAGES)):
+        if short in MOVED_MODULES:
+            short = MOVED_MODULES[short]
+        else:
+            old = max(
+                (o for o in MOVED_PACKAGES if short == o or short.startswith(o + ".")),
+                key=len,
+                default=None,
+            )
+            if old is None:
+                break
+            short = MOVED_PACKAGES[old] + short[len(old) :]
+        found = _full(short)
+    return found
+
+
+def _caller_level() -> int:
+    """The stack level of the first frame outside the import machinery and this module, so
+    that the warning points at the user's import line (warnings itself does not count the
+    frames of importlib._bootstrap)."""
+    frame = sys._getframe(2)  # warn_moved's caller
+    level = 2
+    while frame is not None:
+        name = frame.f_code.co_filename
+        internal = "importlib" in name and "_bootstrap" in name
+        if not internal and name != __file__:
+            break
+        level += 0 if internal else 1
+        frame = frame.f_back  # type: ignore[assignment]
+    return level
+
+
+def warn_moved(old: str, new: str) -> None:
+    warnings.warn(
+        f"{old} moved to {new} after pytest-triton 0.1.0; import it from there: the old path "
+        "will be removed in a later release",
+        DeprecationWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+class _Alias(importlib.abc.Loader):
+    """Loads an old name as the module that now holds it (the same module object)."""
+
+    def __init__(self, old: str, new: str, warn: bool) -> None:
+        self.old, self.new, self.warn = old, new, warn
+        self.own_spec: importlib.machinery.ModuleSpec | None = None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        if self.warn:
+            warn_moved(self.old, self.new)
+        module = importlib.import_module(self.new)
+        self.own_spec = module.__spec__
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """The module ran when it was first imported under its own name; the import system
+        stamped the old name's spec on it: give it back its own."""
+        module.__spec__ = self.own_spec
+
+
+class MovedFinder(importlib.abc.MetaPathFinder):
+    """Answers the old dotted names of moved modules, first on sys.meta_path: below an old
+    package name that now aliases a new package (`launchers` for `server`), the path finder
+    would load a second copy of a submodule. No old name exists as a module (a test says so)."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(PACKAGE + "."):
+            return None
+        short = fullname[len(PACKAGE) + 1 :]
+        if short in PUBLIC_ALIASES:
+            return importlib.machinery.ModuleSpec(
+                fullname, _Alias(fullname, _full(PUBLIC_ALIASES[short]), warn=False)
+            )
+        new = moved_to(fullname)
+        if new is not None:
+            return importlib.machinery.ModuleSpec(fullname, _Alias(fullname, new, warn=True))
+        return None
+
+
+def install() -> None:
+    """Once per process (pytest_triton/__init__ calls it)."""
+    if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, MovedFinder())
+
+
+def forwarder(package: str) -> Callable[[str], Any]:
+    """A package's `__getattr__` that finds a name of the module it replaced (now in its
+    BECAME_PACKAGES module), with the warning."""
+    short = package[len(PACKAGE) + 1 :]
+    homes = BECAME_PACKAGES[short]
+    targets = [_full(t) for t in ((homes,) if isinstance(homes, str) else homes)]
+    warned: set[str] = set()
+
+    def __getattr__(name: str) -> Any:
+        if importlib.util.find_spec(f"{package}.{name}") is not None:
+            return importlib.import_module(f"{package}.{name}")  # a submodule: not moved
+        if not name.startswith("__"):
+            for target in targets:
+                module = importlib.import_module(target)
+                if hasattr(module, name):
+                    if name not in warned:  # `from P import X` asks twice
+                        warned.add(name)
+                        warn_moved(f"{package}.{name}", f"{target}.{name}")
+                    return getattr(module, name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+def moved_names(module: str) -> Callable[[str], Any]:
+    """A module's `__getattr__` for the names MOVED_NAMES says left it, with the warning."""
+    homes = MOVED_NAMES[module[len(PACKAGE) + 1 :]]
+
+    def __getattr__(name: str) -> Any:
+        if name in homes:
+            new = _full(homes[name])
+            warn_moved(f"{module}.{name}", f"{new}.{name}")
+            return getattr(importlib.import_module(new), name)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__

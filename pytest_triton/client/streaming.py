@@ -1,0 +1,289 @@
+"""Streams from a decoupled model: one request, one response per token, then the final flag.
+
+Over gRPC the requests go on tritonclient's bidirectional stream (`start_stream` /
+`async_stream_infer`, with `enable_empty_final_response` so that the final flag arrives as a
+response of its own); several requests share the stream and are told apart by their ids.
+Over HTTP they go to Triton's generate-stream endpoint (`/v2/models/M/generate_stream`), which
+answers with server-sent events, one per response. Each token keeps its arrival time, so the
+same call measures time to first token and the gaps between tokens.
+
+A stream that stops without its final flag ends in a StreamError once `timeout_s` passes with
+no response; an error response mid-stream ends it in a StreamError with Triton's message and
+the tokens that came before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import queue
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+from pytest_triton.base.errors import TritonTestError
+from pytest_triton.base.urls import parse_url
+
+PROMPT, MAX_TOKENS, STOP_TOKEN, TOKEN, POSITION = (
+    "PROMPT",
+    "MAX_TOKENS",
+    "STOP_TOKEN",
+    "TOKEN",
+    "POSITION",
+)
+"""The wire names of a token-generating decoupled model (repository/stream.py serves them)."""
+NO_STOP = -1
+"""STOP_TOKEN value that never stops generation early."""
+StreamProtocol = Literal["grpc", "http"]
+FINAL = "triton_final_response"
+
+
+class StreamError(TritonTestError):
+    """A stream that did not end with its final flag: an error response, a timeout, a closed
+    connection. Carries the tokens that came before and where it happened."""
+
+    def __init__(self, message: str, streamed: Streamed | None = None) -> None:
+        super().__init__(message)
+        self.streamed = streamed
+
+
+@dataclass
+class Streamed:
+    """One stream's tokens in order and when each arrived (perf_counter seconds)."""
+
+    prompt: list[int]
+    sent_at: float
+    tokens: list[int] = field(default_factory=list)
+    arrived: list[float] = field(default_factory=list)
+    final_at: float | None = None
+
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token: from sending the request to the first token's response."""
+        return self.arrived[0] - self.sent_at if self.arrived else float("nan")
+
+    @property
+    def itl_s(self) -> list[float]:
+        """Inter-token latencies: the gaps between consecutive tokens' responses."""
+        return [b - a for a, b in zip(self.arrived, self.arrived[1:], strict=False)]
+
+    @property
+    def e2e_s(self) -> float:
+        """End to end: from sending the request to its final flag."""
+        end = self.final_at if self.final_at is not None else float("nan")
+        return end - self.sent_at
+
+
+def _inputs(prompt: Sequence[int], max_tokens: int, stop_token: int) -> list[Any]:
+    arrays: dict[str, np.ndarray[Any, Any]] = {
+        PROMPT: np.asarray(prompt, dtype=np.int64).reshape(-1),
+        MAX_TOKENS: np.array([max_tokens], dtype=np.int32),
+        STOP_TOKEN: np.array([stop_token], dtype=np.int32),
+    }
+    inputs = []
+    for name, array in arrays.items():
+        tensor = grpcclient.InferInput(
+            name, list(array.shape), "INT64" if name == PROMPT else "INT32"
+        )
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+class GrpcStreams:
+    """Streams to decoupled models over one gRPC bidirectional stream (tritonclient's)."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._client = grpcclient.InferenceServerClient(url)
+        self._queues: dict[str, queue.Queue[tuple[float, Any, Any]]] = {}
+        self._lock = threading.Lock()
+        self._ids = iter(range(1, 1 << 62))
+        self._started = False
+
+    def _callback(self, result: Any, error: Any) -> None:
+        now = time.perf_counter()
+        request_id = ""
+        if result is not None:
+            request_id = result.get_response().id
+        elif error is not None:
+            request_id = _error_id(error)
+        with self._lock:
+            targets = [self._queues[request_id]] if request_id in self._queues else []
+            if not targets and error is not None:  # an error for no one in particular
+                targets = list(self._queues.values())
+        for q in targets:
+            q.put((now, result, error))
+
+    def _start(self) -> None:
+        if not self._started:
+            self._client.start_stream(callback=self._callback)
+            self._started = True
+
+    def send(
+        self,
+        model: str,
+        prompt: Sequence[int],
+        max_tokens: int,
+        stop_token: int = NO_STOP,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> tuple[str, Streamed]:
+        """Send one request on the stream (with request `parameters`, if any); `collect`
+        reads its answer."""
+        self._start()
+        request_id = str(next(self._ids))
+        with self._lock:
+            self._queues[request_id] = queue.Queue()
+        streamed = Streamed(list(prompt), time.perf_counter())
+        self._client.async_stream_infer(
+            model,
+            _inputs(prompt, max_tokens, stop_token),
+            request_id=request_id,
+            outputs=[grpcclient.InferRequestedOutput(TOKEN)],
+            enable_empty_final_response=True,
+            parameters=dict(parameters) if parameters else None,
+        )
+        return request_id, streamed
+
+    def collect(self, model: str, request_id: str, streamed: Streamed) -> Streamed:
+        """Read a sent request's responses until its final flag (or a StreamError)."""
+        q = self._queues[request_id]
+        try:
+            while True:
+                try:
+                    arrived, result, error = q.get(timeout=self.timeout_s)
+                except queue.Empty:
+                    raise StreamError(
+                        f"stream {request_id} of model {model!r} over gRPC stopped without its "
+                        f"final flag: no response for {self.timeout_s:g}s after "
+                        f"{len(streamed.tokens)} token(s)",
+                        streamed,
+                    ) from None
+                if error is not None:
+                    raise StreamError(
+                        f"stream {request_id} of model {model!r} over gRPC failed after "
+                        f"{len(streamed.tokens)} token(s): {_message(error)}",
+                        streamed,
+                    )
+                response = result.get_response()
+                token = result.as_numpy(TOKEN)
+                if token is not None and token.size:
+                    streamed.tokens.append(int(token.reshape(-1)[0]))
+                    streamed.arrived.append(arrived)
+                final = response.parameters.get(FINAL)
+                if final is not None and final.bool_param:
+                    streamed.final_at = arrived
+                    return streamed
+        finally:
+            with self._lock:
+                self._queues.pop(request_id, None)
+
+    def generate(
+        self,
+        model: str,
+        prompt: Sequence[int],
+        max_tokens: int,
+        stop_token: int = NO_STOP,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> Streamed:
+        return self.collect(model, *self.send(model, prompt, max_tokens, stop_token, parameters))
+
+    def generate_many(
+        self,
+        model: str,
+        prompts: Sequence[Sequence[int]],
+        max_tokens: int,
+        stop_token: int = NO_STOP,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> list[Streamed]:
+        """Every prompt sent at once on the stream, then each answer read."""
+        sent = [self.send(model, p, max_tokens, stop_token, parameters) for p in prompts]
+        return [self.collect(model, request_id, s) for request_id, s in sent]
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.stop_stream(cancel_requests=True)
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+    def __enter__(self) -> GrpcStreams:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _message(error: Any) -> str:
+    text = error.message() if hasattr(error, "message") else str(error)
+    return str(text)
+
+
+def _error_id(error: Any) -> str:
+    """The request id an error response names (tritonclient puts it nowhere else)."""
+    text = _message(error)
+    return "" if "[request id: " not in text else text.split("[request id: ")[1].split("]")[0]
+
+
+def generate_http(
+    url: str,
+    model: str,
+    prompt: Sequence[int],
+    max_tokens: int,
+    stop_token: int = NO_STOP,
+    timeout_s: float = 30.0,
+    parameters: Mapping[str, Any] | None = None,
+) -> Streamed:
+    """One stream over HTTP: Triton's generate-stream endpoint, read as server-sent events
+    (request `parameters`, if any, go in its `parameters` field)."""
+    _, address = parse_url(url)
+    host, _, port = address.rpartition(":")
+    fields: dict[str, Any] = {PROMPT: list(prompt), MAX_TOKENS: max_tokens, STOP_TOKEN: stop_token}
+    if parameters:
+        fields["parameters"] = dict(parameters)
+    body = json.dumps(fields)
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
+    streamed = Streamed(list(prompt), time.perf_counter())
+    where = f"model {model!r} over HTTP generate_stream"
+    try:
+        connection.request(
+            "POST",
+            f"/v2/models/{model}/generate_stream",
+            body,
+            {"Content-Type": "application/json", "Accept": "text/event-stream"},
+        )
+        response = connection.getresponse()
+        if response.status != 200:
+            raise StreamError(f"{where}: HTTP {response.status}: {response.read()[:500]!r}")
+        for raw in response:
+            arrived = time.perf_counter()
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            event = json.loads(line[len("data:") :])
+            if "error" in event:
+                raise StreamError(
+                    f"{where} failed after {len(streamed.tokens)} token(s): {event['error']}",
+                    streamed,
+                )
+            token = event.get(TOKEN)
+            if token is not None:
+                streamed.tokens.append(int(np.asarray(token).reshape(-1)[0]))
+                streamed.arrived.append(arrived)
+        # The endpoint closes the event stream after the final flag, and only then.
+        streamed.final_at = time.perf_counter()
+        return streamed
+    except (OSError, http.client.HTTPException) as exc:
+        raise StreamError(
+            f"{where} stopped without its final flag after {len(streamed.tokens)} token(s): "
+            f"{type(exc).__name__}: {exc}",
+            streamed,
+        ) from None
+    finally:
+        connection.close()

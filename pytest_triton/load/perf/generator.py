@@ -1,0 +1,255 @@
+"""The load generator of `triton-perf`: a Locust runner in library mode, one point per command.
+
+Runs in its own process, started by sweep.py as `python -c "import locust; ..."` so that gevent
+patches the process before anything else is imported. Commands arrive as JSON lines on stdin,
+each answered by one JSON line on stdout (a measured point, or an error).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from typing import Any
+
+import gevent
+import psutil
+from gevent.fileobject import FileObject
+from locust.env import Environment
+from locust.event import Events
+
+from pytest_triton.base.config import client_security, from_values, resolve
+from pytest_triton.base.urls import parse_url
+from pytest_triton.client.stats import ModelStats, read_replica_stats
+from pytest_triton.client.triton_client import TritonClient
+from pytest_triton.load.measure.arrivals import rate_warning
+from pytest_triton.load.measure.goodput import goodput_between
+from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
+from pytest_triton.load.runner import recording
+from pytest_triton.load.runner.embedded import model_source
+from pytest_triton.load.runner.options import attach_config
+from pytest_triton.load.users import TritonUser
+
+WINDOW_GRACE_S = 5.0
+"""Per window, on top of its length, before a point that makes no progress is given up."""
+
+
+class Generator:
+    """Keeps one runner per batch size; changes only the user count between concurrencies."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.host: str = config["host"]
+        self.model_name: str = config["model"]
+        self.config = resolve(from_values(config["config"], "triton-perf"))
+        self.served = model_source(config["source"], config["size"], config["format"])
+        self.stats_client = TritonClient(
+            config["stats_url"],
+            config["stats_protocol"],
+            timeout_s=30,
+            security=client_security(self.config, config.get("stats_tls", False)),
+        )
+        # Behind a load balancer one statistics call answers from one replica: with
+        # --triton-replicas the server's figures are read from each and summed.
+        self.replica_clients = [
+            TritonClient(
+                hostport,
+                "http",
+                timeout_s=30,
+                security=client_security(self.config, scheme == "https"),
+            )
+            for scheme, hostport in (parse_url(u) for u in self.config.server.replicas)
+        ]
+        self.env: Environment | None = None
+        self.batch_size = 0
+        self.request_rate: float | None = None
+        self.log = WindowLog()
+        self.process = psutil.Process()
+
+    def _runner_for(self, batch_size: int, request_rate: float | None) -> Environment:
+        if self.env is not None and (self.batch_size, self.request_rate) == (
+            batch_size,
+            request_rate,
+        ):
+            return self.env
+        self.close_runner()
+        user = type(
+            "SweepUser",
+            (TritonUser,),
+            {
+                "served": self.served,
+                "model": self.model_name,
+                "batch_size": batch_size,
+                "host": self.host,
+            },
+        )
+        env = Environment(user_classes=[user], events=Events(), host=self.host)
+        attach_config(env, self.config.with_overrides({"request_rate": request_rate}))
+        self.log = recording.attach_window_log(env)
+        env.create_local_runner()
+        self.env, self.batch_size, self.request_rate = env, batch_size, request_rate
+        return env
+
+    def read_stats(self) -> dict[str, ModelStats]:
+        """The model's counters by server: each replica's, or the one server's."""
+        sources = self.replica_clients or [self.stats_client]
+        return read_replica_stats(sources, self.model_name)
+
+    def close_runner(self) -> None:
+        if self.env is not None and self.env.runner is not None:
+            self.env.runner.quit()
+        self.env = None
+
+    def measure(
+        self,
+        batch_size: int,
+        concurrency: int,
+        request_rate: float | None = None,
+        percentile: int = 99,
+        model: str | None = None,
+        slo_ms: float | None = None,
+    ) -> dict[str, Any]:
+        """Warm up, then measure windows until the last N agree or --max-trials is reached
+        (perf_analyzer's loop); an open loop runs one user at `request_rate`. `model` switches
+        to another model of the same inputs (triton-tune's candidates); with `slo_ms` the
+        answer's `goodput` is the share of the measured requests that succeeded within it."""
+        c = self.config
+        if model is not None and model != self.model_name:
+            self.close_runner()
+            self.model_name = model
+        env = self._runner_for(batch_size, request_rate)
+        runner = env.runner
+        assert runner is not None
+        users = 1 if request_rate else concurrency
+        runner.start(users, spawn_rate=100)
+        deadline = time.monotonic() + 30
+        while runner.user_count != users and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+        gevent.sleep(c.measurement.load_warmup / 1e3)
+        before = self.read_stats()
+        cpu0 = sum(self.process.cpu_times()[:2])
+        self.log.clear()
+        start, started = time.time(), time.monotonic()
+        criterion = Criterion(
+            c.measurement.stability_windows, c.measurement.stability_percentage, percentile
+        )
+        give_up = started + c.measurement.max_trials * (
+            c.measurement.measurement_interval / 1e3 + WINDOW_GRACE_S
+        )
+        windows: list[Window] = []
+        while time.monotonic() < give_up:
+            gevent.sleep(0.1)
+            now = self.log.windows(
+                start,
+                time.time(),
+                warmup_s=0,
+                interval_s=c.measurement.measurement_interval / 1e3,
+                mode=c.measurement.measurement_mode,
+                request_count=c.measurement.measurement_request_count,
+            )
+            if len(now) == len(windows):
+                continue
+            windows = now[: c.measurement.max_trials]
+            if assess(windows, criterion).stable or len(windows) >= c.measurement.max_trials:
+                break
+        runner.stop()
+        elapsed = time.monotonic() - started
+        cpu = 100 * (sum(self.process.cpu_times()[:2]) - cpu0) / elapsed
+        after = self.read_stats()
+        per_server = {url: after[url] - before.get(url, ModelStats()) for url in after}
+        delta: ModelStats = sum(per_server.values(), ModelStats())
+        stability = assess(windows, criterion)
+        figures = stability.measurement or (merge(windows) if windows else None)
+        if figures is None:
+            raise TimeoutError(
+                f"no measurement window completed in {elapsed:.0f}s "
+                f"(--triton-measurement-mode {c.measurement.measurement_mode})"
+            )
+        b = delta.latency_breakdown_us()
+        goodput = None
+        if slo_ms:  # over the measured windows' requests
+            origin = math.ceil(start / self.log.slice_s - 1e-9) * self.log.slice_s
+            first = origin + figures.start_s
+            share = goodput_between(self.log, first, first + figures.duration_s, slo_ms)
+            goodput = None if math.isnan(share) else share
+        return {
+            "batch_size": batch_size,
+            "concurrency": users,
+            "request_rate_asked": request_rate,
+            "duration_s": figures.duration_s,
+            "requests": figures.requests,
+            "failures": figures.failures,
+            "avg_ms": figures.avg_ms,
+            "p50_ms": figures.p50_ms,
+            "p90_ms": figures.p90_ms,
+            "p95_ms": figures.p95_ms,
+            "p99_ms": figures.p99_ms,
+            "latency_histogram": figures.histogram.encode() if figures.histogram else "",
+            "server_queue_us": b["queue"],
+            "server_compute_input_us": b["compute_input"],
+            "server_compute_infer_us": b["compute_infer"],
+            "server_compute_output_us": b["compute_output"],
+            "server_overhead_us": b["overhead"],
+            "server_request_us": b["request"],
+            "server_avg_batch": delta.avg_batch_size,
+            "server_requests": delta.requests,
+            "server_replicas": (
+                {
+                    url: {"success_count": r.requests, "execution_count": r.execution_count}
+                    for url, r in per_server.items()
+                }
+                if self.replica_clients
+                else {}
+            ),
+            "generator_cpu_percent": cpu,
+            "stable": stability.stable,
+            "stability": stability.summary(),
+            "windows": [w.as_dict() for w in windows],
+            "goodput": goodput,
+            "schedule_warning": (
+                rate_warning(
+                    request_rate, figures.requests / figures.duration_s, recording.schedule_lag(env)
+                )
+                if request_rate
+                else None
+            ),
+        }
+
+
+def run_in_process() -> int:
+    stdin = FileObject(sys.stdin.fileno(), "r", close=False)  # cooperative: users keep going
+
+    def answer(obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    generator: Generator | None = None
+    try:
+        for line in stdin:
+            command = json.loads(line)
+            try:
+                if command["op"] == "config":
+                    generator = Generator(command)
+                    answer({"ok": True})
+                elif command["op"] == "measure" and generator is not None:
+                    answer(
+                        generator.measure(
+                            command["batch_size"],
+                            command["concurrency"],
+                            command.get("request_rate"),
+                            command.get("percentile", 99),
+                            command.get("model"),
+                            command.get("slo_ms"),
+                        )
+                    )
+                else:
+                    break
+            except Exception as exc:  # report to the orchestrator, which names the point
+                answer({"error": f"{type(exc).__name__}: {exc}"})
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if generator is not None:
+            generator.close_runner()
+    return 0

@@ -1,0 +1,379 @@
+"""What a sweep prints and writes: the examples' table, the latency-bound summary, warnings,
+CSV / markdown / PNG / JSON files, and the verdict against targets. No locust import here.
+
+The CSV reads where perf_analyzer's `-f file.csv` is read: perf_analyzer 2.51's columns first,
+with its names, order and units (times in whole microseconds, "Inferences/Second" counting
+samples), then ours. The markdown table is the examples' (batch size, concurrency or request
+rate | throughput | avg | p95 | p99 latency), latencies with the histogram's 3 significant
+digits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.latency_histogram import ms_text
+from pytest_triton.load.measure.server_side import CPU_SATURATED_PERCENT
+from pytest_triton.load.measure.windows import Window, windows_table
+from pytest_triton.load.perf.points import Point, bound_summary, largest_within_bound
+
+
+def write_reports(
+    points: Sequence[Point],
+    args: argparse.Namespace,
+    unit: str,
+    name: str,
+    verdict: dict[str, Any] | None = None,
+) -> None:
+    table = points_markdown(points, unit)
+    print(table)
+    lines = []
+    goodput = getattr(args, "goodput", None)
+    slo_ms = getattr(args, "slo_ms", None)
+    if args.latency_bound is not None:
+        for batch in sorted({p.batch_size for p in points}):
+            best = largest_within_bound(
+                [p for p in points if p.batch_size == batch],
+                args.latency_bound,
+                args.percentile,
+                goodput,
+            )
+            lines.append(
+                bound_summary(
+                    best,
+                    slo_ms if goodput is not None and slo_ms else args.latency_bound,
+                    args.percentile,
+                    unit,
+                    goodput,
+                )
+            )
+    lines += [
+        f"WARNING: batch {p.batch_size} {p.load}: {p.stability}" for p in points if not p.stable
+    ]
+    lines += [
+        f"batch {p.batch_size} {p.load}: {p.schedule_warning}" for p in points if p.schedule_warning
+    ]
+    saturated = [p for p in points if (p.generator_cpu_percent or 0) >= CPU_SATURATED_PERCENT]
+    if saturated:
+        lines.append(
+            "WARNING: the load generator's CPU was saturated at "
+            + ", ".join(f"batch {p.batch_size} {p.load}" for p in saturated)
+            + ": it could not keep up, those throughputs are lower bounds."
+        )
+    failed = [p for p in points if p.failures]
+    if failed:
+        lines.append(
+            "WARNING: failed requests at "
+            + ", ".join(f"batch {p.batch_size} {p.load} ({p.failures})" for p in failed)
+        )
+    for line in lines:
+        print(line)
+    for p in points:
+        print(f"\nWindows of batch {p.batch_size} {p.load} ({p.stability or 'stable'}):")
+        print(windows_table([Window.from_dict(w) for w in p.windows], unit))
+        if p.server_replicas:
+            print(f"\nLoad over the replicas at batch {p.batch_size} {p.load} (summed above):")
+            print(replicas_markdown(p.server_replicas))
+    if args.csv:
+        write_points_csv(points, args.csv)
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(table + "\n" + "".join(f"\n{line}\n" for line in lines))
+    if args.plot:
+        plot(
+            points,
+            args.plot,
+            title=f"{name}: latency vs throughput",
+            unit=unit,
+            bound_ms=args.latency_bound,
+            percentile=args.percentile,
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps(
+                {
+                    "model": name,
+                    "unit": unit,
+                    "points": [p.as_dict() for p in points],
+                    "latency_bound_ms": args.latency_bound,
+                    "percentile": args.percentile,
+                    "goodput": goodput,
+                    "slo_ms": slo_ms,
+                    "within_bound": {
+                        str(b): (best.as_dict() if best else None)
+                        for b, best in (
+                            (
+                                b,
+                                largest_within_bound(
+                                    [p for p in points if p.batch_size == b],
+                                    args.latency_bound,
+                                    args.percentile,
+                                    goodput,
+                                ),
+                            )
+                            for b in sorted({p.batch_size for p in points})
+                        )
+                    }
+                    if args.latency_bound is not None
+                    else None,
+                    "verdict": verdict,
+                },
+                indent=2,
+            )
+        )
+
+
+def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, Any] | None:
+    """With targets set (--perf-* or TRITON_PERF_*), model_analyzer's reading: which points
+    meet every one; the run passes when one does. None without targets (the gate report
+    reads it from --json)."""
+    if all(config.origins.get(t.name) == "default" for t in tg.TARGET_DEFS):
+        return None
+    targets = tg.Targets.from_config(config)
+    rows = []
+    for p in points:
+        failed = tg.failures(tg.evaluate(targets, p))
+        rows.append(
+            {
+                "batch_size": p.batch_size,
+                "concurrency": p.concurrency,
+                "request_rate_asked": p.request_rate_asked,
+                "load": p.load,
+                "passed": not failed,
+                "failed": [f"{c.label} {tg.describe_failure(c)}" for c in failed],
+            }
+        )
+    return {
+        "targets": {
+            k: v
+            for k, v in targets.limits.items()
+            if v is not None and (k != "wrong_answers" or config.load.check_every)
+        },
+        "passed": any(r["passed"] for r in rows),
+        "points": rows,
+    }
+
+
+def exit_status(verdict: dict[str, Any] | None) -> int:
+    """Print sweep_verdict's verdict; the exit code (1 when no point meets every target)."""
+    if verdict is None:
+        return 0
+    rows = verdict["points"]
+    targets = ", ".join(f"{k}={v}" for k, v in verdict["targets"].items())
+    print(
+        f"Targets (Targets({targets})): {sum(r['passed'] for r in rows)} of {len(rows)} "
+        "points meet every one"
+    )
+    for r in rows:
+        state = "PASS" if r["passed"] else "FAIL - " + "; ".join(r["failed"])
+        print(f"  batch {r['batch_size']} {r['load']}: {state}")
+    print(
+        "RESULT: PASS"
+        if verdict["passed"]
+        else "RESULT: FAIL - no measured point meets every target"
+    )
+    return 0 if verdict["passed"] else 1
+
+
+# -- reports -----------------------------------------------------------------------------------
+def _us(value: float) -> int | str:
+    return "" if math.isnan(value) else round(value)
+
+
+def network_and_server_us(p: Point) -> float:
+    """perf_analyzer's "Network+Server Send/Recv": the client's average latency less the
+    server's average queue and compute times, never below 0. Our users time a request whole
+    (no separate send and receive times), so this holds the client's own overhead too."""
+    accounted = (
+        p.server_queue_us
+        + p.server_compute_input_us
+        + p.server_compute_infer_us
+        + p.server_compute_output_us
+    )
+    return max(p.avg_ms * 1e3 - accounted, 0.0) if not math.isnan(p.avg_ms) else math.nan
+
+
+Column = tuple[str, Callable[[Point], Any]]
+PERF_ANALYZER_COLUMNS: tuple[Column, ...] = (
+    # perf_analyzer 2.51's -f CSV (without --verbose-csv), in its order; times in whole usec.
+    # The first column is "Concurrency" or, for an open loop, "Request Rate" (see csv_columns).
+    ("Inferences/Second", lambda p: round(p.throughput, 3)),
+    ("Client Send", lambda p: 0),  # a Locust user times its request whole: 0, as a cache hit
+    ("Network+Server Send/Recv", lambda p: _us(network_and_server_us(p))),
+    ("Server Queue", lambda p: round(p.server_queue_us)),  # Triton's statistics, as PA's
+    ("Server Compute Input", lambda p: round(p.server_compute_input_us)),
+    ("Server Compute Infer", lambda p: round(p.server_compute_infer_us)),
+    ("Server Compute Output", lambda p: round(p.server_compute_output_us)),
+    ("Client Recv", lambda p: 0),  # likewise in Network+Server Send/Recv
+    ("p50 latency", lambda p: _us(p.p50_ms * 1e3)),
+    ("p90 latency", lambda p: _us(p.p90_ms * 1e3)),
+    ("p95 latency", lambda p: _us(p.p95_ms * 1e3)),
+    ("p99 latency", lambda p: _us(p.p99_ms * 1e3)),
+)
+OUR_COLUMNS: tuple[Column, ...] = (
+    ("Avg latency", lambda p: _us(p.avg_ms * 1e3)),  # perf_analyzer's --verbose-csv name
+    ("Batch Size", lambda p: p.batch_size),
+    ("Concurrency", lambda p: p.concurrency),  # only in an open loop's file (1 user)
+    ("Requests/Second", lambda p: round(p.request_rate, 3)),
+    ("Request Count", lambda p: p.requests),
+    ("Failure Count", lambda p: p.failures),
+    ("Server Overhead", lambda p: round(p.server_overhead_us)),
+    ("Server Request Latency", lambda p: round(p.server_request_us)),
+    ("Server Avg Batch Size", lambda p: round(p.server_avg_batch, 3)),
+    (
+        "Client Overhead",
+        lambda p: "" if math.isnan(p.client_overhead_ms) else round(p.client_overhead_ms * 1e3),
+    ),
+    (
+        "Generator CPU %",
+        lambda p: "" if p.generator_cpu_percent is None else round(p.generator_cpu_percent, 1),
+    ),
+    ("Stable", lambda p: "yes" if p.stable else "no"),
+)
+
+
+def csv_columns(points: Sequence[Point]) -> list[Column]:
+    """perf_analyzer's columns, then ours: a closed loop's file starts with "Concurrency", an
+    open loop's with "Request Rate" (and keeps the concurrency among ours)."""
+    if any(p.request_rate_asked for p in points):
+        first: Column = ("Request Rate", lambda p: p.request_rate_asked or "")
+        ours = list(OUR_COLUMNS)
+    else:
+        first = ("Concurrency", lambda p: p.concurrency)
+        ours = [c for c in OUR_COLUMNS if c[0] != "Concurrency"]
+    return [first, *PERF_ANALYZER_COLUMNS, *ours]
+
+
+def replicas_markdown(spread: dict[str, dict[str, int]]) -> str:
+    """How one point's load spread over --triton-replicas, as the Locust report shows it."""
+    total = sum(r["success_count"] for r in spread.values())
+    lines = ["| replica | requests | share | executions |", "|---|---:|---:|---:|"]
+    for url, r in spread.items():
+        share = 100.0 * r["success_count"] / total if total else 0.0
+        lines.append(f"| {url} | {r['success_count']} | {share:.0f}% | {r['execution_count']} |")
+    return "\n".join(lines)
+
+
+def write_points_csv(points: Sequence[Point], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = csv_columns(points)
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([name for name, _ in columns])
+        for p in points:
+            writer.writerow([get(p) for _, get in columns])
+
+
+def points_markdown(points: Sequence[Point], unit: str = "infer/s") -> str:
+    """The examples' table; the first columns are whatever varies (batch size, concurrency or
+    request rate); a point whose windows never agreed is marked."""
+    batches = {p.batch_size for p in points}
+    concurrencies = {p.concurrency for p in points}
+    rates = {p.request_rate_asked for p in points if p.request_rate_asked}
+    keys: list[tuple[str, Callable[[Point], str]]] = []
+    if len(batches) > 1 or (len(concurrencies) == 1 and not rates):
+        keys.append(("Batch Size", lambda p: str(p.batch_size)))
+    if rates:
+        keys.append(("Request Rate", lambda p: f"{p.request_rate_asked or 0:g}/s"))
+    elif len(concurrencies) > 1:
+        keys.append(("Concurrency", lambda p: str(p.concurrency)))
+    header = [f"**{k}**" for k, _ in keys] + [
+        "**Throughput**",
+        "**Avg Latency**",
+        "**95% Latency**",
+        "**99% Latency**",
+    ]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("-" * (len(h) + 2) for h in header) + "|",
+    ]
+    for p in sorted(points, key=lambda p: (p.batch_size, p.request_rate_asked or 0, p.concurrency)):
+        cells = [get(p) for _, get in keys] + [
+            f"{p.throughput:.1f} {unit}" + ("" if p.stable else " (not stable)"),
+            f"{ms_text(p.avg_ms)} ms",
+            f"{ms_text(p.p95_ms)} ms",
+            f"{ms_text(p.p99_ms)} ms",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(
+    points: Sequence[Point],
+    path: Path,
+    *,
+    title: str,
+    unit: str = "infer/s",
+    bound_ms: float | None = None,
+    percentile: int = 99,
+) -> None:
+    """Latency (avg and the percentile) against throughput, one line per batch size, each
+    point labelled with its concurrency (or batch size, when only that varies)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    batches = sorted({p.batch_size for p in points})
+    by_batch_only = len({p.concurrency for p in points}) == 1 and len(batches) > 1
+    groups = (
+        [sorted(points, key=lambda p: p.batch_size)]
+        if by_batch_only
+        else [
+            sorted(
+                (p for p in points if p.batch_size == b),
+                key=lambda p: (p.request_rate_asked or 0, p.concurrency),
+            )
+            for b in batches
+        ]
+    )
+    for group in groups:
+        label = "" if by_batch_only else f"batch {group[0].batch_size} "
+        xs = [p.throughput for p in group]
+        line = ax.plot(
+            xs, [p.latency(percentile) for p in group], marker="o", label=f"{label}p{percentile}"
+        )[0]
+        ax.plot(
+            xs,
+            [p.avg_ms for p in group],
+            marker=".",
+            linestyle="--",
+            color=line.get_color(),
+            label=f"{label}avg",
+        )
+        for p in group:
+            tag = (
+                f"b{p.batch_size}"
+                if by_batch_only
+                else f"r{p.request_rate_asked:g}"
+                if p.request_rate_asked
+                else f"c{p.concurrency}"
+            )
+            ax.annotate(
+                tag,
+                (p.throughput, p.latency(percentile)),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=8,
+            )
+    if bound_ms is not None:
+        ax.axhline(bound_ms, color="grey", linestyle=":", label=f"bound {bound_ms:g} ms")
+    ax.set_xlabel(f"throughput ({unit})")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,55 @@
+"""Each Locust process logs its streams (stream_log.py) from the request events of stream
+users (`context["stream"]` holds a stream's timings, `context["stream_failed"]` when a failed
+stream ended); workers send theirs to the master with
+every statistics report, as recording.py does with requests. The log starts over when
+Locust's statistics do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from pytest_triton.load.measure.stream_log import StreamLog
+
+ATTRIBUTE = "pytest_triton_stream_log"
+REPORT_KEY = "pytest_triton_streams"
+
+
+def stream_log(environment: Environment) -> StreamLog | None:
+    return getattr(environment, ATTRIBUTE, None)
+
+
+def attach_stream_log(environment: Environment) -> StreamLog:
+    """Start logging this process's streams (once per environment)."""
+    log = stream_log(environment)
+    if log is not None:
+        return log
+    log = StreamLog()
+    setattr(environment, ATTRIBUTE, log)
+    events = environment.events
+
+    def on_request(context: dict[str, Any] | None = None, **_: Any) -> None:
+        timing = (context or {}).get("stream")
+        if timing is not None:
+            log.record(*timing)
+        elif (context or {}).get("stream_failed") is not None:
+            log.record_failed(context["stream_failed"])  # type: ignore[index]
+
+    def on_report_to_master(data: dict[str, Any], **_: Any) -> None:
+        data[REPORT_KEY] = log.take_unsent()
+
+    def on_worker_report(data: dict[str, Any], **_: Any) -> None:
+        if data.get(REPORT_KEY):
+            log.add_sent(data[REPORT_KEY])
+
+    events.request.add_listener(on_request)
+    events.test_start.add_listener(lambda **_: log.clear())
+    events.reset_stats.add_listener(lambda **_: log.clear())
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        events.report_to_master.add_listener(on_report_to_master)
+    elif isinstance(runner, MasterRunner):
+        events.worker_report.add_listener(on_worker_report)
+    return log

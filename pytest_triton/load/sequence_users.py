@@ -1,0 +1,261 @@
+"""Locust users that own sequences: each task is one whole sequence of a stateful model, its
+requests sent one after another under one sequence id (START on the first, END on the last),
+every answer checked against that sequence's own reference.
+
+N users keep N sequences in flight, interleaved at the server as perf_analyzer's sequence mode
+does (`--sequence-length`, `--sequence-length-variation`, `--sequence-id-range`): the class
+attributes `sequence_length`, `sequence_length_variation` and `sequence_id_range` say the
+same. A user plans `distinct_sequences` sequences once (inputs and the PyTorch reference,
+stepped from the initial state) and sends them in turn, each time under a fresh id. Each
+request is a Locust request event named after the model, so throughput, latency percentiles,
+the server's statistics (the sequence batcher's queue and batches included) and the verdict
+are the same as TritonUser's; a wrong answer is a failed request whose text starts with
+"wrong answer:" and names the sequence and step.
+
+Answers are checked on the server a locustfile starts itself; against --host only with
+--triton-check-every (any value: a stateful answer is checked every time, because one wrong
+state spoils every later answer of its sequence).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import locust
+from locust import User, constant, task
+from locust.exception import StopUser
+from locust.runners import WorkerRunner
+
+import pytest_triton.load.users  # noqa: F401  (gRPC under gevent, our listeners)
+from pytest_triton.base.errors import ConfigError, InferenceError, SpecError
+from pytest_triton.client.sequence_client import SequenceClient
+from pytest_triton.client.wire.request import Protocol
+from pytest_triton.load.runner.checking import answers_every
+from pytest_triton.load.runner.distributed import tell_master_refused
+from pytest_triton.load.runner.embedded import EmbeddedSequenceModel
+from pytest_triton.load.runner.options import run_config
+from pytest_triton.load.runner.user_settings import (
+    check_load_allowed,
+    user_endpoint,
+    user_model,
+    user_protocol,
+)
+from pytest_triton.parity.sequence_parity import SequenceCheck
+from pytest_triton.repository.sequence import SequencePlan, SequenceReference, plan_sequences
+
+log = logging.getLogger("pytest_triton.load")
+_user_numbers = itertools.count()
+_refused: set[str] = set()
+_checks: list[SequenceCheck] = []
+
+__all__ = ["EmbeddedSequenceModel", "SequenceUser"]
+
+
+MAX_WORKERS = 64
+"""Distributed runs split the id range by worker index: worker i takes every 64th id from the
+i-th, so that two workers never hold one id (each process hands out its own ids)."""
+
+
+class SequenceIds:
+    """Sequence ids from a range, in turn, never one that a sequence in flight holds (as
+    --sequence-id-range hands them out); `offset` and `stride` take this process's share."""
+
+    def __init__(self, start: int, end: int, offset: int = 0, stride: int = 1) -> None:
+        self.ids = range(start + offset, end, stride)
+        if not self.ids:
+            raise ConfigError(
+                f"sequence_id_range {start}:{end} holds no id for this process (share "
+                f"{offset} of {stride})"
+            )
+        self.where = f"sequence_id_range {start}:{end}" + (
+            f" (this worker's share: every {stride}th id from {start + offset})"
+            if stride > 1
+            else ""
+        )
+        self._next = 0
+        self._live: set[int] = set()
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        with self._lock:
+            for _ in range(len(self.ids)):
+                candidate = self.ids[self._next]
+                self._next = (self._next + 1) % len(self.ids)
+                if candidate not in self._live:
+                    self._live.add(candidate)
+                    return candidate
+        raise ConfigError(
+            f"every id of {self.where} is in flight: it must hold at least one id per user"
+        )
+
+    def give_back(self, sequence_id: int) -> None:
+        with self._lock:
+            self._live.discard(sequence_id)
+
+
+_ids: dict[tuple[int, int], SequenceIds] = {}
+
+
+def _id_source(id_range: tuple[int, int], environment: Any) -> SequenceIds:
+    """This process's ids: all of the range, or a worker's share of it."""
+    if id_range not in _ids:
+        runner = environment.runner
+        worker = getattr(runner, "worker_index", -1) if isinstance(runner, WorkerRunner) else -1
+        if worker >= MAX_WORKERS:
+            raise ConfigError(
+                f"worker {worker}: sequence users split their ids over at most {MAX_WORKERS} "
+                "worker processes"
+            )
+        offset, stride = (worker, MAX_WORKERS) if worker >= 0 else (0, 1)
+        _ids[id_range] = SequenceIds(*id_range, offset=offset, stride=stride)
+    return _ids[id_range]
+
+
+class SequenceUser(User):
+    """Sends whole sequences to a stateful model, one request after another.
+
+    `served` is the EmbeddedSequenceModel started when no --host is given (its SequenceSpec
+    also makes the inputs and the reference); `model` names a model on --host instead.
+    """
+
+    abstract = True
+    wait_time = constant(0)
+    served: ClassVar[EmbeddedSequenceModel | None] = None
+    model: str | None = None
+    protocol: Protocol | None = None
+    sequence_length: int = 8
+    sequence_length_variation: float = 0.2
+    sequence_id_range: tuple[int, int] = (1, 2**31)
+    distinct_sequences: int = 4
+    timeout_s: float = 60.0
+
+    def on_start(self) -> None:
+        cls = type(self)
+        number = next(_user_numbers)
+        host = self.host or self.environment.host
+        try:
+            config = run_config(self.environment)
+            if not host:
+                raise ConfigError(
+                    "no host to send load to: pass --host URL, or give the user class a "
+                    "`served` model so an embedded server starts"
+                )
+            if cls.served is None:
+                raise ConfigError(
+                    f"{cls.__name__} has no `served` EmbeddedSequenceModel: its SequenceSpec "
+                    "makes the sequences and their reference"
+                )
+            options = self.environment.parsed_options
+            check_load_allowed(host, config, getattr(options, "master_host", None))
+            spec = cls.served.spec
+            self._model = user_model(cls, config)
+            self._protocol = user_protocol(cls, host, config, number)
+            self._client = SequenceClient(
+                user_endpoint(self._protocol, host, config),
+                self._protocol,
+                timeout_s=self.timeout_s,
+            )
+            self._plans: list[SequencePlan] = plan_sequences(
+                spec,
+                self.distinct_sequences,
+                id_range=(0, self.distinct_sequences),  # keys of the plans; ids come later
+                length=self.sequence_length,
+                variation=self.sequence_length_variation,
+                seed=number,
+            )
+            self._check: SequenceCheck | None = None
+            if answers_every(config, host):
+                self._check = SequenceCheck(
+                    self._model,
+                    spec.output_name,
+                    SequenceReference(spec).expected(self._plans),
+                    context=f", protocol {self._protocol!r}",
+                )
+                _checks.append(self._check)
+            elif "unchecked" not in _refused:  # said once per process
+                _refused.add("unchecked")
+                log.info(
+                    "pytest-triton: sequence answers are not checked against a server given "
+                    "with --host (the locustfile's model need not be the one deployed); pass "
+                    "--triton-check-every N to check every answer"
+                )
+            self._ids = _id_source(tuple(self.sequence_id_range), self.environment)  # type: ignore[arg-type]
+            self._next_plan: Iterator[SequencePlan] = itertools.cycle(self._plans)
+        except (ConfigError, SpecError, InferenceError) as exc:
+            if str(exc) not in _refused:
+                _refused.add(str(exc))
+                log.error("pytest-triton: %s", exc)
+                tell_master_refused(self.environment, str(exc))
+            raise StopUser() from None
+        self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
+        self._context = {"batch_size": 1, "protocol": self._protocol}
+
+    @task
+    def sequence(self) -> None:
+        """One whole sequence under a fresh id; a failed request ends it (the batcher reaps
+        its slot after max_sequence_idle_microseconds)."""
+        plan = next(self._next_plan)
+        sequence_id = self._ids.take()
+        spec_input = type(self).served.spec.input_name  # type: ignore[union-attr]
+        try:
+            for step, x in enumerate(plan.inputs):
+                started = time.perf_counter()
+                error: Exception | None = None
+                size = 0
+                try:
+                    served = self._client.step(
+                        self._model,
+                        {spec_input: x},
+                        sequence_id,
+                        start=step == 0,
+                        end=step == plan.length - 1,
+                        step=step,
+                    )
+                    size = sum(a.nbytes for a in served.values())
+                    if self._check is not None:
+                        error = self._check.check(sequence_id, step, served, key=plan.sequence_id)
+                except Exception as exc:  # every client/server failure is a failed request
+                    error = exc
+                self.environment.events.request.fire(
+                    request_type=self._request_type,
+                    name=self._model,
+                    response_time=(time.perf_counter() - started) * 1e3,
+                    response_length=size,
+                    exception=error,
+                    context=self._context,
+                )
+                if error is not None:
+                    return
+        finally:
+            self._ids.give_back(sequence_id)
+
+    def on_stop(self) -> None:
+        client = getattr(self, "_client", None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+def _report_checks(environment: Any, **_: Any) -> None:
+    """One line per process: how many sequence answers were checked, and the first wrong."""
+    if not _checks:
+        return
+    checked = sum(c.checked for c in _checks)
+    wrong = [m for c in _checks for m in c.mismatches.values()]
+    log.info(
+        "pytest-triton: %d answers of stateful sequences checked, each against its own "
+        "sequence's reference; %d sequences answered wrongly",
+        checked,
+        len(wrong),
+    )
+    if wrong:
+        log.error("pytest-triton: first wrong sequence answer: %s", wrong[0].describe())
+
+
+locust.events.test_stop.add_listener(_report_checks)

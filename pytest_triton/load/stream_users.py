@@ -1,0 +1,219 @@
+"""Locust users for decoupled (token-streaming) models.
+
+A StreamUser sends one prompt after another (a closed loop; with --triton-request-rate, its
+share of an open loop, at most --triton-max-in-flight streams in flight) and reads every
+token's response: over gRPC on tritonclient's bidirectional stream, or over HTTP through
+Triton's generate-stream endpoint. Each stream is one Locust request event named after the
+model: its response time is the stream's end-to-end latency (to the final flag), its
+`response_length` the tokens it carried, and `context["stream"]` its timings, which
+stream_recording.py logs as time to first token, inter-token latencies and output tokens
+(the verdict's --perf-ttft-p99, --perf-itl-p99 and --perf-output-tokens-per-s). One stream
+in N (--triton-check-every; 100 on the server a locustfile starts itself) is compared token
+by token with PyTorch's greedy generation: a wrong one fails its request naming the first
+position and both tokens.
+
+Importing this module imports locust (gevent monkey patching), like users.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import locust
+import torch
+from locust import User, constant, task
+from locust.exception import StopUser
+
+from pytest_triton.base.errors import ConfigError
+from pytest_triton.client.streaming import (
+    NO_STOP,
+    GrpcStreams,
+    Streamed,
+    StreamError,
+    StreamProtocol,
+    generate_http,
+)
+from pytest_triton.load.runner import grpc_gevent, listeners
+from pytest_triton.load.runner.checking import answers_every
+from pytest_triton.load.runner.distributed import tell_master_refused
+from pytest_triton.load.runner.embedded import EmbeddedStream
+from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
+from pytest_triton.load.runner.options import run_config
+from pytest_triton.load.runner.user_settings import check_load_allowed, user_endpoint, user_model
+from pytest_triton.parity.token_match import wrong_stream
+from pytest_triton.repository.stream import StreamSpec, generate
+
+grpc_gevent.init()
+listeners.install_listeners(locust.events)
+torch.set_num_threads(1)
+
+log = logging.getLogger("pytest_triton.load")
+Reference = Callable[[Sequence[int], int, int], list[int]]
+_user_numbers = itertools.count()
+_refused: set[str] = set()
+
+__all__ = ["EmbeddedStream", "StreamSpec", "StreamUser", "stream_model"]
+
+
+def stream_model(spec: StreamSpec | None = None) -> EmbeddedStream:
+    """The generator a stream locustfile serves itself without --host (default: StreamSpec())."""
+    return EmbeddedStream(spec or StreamSpec())
+
+
+class StreamUser(User):
+    """Streams prompts to one decoupled model and measures every token.
+
+    Class attributes: `model` (default: `served`'s name), `served` (the EmbeddedStream
+    started when no --host is given), `protocol` ("grpc" or "http"), `prompts` (default: 16
+    of `served`'s), `max_tokens`, `stop_token`, `reference` (prompt, max_tokens, stop_token
+    -> the tokens a right stream carries; default: `served`'s greedy generation), `parameters`
+    (Triton request parameters sent with every prompt).
+    """
+
+    abstract = True
+    wait_time = constant(0)
+    model: str | None = None
+    served: EmbeddedStream | None = None
+    protocol: StreamProtocol = "grpc"
+    prompts: Sequence[Sequence[int]] | None = None
+    max_tokens: int = 16
+    stop_token: int = NO_STOP
+    parameters: ClassVar[Mapping[str, Any] | None] = None  # Triton request parameters
+    reference: ClassVar[Reference | None] = None
+    timeout_s: float = 30.0
+
+    _open_loop: OpenLoop | ReplayLoop | None = None
+
+    def on_start(self) -> None:
+        cls = type(self)
+        number = next(_user_numbers)
+        host = self.host or self.environment.host
+        try:
+            config = run_config(self.environment)
+            if not host:
+                raise ConfigError(
+                    "no host to send load to: pass --host URL, or give the user class a "
+                    "`served` stream model so an embedded server starts"
+                )
+            check_load_allowed(
+                host, config, getattr(self.environment.parsed_options, "master_host", None)
+            )
+            self._model = user_model(cls, config)
+            self._url = user_endpoint(cls.protocol, host, config)
+            prompts = cls.prompts or (cls.served.spec.prompts(16) if cls.served else None)
+            if not prompts:
+                raise ConfigError(f"{cls.__name__} has no `prompts` and no `served` model")
+            offset = number % len(prompts)
+            self._prompts = itertools.cycle([*prompts[offset:], *prompts[:offset]])
+            self._every = answers_every(config, host)
+            self._reference = self._reference_of(cls) if self._every else None
+            if self._every and self._reference is None:
+                raise ConfigError(
+                    f"{cls.__name__} checks one stream in {self._every} but has no "
+                    "`reference` and no `served` model: set one, or --triton-check-every 0"
+                )
+            self._sent = 0
+            self._slo_ttft_s = (config.gate.perf_slo_ttft_ms or math.inf) / 1e3
+            self._slo_itl_s = (config.gate.perf_slo_itl_ms or math.inf) / 1e3
+            self._open_loop = open_loop(self.environment, config, number)
+            self._grpc = GrpcStreams(self._url, self.timeout_s) if cls.protocol == "grpc" else None
+        except ConfigError as exc:
+            if str(exc) not in _refused:
+                _refused.add(str(exc))
+                log.error("pytest-triton: %s", exc)
+                tell_master_refused(self.environment, str(exc))
+            raise StopUser() from None
+        self._request_type = "gRPC-stream" if cls.protocol == "grpc" else "HTTP-stream"
+
+    @staticmethod
+    def _reference_of(cls: type[StreamUser]) -> Reference | None:
+        if cls.reference is not None:
+            return cls.reference
+        if cls.served is None:
+            return None
+        module = cls.served.reference()
+        return lambda prompt, max_tokens, stop: generate(module, prompt, max_tokens, stop)
+
+    @task
+    def stream(self) -> None:
+        if self._open_loop is not None:
+            self._open_loop.run(self._send)  # until the user is stopped
+        else:
+            self._send(time.perf_counter())
+
+    def _send(self, due: float, _batch_size: int | None = None) -> None:
+        """One stream; its latencies count from `due` (now in a closed loop, its scheduled
+        time in an open one)."""
+        prompt = list(next(self._prompts))
+        self._sent += 1
+        checked = bool(self._every) and self._sent % self._every == 1 % self._every
+        error: Exception | None = None
+        streamed: Streamed | None = None
+        try:
+            if self._grpc is not None:
+                streamed = self._grpc.generate(
+                    self._model, prompt, self.max_tokens, self.stop_token, self.parameters
+                )
+            else:
+                streamed = generate_http(
+                    self._url,
+                    self._model,
+                    prompt,
+                    self.max_tokens,
+                    self.stop_token,
+                    self.timeout_s,
+                    self.parameters,
+                )
+        except StreamError as exc:
+            error, streamed = exc, exc.streamed
+        except Exception as exc:  # every client/server failure is a failed stream, not a crash
+            error = exc
+        context: dict[str, Any] = {"batch_size": 1, "protocol": self.protocol}
+        ended = time.perf_counter()
+        if streamed is not None:
+            streamed.sent_at = min(streamed.sent_at, due)
+        if error is None and streamed is not None and checked and self._reference is not None:
+            want = self._reference(prompt, self.max_tokens, self.stop_token)
+            error = wrong_stream(
+                streamed.tokens, want, context=f"model {self._model!r}, prompt {prompt}"
+            )
+        if error is None and streamed is not None:
+            context["stream"] = (
+                time.time(),
+                streamed.ttft_s,
+                streamed.itl_s,
+                streamed.e2e_s,
+                len(streamed.tokens),
+                self._good(streamed),
+            )
+            ended = streamed.final_at or ended
+        else:
+            context["stream_failed"] = time.time()
+        self.environment.events.request.fire(
+            request_type=self._request_type,
+            name=self._model,
+            response_time=(ended - due) * 1e3,
+            response_length=len(streamed.tokens) if streamed is not None else 0,
+            exception=error,
+            context=context,
+        )
+
+    def _good(self, streamed: Streamed) -> bool:
+        """Within the SLOs: TTFT, and the stream's average gap (AIPerf's per-request ITL)."""
+        gaps = len(streamed.tokens) - 1
+        itl = (streamed.e2e_s - streamed.ttft_s) / gaps if gaps > 0 else 0.0
+        return streamed.ttft_s <= self._slo_ttft_s and itl <= self._slo_itl_s
+
+    def on_stop(self) -> None:
+        if self._open_loop is not None:
+            self._open_loop.stop()
+        grpc = getattr(self, "_grpc", None)
+        if grpc is not None:
+            with contextlib.suppress(Exception):
+                grpc.close()

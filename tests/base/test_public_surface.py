@@ -1,0 +1,177 @@
+"""The public surface, pinned: what `pytest_triton`, `pytest_triton.factories` and a
+locustfile's helpers offer; and every module moved since 0.1.0 still imports from its old
+path, as the same module, with a DeprecationWarning that names the new one."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import pytest_triton
+from pytest_triton.base import moved
+from tests.helpers.locust_runs import REPO, subprocess_env
+
+TOP_LEVEL = [
+    "ConfigError",
+    "Deployment",
+    "DynamicBatching",
+    "ExportError",
+    "InferenceError",
+    "InstanceGroup",
+    "ModelLoadError",
+    "ModelSpec",
+    "ModelStats",
+    "ParityResult",
+    "PipelineSpec",
+    "RefusedError",
+    "Repository",
+    "SequenceSpec",
+    "ServedModel",
+    "ServedPipeline",
+    "ServedSequenceModel",
+    "ServerError",
+    "SharedMemoryError",
+    "SpecError",
+    "StatsWindow",
+    "Step",
+    "TensorSpec",
+    "Tolerance",
+    "TritonClient",
+    "TritonConfig",
+    "TritonTestError",
+    "assert_dynamic_batching",
+    "assert_parity",
+    "factories",
+]
+FACTORIES = ["client", "model", "pipeline", "repository", "sequence_model", "server"]
+LOCUSTFILE_HELPERS = [
+    "EmbeddedModel",
+    "GrpcTritonUser",
+    "HttpTritonUser",
+    "TritonUser",
+    "default_targets",
+    "zoo_model",
+]
+
+
+def test_the_top_level_names_are_pinned() -> None:
+    assert sorted(pytest_triton.__all__) == TOP_LEVEL
+    for name in TOP_LEVEL:
+        assert getattr(pytest_triton, name) is not None, name
+
+
+def test_factories_import_both_ways_without_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "pytest_triton.factories", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from pytest_triton import factories
+
+        imported = importlib.import_module("pytest_triton.factories")
+    assert imported is factories
+    for name in FACTORIES:
+        assert callable(getattr(factories, name)), name
+
+
+def test_the_locustfile_helpers_are_pinned() -> None:
+    """Read without importing them (they import locust, which patches this process)."""
+    import pytest_triton.load as load
+
+    assert sorted(load.__all__) == LOCUSTFILE_HELPERS
+    users = ast.parse((REPO / "pytest_triton" / "load" / "users.py").read_text())
+    (declared,) = [
+        node.value
+        for node in users.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__"
+    ]
+    assert sorted(ast.literal_eval(declared)) == LOCUSTFILE_HELPERS
+
+
+def test_a_moved_module_imports_from_its_old_path_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(sys.modules, "pytest_triton.launchers", raising=False)
+    with pytest.warns(DeprecationWarning, match=r"pytest_triton\.launchers moved to "):
+        from pytest_triton.launchers import ExternalLauncher, LocalLauncher  # type: ignore
+    from pytest_triton.server import ExternalLauncher as now_external
+    from pytest_triton.server import LocalLauncher as now_local
+
+    assert LocalLauncher is now_local and ExternalLauncher is now_external
+    with pytest.warns(DeprecationWarning, match=r"parity\.compare\.assert_parity"):
+        from pytest_triton.parity import assert_parity  # type: ignore[attr-defined]
+    assert assert_parity is pytest_triton.assert_parity
+
+
+def test_no_moved_name_shadows_a_module_and_every_target_exists() -> None:
+    package = REPO / "pytest_triton"
+    for old, new in moved.MOVED_MODULES.items():
+        assert importlib.util.find_spec(f"pytest_triton.{new}") is not None, new
+        path = package.joinpath(*old.split("."))
+        assert not path.with_suffix(".py").exists() and not (path / "__init__.py").exists(), (
+            f"{old} exists as a module: its alias would never be used"
+        )
+    for homes in moved.BECAME_PACKAGES.values():
+        for new in (homes,) if isinstance(homes, str) else homes:
+            assert importlib.util.find_spec(f"pytest_triton.{new}") is not None, new
+    for old, new in moved.MOVED_PACKAGES.items():
+        assert importlib.util.find_spec(f"pytest_triton.{new}") is not None, new
+        path = package.joinpath(*old.split("."))
+        assert not (path / "__init__.py").exists() and not path.with_suffix(".py").exists(), old
+
+
+OLD_LOCUSTFILE_IMPORTS = """
+import locust  # as in a Locust process: it patches the process before the locustfile
+import json, sys, warnings, importlib
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from pytest_triton.load.embedded import EmbeddedModel
+    from pytest_triton.load import TritonUser, zoo_model, default_targets
+seen = {"locustfile": [f"{w.filename}:{w.message}" for w in caught
+                       if w.category is DeprecationWarning]}
+from pytest_triton.base import moved
+for old, new in moved.MOVED_MODULES.items():
+    sys.modules.pop("pytest_triton." + old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module("pytest_triton." + old)
+    assert module is importlib.import_module("pytest_triton." + new), old
+    seen[old] = [str(w.message) for w in caught if w.category is DeprecationWarning]
+for old, new in [("load.locust.embedded", "load.runner.embedded"),
+                 ("load.sweep.points", "load.perf.points"),
+                 ("load.locust.arrivals", "load.measure.arrivals")]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module("pytest_triton." + old)
+    assert module is importlib.import_module("pytest_triton." + new), old
+    seen[old] = [str(w.message) for w in caught if w.category is DeprecationWarning
+                 and str(w.message).startswith("pytest_triton." + old + " ")]
+print(json.dumps(seen))
+"""
+
+
+def test_every_old_path_imports_as_the_new_module_in_a_locust_process() -> None:
+    """In a process of its own (load modules import locust): every 0.1.0 path gives the
+    module that now holds it and warns once, naming it; a 0.1.0 locustfile's import works."""
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_LOCUSTFILE_IMPORTS],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for old, new in moved.MOVED_MODULES.items():
+        messages = seen[old]
+        want = f"pytest_triton.{old} moved to pytest_triton.{new} "
+        assert len(messages) == 1 and messages[0].startswith(want), (old, messages)
+    for old in ("load.locust.embedded", "load.sweep.points", "load.locust.arrivals"):
+        assert len(seen[old]) == 1, (old, seen[old])  # renamed packages: their modules too
+    (locustfile,) = seen["locustfile"]
+    assert "<string>" in locustfile and "load.runner.embedded" in locustfile, locustfile
