@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from pytest_triton import Deployment, TritonConfig
-from pytest_triton.base.config import foreign_variables
+from pytest_triton.base.setting_sources import foreign_variables
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locustfiles" / "dlrm.py"
 USERS, ROWS, SECONDS = 2, 1024, 7

@@ -24,15 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytest_triton.base.config import (
-    TritonConfig,
-    add_arguments,
-    check_environ,
-    from_arguments,
-    resolve,
-)
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.base.server_offer import ServerTarget
+from pytest_triton.base.setting_sources import add_arguments, check_environ, from_arguments
 from pytest_triton.models import bert, dlrm, mnist, resnext, text_recognition
 from pytest_triton.models.specs import zoo_spec
 from pytest_triton.repository import pbtxt

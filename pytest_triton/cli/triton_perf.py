@@ -14,16 +14,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_triton.base.config import (
-    TritonConfig,
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import resolve
+from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.setting_sources import (
     add_arguments,
     check_environ,
     from_arguments,
     from_environ,
     join_dash_values,
-    resolve,
 )
-from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.load.perf.command import run
 from pytest_triton.load.perf.points import parse_range, parse_rate_range
 

@@ -490,8 +490,9 @@ def test_markdown_of_a_failed_gate_lists_failures_and_skips() -> None:
 
 
 def test_baseline_limits_are_settings_with_checked_values() -> None:
-    from pytest_triton.base.config import from_mapping, resolve
+    from pytest_triton.base.config_resolution import resolve
     from pytest_triton.base.errors import ConfigError
+    from pytest_triton.base.setting_sources import from_mapping
 
     config = resolve()
     assert (
@@ -507,7 +508,8 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
     """triton-perf's own --json (write_reports + sweep_verdict) as the report reads it."""
     import argparse
 
-    from pytest_triton.base.config import from_mapping, resolve
+    from pytest_triton.base.config_resolution import resolve
+    from pytest_triton.base.setting_sources import from_mapping
     from pytest_triton.load.perf.points import Point
     from pytest_triton.load.perf.report import sweep_verdict, write_reports
 

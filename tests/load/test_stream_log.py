@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pytest_triton.base.config import check_stream_goodput, resolve
+from pytest_triton.base.config_resolution import check_stream_goodput, resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.load.measure.stream_log import StreamLog
 

@@ -19,7 +19,7 @@ import pytest
 from docker.types import DeviceRequest, Ulimit
 
 from pytest_triton import ConfigError, ModelLoadError, Repository, ServerError, TritonClient
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.repository import pbtxt
 from pytest_triton.server import ServerArgs

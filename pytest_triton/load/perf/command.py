@@ -17,15 +17,12 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from pytest_triton.base.config import (
-    TritonConfig,
-    as_values,
-    check_goodput,
-    check_replicas_behind,
-)
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import check_goodput, check_replicas_behind
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.base.moved import moved_names
 from pytest_triton.base.processes import die_with_parent
+from pytest_triton.base.setting_sources import as_values
 from pytest_triton.base.urls import check_host, endpoints_from, parse_url
 from pytest_triton.client.triton_client import Protocol
 from pytest_triton.load.measure.latency_histogram import ms_text

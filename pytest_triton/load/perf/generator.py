@@ -19,7 +19,8 @@ from gevent.fileobject import FileObject
 from locust.env import Environment
 from locust.event import Events
 
-from pytest_triton.base.config import client_security, from_values, resolve
+from pytest_triton.base.config_resolution import client_security, resolve
+from pytest_triton.base.setting_sources import from_values
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stats import ModelStats, read_replica_stats
 from pytest_triton.client.triton_client import TritonClient
