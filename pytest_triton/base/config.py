@@ -508,6 +508,16 @@ class LoadSettings:
         parse=parse_positive_float,
         metavar="SECONDS",
     )
+    update_then: float | None = _setting(
+        None,
+        "end the run this many seconds after the update finished (the old version retired, "
+        "or the update failed), however long the new version took to load; -t stays the "
+        "run's upper bound",
+        frozenset({"locust"}),
+        parse=parse_positive_float,
+        metavar="SECONDS",
+        shown_default="none: the run lasts -t",
+    )
     max_in_flight: int = _setting(
         64,
         "open loop: requests one user keeps outstanding at most; a send due beyond it "
