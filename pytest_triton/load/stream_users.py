@@ -167,6 +167,8 @@ class StreamUser(User):
             error = wrong_stream(
                 streamed.tokens, want, context=f"model {self._model!r}, prompt {prompt}"
             )
+            context["stream_checked"] = True
+            context["stream_mismatched"] = error is not None
         if error is None and streamed is not None:
             context["stream"] = (
                 time.time(),

@@ -1,6 +1,7 @@
 """Locust's web UI as a person sees it: a real run against the embedded server (distributed:
 a master and two workers, so the tab shows the master's totals), the Triton tab and the charts
-page rendered by headless Chromium while the load runs; and where the web UI listens."""
+page rendered by headless Chromium while the load runs; the same for streams from a decoupled
+model, whose counts the master merges from its workers; and where the web UI listens."""
 
 from __future__ import annotations
 
@@ -18,12 +19,21 @@ import psutil
 import pytest
 
 from tests.helpers import browser
-from tests.helpers.locust_runs import PROBE_LOCUSTFILE, Locust, free_port, locust_args
+from tests.helpers.locust_runs import (
+    PROBE_LOCUSTFILE,
+    REPO,
+    Locust,
+    free_port,
+    locust_args,
+    subprocess_env,
+)
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
 # `make screenshots` sets this to refresh the README's images from this very test.
 SCREENSHOTS = os.environ.get("PYTEST_TRITON_SCREENSHOTS")
 RUN_TIME_S = 45 if SCREENSHOTS else 20  # screenshots: time for some history while it runs
+STREAMS_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "streams_counted.py"
+STREAM_MODEL = "tiny_stream"
 
 
 def get_json(url: str) -> dict[str, Any] | None:
@@ -45,6 +55,21 @@ def wait_for_load(run: Locust, base: str, timeout: float) -> dict[str, Any]:
         time.sleep(0.5)
     run.kill()
     pytest.fail(f"the Triton tab never showed load within {timeout:.0f}s:\n{run.finish(5).tail()}")
+
+
+def wait_for_streams(run: Locust, base: str, timeout: float) -> dict[str, Any]:
+    """The live view once streams were checked and a few seconds of tokens counted."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and run.proc.poll() is None:
+        live = get_json(f"{base}/triton/live.json")
+        streams = live and live.get("streams")
+        if streams and streams["checked"] > 0 and (streams["tokens_per_s"] or 0) > 0:
+            return live  # type: ignore[return-value]
+        time.sleep(0.5)
+    run.kill()
+    pytest.fail(
+        f"the Triton tab never showed streams within {timeout:.0f}s:\n{run.finish(5).tail()}"
+    )
 
 
 def listening(pid: int, port: int) -> set[str]:
@@ -164,6 +189,86 @@ def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> N
         triton = {row["Name"]: row for row in csv.DictReader(f)}
     assert int(triton["Aggregated"]["Samples"]) == measured["samples"]
     assert float(triton["probe_onnx"]["Samples/s"]) > 0
+
+
+def test_triton_tab_shows_stream_figures_and_workers_streams_add_up(tmp_path: Path) -> None:
+    """One run of the streaming generator on its own embedded server, a master and two
+    worker processes: the Triton tab shows TTFT, ITL, output tokens/s, goodput and the
+    checked streams live; at the end the master's whole-run stream counts equal the sum of
+    what each worker counted itself, and the server answered as many streams (plus those in
+    flight when the users were stopped)."""
+    browser.chromium()
+    port, master_port = free_port(), free_port()
+    counts, report = tmp_path / "counts", tmp_path / "report.json"
+    counts.mkdir()
+    users = 4
+    base = f"http://127.0.0.1:{port}"
+    run = Locust(
+        locust_args(
+            STREAMS_LOCUSTFILE,
+            "--web-port", str(port),
+            "--autostart",
+            "-u", str(users), "-r", str(users),
+            "-t", "10s",
+            "--autoquit", "60",
+            "--processes", "2",
+            "--master-bind-host", "127.0.0.1",
+            "--master-bind-port", str(master_port),
+            "--master-port", str(master_port),
+            "--triton-check-every", "2",
+            "--triton-load-warmup", "1000",
+            "--perf-ttft-p99", "5000",
+            "--perf-stream-goodput", "0.5",
+            "--perf-slo-ttft-ms", "5000",
+            report=report,
+        ),
+        report,
+        env=subprocess_env(STREAM_COUNTS_DIR=str(counts)),
+    )  # fmt: skip
+    try:
+        wait_for_streams(run, base, timeout=180)
+        rows = rows_by_figure(browser.render(f"{base}/?tab=triton"))
+        values = {figure: row[2] for (model, figure), row in rows.items() if model == STREAM_MODEL}
+        assert (
+            0
+            < number(values["time to first token p50 (ms)"])
+            <= number(values["time to first token p99 (ms)"])
+        ), values
+        assert (
+            0
+            <= number(values["inter-token latency p50 (ms)"])
+            <= number(values["inter-token latency p99 (ms)"])
+        ), values
+        assert number(values["output tokens/s (now)"]) > 0, values
+        assert 0 < number(values["stream goodput"]) <= 1, values
+        checked = re.fullmatch(r"([\d,]+) \(([\d,]+)\)", values["streams checked (mismatched)"])
+        assert checked and number(checked.group(1)) > 0 and checked.group(2) == "0", values
+        streamed = re.fullmatch(r"([\d,]+) \(([\d,]+)\)", values["streams (failed)"])
+        assert streamed and number(streamed.group(1)) >= number(checked.group(1)), values
+        ttft = rows["Aggregated", "perf_ttft_p99 (ms)"]
+        assert ttft[3:] == ["<= 5,000", "PASS"] and number(ttft[2]) > 0, ttft
+    finally:
+        done = run.finish(timeout=120)
+    assert done.code == 0, done.tail()
+    assert done.report is not None and done.report["streams"] is not None, done.tail()
+    merged = done.report["streams"]["run"]
+    sent = [json.loads(path.read_text()) for path in sorted(counts.glob("worker-*.json"))]
+    assert len(sent) == 2, (sent, done.tail())
+    assert all(worker["streams"] > 0 for worker in sent), sent  # both workers streamed
+    for ours, theirs in (
+        ("streams", "streams"),
+        ("failed_streams", "failed"),
+        ("output_tokens", "tokens"),
+        ("checked_streams", "checked"),
+        ("mismatched_streams", "mismatched"),
+    ):
+        assert merged[ours] == sum(worker[theirs] for worker in sent), (ours, merged, sent)
+    assert merged["failed_streams"] == merged["mismatched_streams"] == 0, merged
+    assert merged["output_tokens"] == 8 * merged["streams"]
+    assert merged["checked_streams"] >= merged["streams"] // 2 - users, merged
+    (server,) = [s for s in done.report["server"] if s["model"] == STREAM_MODEL]
+    in_flight = server["success_count"] - merged["streams"]
+    assert 0 <= in_flight <= users, (server, merged)
 
 
 def test_an_explicit_loopback_web_host_wins(tmp_path: Path) -> None:
