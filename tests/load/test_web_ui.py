@@ -209,8 +209,8 @@ def test_triton_tab_shows_stream_figures_and_workers_streams_add_up(tmp_path: Pa
             "--web-port", str(port),
             "--autostart",
             "-u", str(users), "-r", str(users),
-            "-t", "10s",
-            "--autoquit", "60",
+            "-t", "20s",
+            "--autoquit", "30",
             "--processes", "2",
             "--master-bind-host", "127.0.0.1",
             "--master-bind-port", str(master_port),
@@ -248,6 +248,8 @@ def test_triton_tab_shows_stream_figures_and_workers_streams_add_up(tmp_path: Pa
         ttft = rows["Aggregated", "perf_ttft_p99 (ms)"]
         assert ttft[3:] == ["<= 5,000", "PASS"] and number(ttft[2]) > 0, ttft
     finally:
+        if run.proc.poll() is None:
+            run.proc.send_signal(signal.SIGTERM)  # seen enough: stop the load now
         done = run.finish(timeout=120)
     assert done.code == 0, done.tail()
     assert done.report is not None and done.report["streams"] is not None, done.tail()
