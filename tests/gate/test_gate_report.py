@@ -131,6 +131,74 @@ def test_batching_rows_sum_requests_and_executions() -> None:
     assert row["batch_histogram"] == {"1": 2, "7": 2}
 
 
+def pipeline_record(
+    mode: str, check: str, protocol: str, ok: bool = True, **pipeline: Any
+) -> dict[str, Any]:
+    return {
+        **record(f"p-{mode}", protocol, [output("probs", 0.1 if ok else 3.0)]),
+        "check": check,
+        "pipeline": {"pipeline": "p", "mode": mode, "front_model": f"p_{mode}", **pipeline},
+    }
+
+
+def proof(step: str, executions: int, batched: bool) -> dict[str, Any]:
+    return {
+        "step": step,
+        "model": f"p_{step}",
+        "requests": 8,
+        "executions": executions,
+        "inferences": 8,
+        "batch_histogram": {"1": executions} if not batched else {"4": 2},
+        "batched": batched,
+    }
+
+
+def test_pipeline_rows_per_pipeline_and_mode_with_the_first_diverging_step() -> None:
+    records = [
+        pipeline_record("ensemble", "pipeline_parity", "http"),
+        pipeline_record("ensemble", "pipeline_parity", "grpc"),
+        pipeline_record("ensemble", "pipeline_batching", "grpc", batching=[proof("pre", 2, True)]),
+        pipeline_record("ensemble", "pipeline_batching", "grpc", batching=[proof("pre", 2, True)]),
+        pipeline_record(
+            "bls",
+            "pipeline_parity",
+            "http",
+            ok=False,
+            first_diverging_step="post",
+            divergence="first diverging step: 'post'",
+        ),
+        pipeline_record("bls", "pipeline_batching", "http", batching=[proof("pre", 8, False)]),
+        record("m-onnx-hosted", "http", [output("y", 0.1)]),  # not a pipeline's
+    ]
+    bls, ensemble = gd.pipeline_rows(records)
+    assert (ensemble["parity_checks"], ensemble["parity_ok"], ensemble["batched"]) == (
+        2,
+        True,
+        True,
+    )
+    assert ensemble["paths"] == ["http/none", "grpc/none"] and ensemble["batching_checks"] == 2
+    (pre,) = ensemble["steps"]
+    assert (pre["requests"], pre["executions"], pre["avg_batch_size"]) == (16, 4, 4.0)
+    assert pre["batch_histogram"] == {"4": 4}
+    assert (bls["parity_ok"], bls["first_diverging_step"], bls["batched"]) == (False, "post", False)
+    markdown = render(
+        gd.decide(
+            gd.build_document(
+                gd.Collected(parity=records),
+                environment={"python": "3", "platform": "p", "packages": {}},
+                load_runs=[],
+                problems=[],
+                exit_status=0,
+                duration_s=1.0,
+                junit=None,
+            )
+        )
+    )
+    assert "| p | bls | p_bls | http/none | FAIL | post | NO |" in markdown
+    assert "| p | ensemble | pre | p_pre | 16 | 4 | 4.00 | 4 x 4 | yes |" in markdown
+    assert "## Pipelines" not in render(gate_document())  # no pipeline, no section
+
+
 # -- load files -----------------------------------------------------------------------------------
 def locust_document(
     throughput: float = 50_000.0,
