@@ -331,6 +331,14 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
                     if streams.get("good_streams") and _finite(streams.get("goodput"))
                     else ""
                 )
+                + (
+                    f"; whole run {streams['run']['streams']:,} streams, "
+                    f"{streams['run']['checked_streams']:,} checked token by token, "
+                    f"{streams['run']['mismatched_streams']:,} mismatched"
+                    if streams.get("run")
+                    else ""
+                )
+                + "."
             )
         if run.get("wrong_answers") is not None:
             notes.append(f"Answers of {run['name']} checked: {run['wrong_answers']} wrong.")

@@ -506,6 +506,7 @@ def test_stages_soak_answers_update_and_plots_reach_the_gate_report() -> None:
         "itl_p99_ms": 27.967,
         "good_streams": 796,
         "goodput": 0.993,
+        "run": {"streams": 900, "checked_streams": 450, "mismatched_streams": 0},
     }
     document["wrong_answers"] = 0
     document["measured"] = {**document["measured"], "goodput": 0.99, "slo_ms": 20.0}
@@ -536,7 +537,8 @@ def test_stages_soak_answers_update_and_plots_reach_the_gate_report() -> None:
         "![dlrm: load-dlrm-memory.png](load-dlrm-memory.png)",
         "Answers of dlrm checked: 0 wrong.",
         "Streams of dlrm: 802 streams, 675 output tokens/s; time to first token p50 24.9 / p99 "
-        "91.6 ms, inter-token latency p50 1.59 / p99 28 ms, goodput 0.993",
+        "91.6 ms, inter-token latency p50 1.59 / p99 28 ms, goodput 0.993; whole run 900 "
+        "streams, 450 checked token by token, 0 mismatched.",
         "Goodput of dlrm: 0.99 of the requests succeeded within 20 ms.",
         "Model update in dlrm: dlrm_onnx version 1 -> 2, p99 38.1 ms during the switch, "
         "1928 requests after it.",
