@@ -20,6 +20,7 @@ from pytest_triton.gate.markdown import render
 from pytest_triton.gate.output import REPORT_JSON, save_baseline, write_report
 from pytest_triton.parity.compare import Tolerance, compare_output, compare_outputs
 from pytest_triton.parity.results import transport_of
+from tests.helpers.gate_documents import document_of
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -181,19 +182,7 @@ def test_pipeline_rows_per_pipeline_and_mode_with_the_first_diverging_step() -> 
     assert (pre["requests"], pre["executions"], pre["avg_batch_size"]) == (16, 4, 4.0)
     assert pre["batch_histogram"] == {"4": 4}
     assert (bls["parity_ok"], bls["first_diverging_step"], bls["batched"]) == (False, "post", False)
-    markdown = render(
-        gd.decide(
-            gd.build_document(
-                gd.Collected(parity=records),
-                environment={"python": "3", "platform": "p", "packages": {}},
-                load_runs=[],
-                problems=[],
-                exit_status=0,
-                duration_s=1.0,
-                junit=None,
-            )
-        )
-    )
+    markdown = render(document_of(records))
     assert "| p | bls | p_bls | http/none | FAIL | post | NO |" in markdown
     assert "| p | ensemble | pre | p_pre | 16 | 4 | 4.00 | 4 x 4 | yes |" in markdown
     assert "## Pipelines" not in render(gate_document())  # no pipeline, no section
@@ -325,18 +314,8 @@ def gate_document(
     headroom: float = 0.05,
     windows: list[dict[str, float]] | None = None,
 ) -> dict[str, Any]:
-    collected = gd.Collected(parity=[record("m-onnx-hosted", "http", [output("y", headroom)])])
     run = load_run("dlrm", "load-dlrm.json", locust_document(throughput, p99, windows=windows))
-    doc = gd.build_document(
-        collected,
-        environment={"python": "3", "platform": "p", "packages": {}},
-        load_runs=[run],
-        problems=[],
-        exit_status=0,
-        duration_s=1.0,
-        junit=None,
-    )
-    return gd.decide(doc)
+    return document_of([record("m-onnx-hosted", "http", [output("y", headroom)])], [run])
 
 
 def test_same_figures_pass_and_a_faster_baseline_names_the_throughput_drop() -> None:

@@ -19,6 +19,7 @@ from pytest_triton.gate.markdown import render
 from pytest_triton.plugin.gate_report import PARITY_PROPERTY
 from pytest_triton.repository.pipeline import MODES
 from pytest_triton.session.served_pipeline import ServedPipeline
+from tests.helpers.gate_documents import document_of
 from tests.helpers.pipeline_models import classifier_pipeline, wrong_pipeline
 
 pytestmark = [pytest.mark.triton]
@@ -138,18 +139,7 @@ def test_the_gate_report_shows_each_pipeline_its_verdict_and_batching(
         "postprocess",
     )
     assert bad["batched"] is None  # no batching proof asked of it
-    document = gd.decide(
-        gd.build_document(
-            gd.Collected(parity=records),
-            environment={"python": "3", "platform": "p", "packages": {}},
-            load_runs=[],
-            problems=[],
-            exit_status=0,
-            duration_s=1.0,
-            junit=None,
-        )
-    )
-    markdown = render(document)
+    markdown = render(document_of(records))
     assert "## Pipelines" in markdown
     assert (
         "| classify | ensemble | classify | http/none, grpc/none | PASS (1) | - | yes |" in markdown

@@ -24,7 +24,6 @@ from locust.env import Environment
 from locust.runners import MasterRunner
 from locust.stats import StatsEntry
 
-from pytest_triton.base.config import TritonConfig
 from pytest_triton.client.stats import ModelStats
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.server_side import generator_warnings
@@ -52,6 +51,11 @@ ATTRIBUTE = "pytest_triton_live"
 
 def live_of(environment: Environment) -> LiveView | None:
     return getattr(environment, ATTRIBUTE, None)
+
+
+def _known(value: float) -> float | None:
+    """A figure the tab shows: None where nothing was measured (NaN)."""
+    return None if math.isnan(value) else value
 
 
 def _counts(entries: list[StatsEntry]) -> tuple[int, int]:
@@ -143,7 +147,7 @@ class LiveView:
             self._figures(name, by_name.get(name, []), requests, server.get(name)) for name in names
         ]
         streams = self._streams(by_name)
-        figures = with_streams(measured(run), streams, run.config)
+        figures = with_streams(measured(run), streams)
         checks = tg.evaluate(tg.Targets.from_config(run.config), figures)
         cpu = run.cpu_percent if final else _generator_cpu(environment)
         cpu_warning = run.cpu_warning or bool(run.monitor and run.monitor.cpu_warning)
@@ -172,15 +176,11 @@ class LiveView:
         now = time.time()
         total = log.total()
         span = min(now, log.last_at or now) - first
-        run = figures_of(total, max(span, 1e-9), (50.0, 99.0))
+        so_far = figures_of(total, max(span, 1e-9), (50.0, 99.0))
         recent = log.figures(now - WINDOW_S, now)
         ended = total.streams + total.failed
         config = self.run.config.gate
         names = [n for n, es in by_name.items() if any(e.method.endswith("-stream") for e in es)]
-
-        def known(value: float) -> float | None:
-            return None if math.isnan(value) else value
-
         return StreamsNow(
             model=", ".join(names) or "streams",
             streams=total.streams,
@@ -188,12 +188,12 @@ class LiveView:
             tokens=total.tokens,
             checked=total.checked,
             mismatched=total.mismatched,
-            ttft_p50_ms=known(run.ttft_ms[50.0]),
-            ttft_p99_ms=known(run.ttft_ms[99.0]),
-            itl_p50_ms=known(run.itl_ms[50.0]),
-            itl_p99_ms=known(run.itl_ms[99.0]),
+            ttft_p50_ms=_known(so_far.ttft_ms[50.0]),
+            ttft_p99_ms=_known(so_far.ttft_ms[99.0]),
+            itl_p50_ms=_known(so_far.itl_ms[50.0]),
+            itl_p99_ms=_known(so_far.itl_ms[99.0]),
             tokens_per_s=recent.output_tokens_per_s if recent is not None else 0.0,
-            run_tokens_per_s=known(run.output_tokens_per_s),
+            run_tokens_per_s=_known(so_far.output_tokens_per_s),
             goodput=(
                 total.good / ended
                 if ended and (config.perf_slo_ttft_ms or config.perf_slo_itl_ms)
@@ -211,9 +211,7 @@ class LiveView:
         run = requests.total(name)
         pct = run.histogram.percentiles_ms((50, 95, 99))
         recent = requests.recent(name, time.time() - WINDOW_S).histogram
-
-        def known(value: float) -> float | None:
-            return None if math.isnan(value) else value
+        known = _known
 
         return ModelFigures(
             model=name,
@@ -231,9 +229,7 @@ class LiveView:
         )
 
 
-def with_streams(
-    figures: tg.Measured, streams: StreamsNow | None, config: TritonConfig
-) -> tg.Measured:
+def with_streams(figures: tg.Measured, streams: StreamsNow | None) -> tg.Measured:
     """The client's figures with the streams' so far, so that the streaming targets' rows
     show where the run stands (the verdict judges them after the warm-up)."""
     if streams is None:
