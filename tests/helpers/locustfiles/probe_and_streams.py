@@ -1,9 +1,11 @@
-"""The streaming example's user (the generator served by the run itself), with every worker
-process counting the stream events it fired, on its own, beside pytest-triton's stream log:
-when it quits, a worker writes its counts to $STREAM_COUNTS_DIR/worker-PID.json, so a test
-can compare what the master merged with the sum of what its workers sent.
+"""The web UI test's locustfile: the probe model and the streaming example side by side, both
+served by the run's own server (3 probe users to 2 stream users: 10 users on two workers put
+3 and 2 on each), with every worker process counting the stream events it fired, on its own,
+beside pytest-triton's stream log: when it quits, a worker writes its counts to
+$STREAM_COUNTS_DIR/worker-PID.json, so a test can compare what the master merged with the sum
+of what its workers sent.
 
-    STREAM_COUNTS_DIR=counts locust -f streams_counted.py --processes 2 ...
+    STREAM_COUNTS_DIR=counts locust -f probe_and_streams.py --processes 2 -u 10 ...
 """
 
 import json
@@ -14,13 +16,19 @@ from typing import Any
 import locust
 from locust.runners import WorkerRunner
 
+import tests.helpers.locustfiles.probe as probe
 from pytest_triton.load.stream_users import StreamUser, stream_model
 
 STREAM = stream_model()
 COUNTS = {"streams": 0, "failed": 0, "tokens": 0, "checked": 0, "mismatched": 0}
 
 
+class ProbeUser(probe.ProbeUser):
+    weight = 3
+
+
 class GrpcStreamUser(StreamUser):
+    weight = 2
     served = STREAM
     max_tokens = 8
 
