@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 
 import locust
 from locust import User, constant, task
-from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 import pytest_triton.load.users  # noqa: F401  (gRPC under gevent, our listeners)
@@ -37,21 +36,19 @@ from pytest_triton.base.errors import ConfigError, InferenceError, SpecError
 from pytest_triton.client.sequence_client import SequenceClient
 from pytest_triton.client.wire.request import Protocol
 from pytest_triton.load.runner.checking import answers_every
-from pytest_triton.load.runner.distributed import tell_master_refused
 from pytest_triton.load.runner.embedded import EmbeddedSequenceModel
-from pytest_triton.load.runner.options import run_config
 from pytest_triton.load.runner.user_settings import (
-    check_load_allowed,
     user_endpoint,
     user_model,
     user_protocol,
 )
+from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
 from pytest_triton.parity.sequence_parity import SequenceCheck
 from pytest_triton.repository.sequence import SequencePlan, SequenceReference, plan_sequences
 
 log = logging.getLogger("pytest_triton.load")
 _user_numbers = itertools.count()
-_refused: set[str] = set()
+_said: set[str] = set()
 _checks: list[SequenceCheck] = []
 
 __all__ = ["EmbeddedSequenceModel", "SequenceUser"]
@@ -138,21 +135,13 @@ class SequenceUser(User):
     def on_start(self) -> None:
         cls = type(self)
         number = next(_user_numbers)
-        host = self.host or self.environment.host
         try:
-            config = run_config(self.environment)
-            if not host:
-                raise ConfigError(
-                    "no host to send load to: pass --host URL, or give the user class a "
-                    "`served` model so an embedded server starts"
-                )
+            host, config = user_host_and_config(self)
             if cls.served is None:
                 raise ConfigError(
                     f"{cls.__name__} has no `served` EmbeddedSequenceModel: its SequenceSpec "
                     "makes the sequences and their reference"
                 )
-            options = self.environment.parsed_options
-            check_load_allowed(host, config, getattr(options, "master_host", None))
             spec = cls.served.spec
             self._model = user_model(cls, config)
             self._protocol = user_protocol(cls, host, config, number)
@@ -178,8 +167,8 @@ class SequenceUser(User):
                     context=f", protocol {self._protocol!r}",
                 )
                 _checks.append(self._check)
-            elif "unchecked" not in _refused:  # said once per process
-                _refused.add("unchecked")
+            elif "unchecked" not in _said:  # said once per process
+                _said.add("unchecked")
                 log.info(
                     "pytest-triton: sequence answers are not checked against a server given "
                     "with --host (the locustfile's model need not be the one deployed); pass "
@@ -188,11 +177,7 @@ class SequenceUser(User):
             self._ids = _id_source(tuple(self.sequence_id_range), self.environment)  # type: ignore[arg-type]
             self._next_plan: Iterator[SequencePlan] = itertools.cycle(self._plans)
         except (ConfigError, SpecError, InferenceError) as exc:
-            if str(exc) not in _refused:
-                _refused.add(str(exc))
-                log.error("pytest-triton: %s", exc)
-                tell_master_refused(self.environment, str(exc))
-            raise StopUser() from None
+            refuse_user(self.environment, exc)
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
         self._context = {"batch_size": 1, "protocol": self._protocol}
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -30,7 +29,6 @@ from typing import Any, ClassVar
 import locust
 import numpy as np
 from locust import User, constant, task
-from locust.exception import StopUser
 
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryError, SpecError
@@ -39,13 +37,11 @@ from pytest_triton.client.wire.lane import Lane
 from pytest_triton.client.wire.request import RawAnswer, answer_size
 from pytest_triton.load.runner import grpc_gevent, listeners, multiplexer
 from pytest_triton.load.runner.checking import Reference, update_label, user_answer_check
-from pytest_triton.load.runner.distributed import tell_master_refused
 from pytest_triton.load.runner.embedded import EmbeddedModel, zoo_model
 from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
-from pytest_triton.load.runner.options import default_targets, run_config
+from pytest_triton.load.runner.options import default_targets
 from pytest_triton.load.runner.rollout import sent_after_retirement
 from pytest_triton.load.runner.user_settings import (
-    check_load_allowed,
     user_batch_size,
     user_endpoint,
     user_model,
@@ -53,17 +49,16 @@ from pytest_triton.load.runner.user_settings import (
     user_security,
     user_shared_memory,
 )
+from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
 from pytest_triton.load.webui import events
 
 grpc_gevent.init()
 listeners.install_listeners(locust.events)
 events.install_web_listeners(locust.events)  # after the run's own: they read what it made
 
-log = logging.getLogger("pytest_triton.load")
 InputsFactory = Callable[[int, int], Mapping[str, Any]]
 Answered = tuple[PreparedRequest, RawAnswer]
 _user_numbers = itertools.count()
-_refused: set[str] = set()
 
 __all__ = [
     "EmbeddedModel",
@@ -113,16 +108,8 @@ class TritonUser(User):
     def on_start(self) -> None:
         cls = type(self)
         number = next(_user_numbers)
-        host = self.host or self.environment.host
         try:
-            config = run_config(self.environment)
-            if not host:
-                raise ConfigError(
-                    "no host to send load to: pass --host URL, or give the user "
-                    "class a `served` model so an embedded server starts"
-                )
-            options = self.environment.parsed_options
-            check_load_allowed(host, config, getattr(options, "master_host", None))
+            host, config = user_host_and_config(self)
             self._model = user_model(cls, config)
             self._batch = user_batch_size(cls, config)
             self._protocol = user_protocol(cls, host, config, number)
@@ -175,11 +162,7 @@ class TritonUser(User):
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
             self._lane = self._multiplexed(prepared)
         except (ConfigError, SharedMemoryError, InferenceError, SpecError) as exc:
-            if str(exc) not in _refused:  # once per process, not once per user
-                _refused.add(str(exc))
-                log.error("pytest-triton: %s", exc)
-                tell_master_refused(self.environment, str(exc))
-            raise StopUser() from None
+            refuse_user(self.environment, exc)
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
         self._context = {"batch_size": self._batch, "protocol": self._protocol}
 

@@ -1,6 +1,7 @@
 """Each Locust process logs its streams (stream_log.py) from the request events of stream
 users (`context["stream"]` holds a stream's timings, `context["stream_failed"]` when a failed
-stream ended); workers send theirs to the master with
+stream ended, `context["stream_checked"]` / `["stream_mismatched"]` whether its tokens were
+compared with the reference and differed); workers send theirs to the master with
 every statistics report, as recording.py does with requests. The log starts over when
 Locust's statistics do."""
 
@@ -31,11 +32,15 @@ def attach_stream_log(environment: Environment) -> StreamLog:
     events = environment.events
 
     def on_request(context: dict[str, Any] | None = None, **_: Any) -> None:
-        timing = (context or {}).get("stream")
+        context = context or {}
+        timing = context.get("stream")
+        checked = bool(context.get("stream_checked"))
         if timing is not None:
-            log.record(*timing)
-        elif (context or {}).get("stream_failed") is not None:
-            log.record_failed(context["stream_failed"])  # type: ignore[index]
+            ended_at, ttft_s, itl_s, e2e_s, tokens, good = timing
+            log.record(ended_at, ttft_s, itl_s, e2e_s, tokens, good, checked)
+        elif context.get("stream_failed") is not None:
+            mismatched = bool(context.get("stream_mismatched"))
+            log.record_failed(context["stream_failed"], checked, mismatched)
 
     def on_report_to_master(data: dict[str, Any], **_: Any) -> None:
         data[REPORT_KEY] = log.take_unsent()
