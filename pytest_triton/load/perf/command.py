@@ -27,7 +27,7 @@ from pytest_triton.base.errors import TritonTestError
 from pytest_triton.base.moved import moved_names
 from pytest_triton.base.processes import die_with_parent
 from pytest_triton.base.setting_sources import as_values
-from pytest_triton.base.urls import check_host, endpoints_from, parse_url
+from pytest_triton.base.urls import Endpoints, check_host, endpoints_from, parse_url
 from pytest_triton.client.triton_client import Protocol, TritonClient
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.perf.kinds import (
@@ -141,7 +141,21 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
             scheme = parse_url(config.server.url)[0]
             asked: Protocol = chosen or ("grpc" if scheme in ("grpc", "grpcs") else "http")
             preflight_load(config.server.url, "--url", [asked], config)
-        served = perf_source(args.model, args.size, fmt)
+        served_config: dict[str, Any] | None = None
+        if config.server.url:
+            check_host(config.server.url, config.load.allow_remote)
+            scheme, _ = parse_url(config.server.url)
+            protocol: Protocol = chosen or ("grpc" if scheme in ("grpc", "grpcs") else "http")
+            endpoints = endpoints_from(config.server.url, config.server.grpc_url)
+            stats_protocol: Protocol = "http" if scheme in ("http", "https") else "grpc"
+            if args.model_name:  # a single model's spec stays unmade here (no torch)
+                served_config = _served_config(config, endpoints, stats_protocol, args.model_name)
+        served = perf_source(
+            args.model,
+            args.size,
+            fmt,
+            lazy=served_config is not None and served_kind(served_config) == "single",
+        )
         kind = kind_of(served)
         unit = unit or ("streams/s" if kind == "stream" else "infer/s")
         transport = checked_shared_memory(config, config.server.url)
@@ -150,13 +164,7 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
             print(
                 f"[triton-perf] tensors travel through {transport} shared memory", file=sys.stderr
             )
-        if config.server.url:
-            check_host(config.server.url, config.load.allow_remote)
-            scheme, _ = parse_url(config.server.url)
-            protocol: Protocol = chosen or ("grpc" if scheme in ("grpc", "grpcs") else "http")
-            endpoints = endpoints_from(config.server.url, config.server.grpc_url)
-            stats_protocol: Protocol = "http" if scheme in ("http", "https") else "grpc"
-        else:
+        if not config.server.url:
             server = EmbeddedServer(
                 [served],
                 fmt,
@@ -168,18 +176,9 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
             stats_protocol = "http"
         name = args.model_name or served.model_name(fmt)
         if config.server.url:  # the kind the server serves, from its config, must be -m's
-            where = config.server.url
-            stats = TritonClient(
-                endpoints.url(stats_protocol),
-                stats_protocol,
-                timeout_s=30,
-                security=client_security(config, stats_protocol in endpoints.tls),
-            )
-            try:
-                served_config = stats.model_config(name)
-            finally:
-                stats.close()
-            check_kind(kind, served_kind(served_config), name, args.model, where)
+            if served_config is None:
+                served_config = _served_config(config, endpoints, stats_protocol, name)
+            check_kind(kind, served_kind(served_config), name, args.model, config.server.url)
             if kind == "sequence":
                 print(
                     f"[triton-perf] {name} is stateful (sequence_batching, strategy "
@@ -215,6 +214,22 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
     verdict = sweep_verdict(points, config)
     write_reports(points, args, unit, name, verdict)
     return exit_status(verdict)
+
+
+def _served_config(
+    config: TritonConfig, endpoints: Endpoints, protocol: Protocol, name: str
+) -> dict[str, Any]:
+    """The config the server at --url reports for model `name`."""
+    client = TritonClient(
+        endpoints.url(protocol),
+        protocol,
+        timeout_s=30,
+        security=client_security(config, protocol in endpoints.tls),
+    )
+    try:
+        return client.model_config(name)
+    finally:
+        client.close()
 
 
 def _sweep(

@@ -17,7 +17,7 @@ import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import ConfigError
@@ -31,6 +31,9 @@ from pytest_triton.load.runner.embedded import (
     Size,
     model_source,
 )
+
+if TYPE_CHECKING:  # the repository layer imports torch: only a spec of ours needs it
+    from pytest_triton.repository.sequence import SequenceSpec
 
 Kind = Literal["single", "sequence", "stream"]
 KIND_WORDS: dict[Kind, str] = {
@@ -53,21 +56,29 @@ def _made(source: str) -> Any:
     return load_object(source)()
 
 
-def perf_source(source: str, size: Size = "small", fmt: str | None = None) -> Served:
+def _streaming_gru(size: Size) -> SequenceSpec:
+    from pytest_triton.models import streaming_gru
+
+    return streaming_gru.sequence_spec(size, "direct")
+
+
+def perf_source(
+    source: str, size: Size = "small", fmt: str | None = None, *, lazy: bool = False
+) -> Served:
     """What `-m` names: a zoo model, the zoo's stateful `streaming_gru` or streaming
-    `tiny_stream`, or MODULE:CALLABLE returning a ModelSpec, SequenceSpec or StreamSpec."""
-    from pytest_triton.repository.sequence import SequenceSpec
+    `tiny_stream`, or MODULE:CALLABLE returning a ModelSpec, SequenceSpec or StreamSpec
+    (made here to see which; with `lazy`, where the server says it serves a single model, it
+    is taken for a ModelSpec and made when first needed)."""
+    if source == SEQUENCE_ZOO:
+        return EmbeddedSequenceModel(functools.partial(_streaming_gru, size))
+    if (":" not in source and source != STREAM_ZOO) or (lazy and ":" in source):
+        return model_source(source, size, fmt)  # a zoo model's spec is made when needed
+    from pytest_triton.repository.sequence import SequenceSpec  # torch, for a spec of ours
     from pytest_triton.repository.spec import ModelSpec
     from pytest_triton.repository.stream import StreamSpec
 
-    if source == SEQUENCE_ZOO:
-        from pytest_triton.models import streaming_gru
-
-        return EmbeddedSequenceModel(lambda: streaming_gru.sequence_spec(size, "direct"))
     if source == STREAM_ZOO:
         return EmbeddedStream(StreamSpec())
-    if ":" not in source:
-        return model_source(source, size, fmt)
     made = _made(source)
     if isinstance(made, SequenceSpec):
         return EmbeddedSequenceModel(made)
