@@ -6,8 +6,8 @@ N users keep N sequences in flight, interleaved at the server as perf_analyzer's
 does (`--sequence-length`, `--sequence-length-variation`, `--sequence-id-range`): the class
 attributes `sequence_length`, `sequence_length_variation` and `sequence_id_range` say the
 same, and --triton-sequence-length, --triton-sequence-length-variation (%) and
---triton-sequence-id-range override them. A user plans `distinct_sequences` sequences once (inputs and the PyTorch reference,
-stepped from the initial state) and sends them in turn, each time under a fresh id. Each
+--triton-sequence-id-range override them. A user plans `distinct_sequences` sequences once
+(inputs and the PyTorch reference, stepped from the initial state) and sends them in turn, each time under a fresh id. Each
 request is a Locust request event named after the model, so throughput, latency percentiles,
 the server's statistics (the sequence batcher's queue and batches included) and the verdict
 are the same as TritonUser's; a wrong answer is a failed request whose text starts with

@@ -43,6 +43,7 @@ from pytest_triton.load.perf.report import exit_status, sweep_verdict, write_rep
 from pytest_triton.load.preflight import preflight_load
 from pytest_triton.load.runner.embedded import (
     DEFAULT_FORMAT,
+    EmbeddedSequenceModel,
     EmbeddedServer,
     check_gpu_host,
     served_format,
@@ -179,14 +180,15 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
             if served_config is None:
                 served_config = _served_config(config, endpoints, stats_protocol, name)
             check_kind(kind, served_kind(served_config), name, args.model, config.server.url)
-            if kind == "sequence":
-                print(
-                    f"[triton-perf] {name} is stateful (sequence_batching, strategy "
-                    f"{sequence_strategy(served_config)}): each concurrent user owns a sequence",
-                    file=sys.stderr,
-                )
-            elif kind == "stream":
-                print(f"[triton-perf] {name} is decoupled: measuring streams", file=sys.stderr)
+        if isinstance(served, EmbeddedSequenceModel):
+            strategy = sequence_strategy(served_config) if served_config else served.spec.strategy
+            print(
+                f"[triton-perf] {name} is stateful (sequence_batching, strategy {strategy}): "
+                "each concurrent user owns a sequence",
+                file=sys.stderr,
+            )
+        elif kind == "stream":
+            print(f"[triton-perf] {name} is decoupled: measuring streams", file=sys.stderr)
         secure = {"http": "https", "grpc": "grpcs"}
         host = f"{secure[protocol] if protocol in endpoints.tls else protocol}://"
         host += endpoints.url(protocol)
