@@ -7,11 +7,11 @@ does (`--sequence-length`, `--sequence-length-variation`, `--sequence-id-range`)
 attributes `sequence_length`, `sequence_length_variation` and `sequence_id_range` say the
 same, and --triton-sequence-length, --triton-sequence-length-variation (%) and
 --triton-sequence-id-range override them. A user plans `distinct_sequences` sequences once
-(inputs and the PyTorch reference, stepped from the initial state) and sends them in turn, each time under a fresh id. Each
-request is a Locust request event named after the model, so throughput, latency percentiles,
-the server's statistics (the sequence batcher's queue and batches included) and the verdict
-are the same as TritonUser's; a wrong answer is a failed request whose text starts with
-"wrong answer:" and names the sequence and step.
+(inputs and the PyTorch reference, stepped from the initial state) and sends them in turn,
+each time under a fresh id. Each request is a Locust request event named after the model, so
+throughput, latency percentiles, the server's statistics (the sequence batcher's queue and
+batches included) and the verdict are the same as TritonUser's; a wrong answer is a failed
+request whose text starts with "wrong answer:" and names the sequence and step.
 
 Answers are checked on the server a locustfile starts itself; against --host only with
 --triton-check-every (any value: a stateful answer is checked every time, because one wrong
