@@ -488,8 +488,10 @@ class LoadSettings:
         LOAD,
         parse=parse_count,
         metavar="N",
-        shown_default="100 on the server a locustfile starts itself; with --host or in "
-        "triton-perf 0, since the locustfile's weights need not be the served model's",
+        shown_default="100 on the server a locustfile starts itself (and on the server "
+        "triton-perf starts itself for a sequence or stream model); with --host, --url or a "
+        "single model in triton-perf 0, since the locustfile's weights need not be the served "
+        "model's",
         aliases=("--check-every",),
     )
     update_to: str | None = _setting(
