@@ -35,7 +35,7 @@ from locust.runners import WorkerRunner
 
 import pytest_triton.load.users  # noqa: F401  (gRPC under gevent, our listeners)
 from pytest_triton.base.config import TritonConfig
-from pytest_triton.base.errors import ConfigError, InferenceError, SpecError
+from pytest_triton.base.errors import ConfigError, InferenceError, SpecError, WrongAnswer
 from pytest_triton.client.sequence_client import SequenceClient
 from pytest_triton.client.wire.request import Protocol
 from pytest_triton.load.runner.checking import answers_every
@@ -225,7 +225,9 @@ class SequenceUser(User):
     @task
     def sequence(self) -> None:
         """One whole sequence under a fresh id; a failed request ends it (the batcher reaps
-        its slot after max_sequence_idle_microseconds)."""
+        its slot after max_sequence_idle_microseconds). A wrong answer does not: the server
+        answered, so the sequence goes on to its END and frees its slot at once (a model
+        mixing sequences would otherwise fill the batcher with abandoned ones)."""
         plan = next(self._next_plan)
         sequence_id = self._ids.take()
         spec_input = type(self).served.spec.input_name  # type: ignore[union-attr]
@@ -259,7 +261,7 @@ class SequenceUser(User):
                         {**self._context, "sequence_length": plan.length} if last else self._context
                     ),
                 )
-                if error is not None:
+                if error is not None and not isinstance(error, WrongAnswer):
                     return
         finally:
             self._ids.give_back(sequence_id)
