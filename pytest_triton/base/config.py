@@ -27,6 +27,7 @@ from pytest_triton.base.setting_parsers import (
     parse_formats,
     parse_gpus,
     parse_headers,
+    parse_id_range,
     parse_int,
     parse_limit,
     parse_list,
@@ -487,8 +488,10 @@ class LoadSettings:
         LOAD,
         parse=parse_count,
         metavar="N",
-        shown_default="100 on the server a locustfile starts itself; with --host or in "
-        "triton-perf 0, since the locustfile's weights need not be the served model's",
+        shown_default="100 on the server a locustfile starts itself (and on the server "
+        "triton-perf starts itself for a sequence or stream model); with --host, --url or a "
+        "single model in triton-perf 0, since the locustfile's weights need not be the served "
+        "model's",
         aliases=("--check-every",),
     )
     update_to: str | None = _setting(
@@ -517,6 +520,37 @@ class LoadSettings:
         parse=parse_positive_float,
         metavar="SECONDS",
         shown_default="none: the run lasts -t",
+    )
+    sequence_length: int | None = _setting(
+        None,
+        "stateful (sequence) models: the base number of requests of each sequence, the "
+        "first flagged START and the last END (perf_analyzer's --sequence-length)",
+        frozenset({"locust", "perf"}),
+        parse=parse_positive_int,
+        metavar="N",
+        shown_default="20 in triton-perf (perf_analyzer's); a SequenceUser's own "
+        "`sequence_length` in Locust",
+        aliases=("--sequence-length",),
+    )
+    sequence_length_variation: float | None = _setting(
+        None,
+        "stateful models: each sequence's length varies within +-this percentage of "
+        "--triton-sequence-length (perf_analyzer's --sequence-length-variation)",
+        frozenset({"locust", "perf"}),
+        parse=parse_limit,
+        metavar="PCT",
+        shown_default="20 in triton-perf; a SequenceUser's own in Locust",
+        aliases=("--sequence-length-variation",),
+    )
+    sequence_id_range: tuple[int, int] | None = _setting(
+        None,
+        "stateful models: sequence ids (CORRID) from START up to END, excluded; an id is "
+        "never reused while its sequence is in flight (perf_analyzer's --sequence-id-range)",
+        frozenset({"locust", "perf"}),
+        parse=parse_id_range,
+        metavar="START[:END]",
+        shown_default="1:2147483648 (a SequenceUser's own `sequence_id_range` in Locust)",
+        aliases=("--sequence-id-range",),
     )
     max_in_flight: int = _setting(
         64,
@@ -763,7 +797,7 @@ class GateSettings:
         None,
         "streams: the 99th percentile time to first token (request sent to its first "
         "token's response) must stay at or below this",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_limit,
         option="--perf-ttft-p99",
         unit="ms",
@@ -774,7 +808,7 @@ class GateSettings:
         None,
         "streams: the 99th percentile inter-token latency (each gap between two tokens' "
         "responses of a stream) must stay at or below this",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_limit,
         option="--perf-itl-p99",
         unit="ms",
@@ -785,7 +819,7 @@ class GateSettings:
         None,
         "streams: output tokens per second (tokens of the streams that ended after the "
         "warm-up, over that span) must reach this",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_limit,
         option="--perf-output-tokens-per-s",
         unit="tokens/s",
@@ -797,7 +831,7 @@ class GateSettings:
         "streams: the share of streams (failed ones count as not good) whose time to first "
         "token is within --perf-slo-ttft-ms and whose average inter-token latency is within "
         "--perf-slo-itl-ms must reach this (AIPerf's goodput)",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_ratio,
         option="--perf-stream-goodput",
         bound="min",
@@ -806,7 +840,7 @@ class GateSettings:
     perf_slo_ttft_ms: float | None = _setting(
         None,
         "streams: the time-to-first-token SLO a good stream meets (--perf-stream-goodput)",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_positive_number,
         option="--perf-slo-ttft-ms",
         unit="ms",
@@ -816,7 +850,7 @@ class GateSettings:
         None,
         "streams: the SLO on a stream's average inter-token latency that a good stream meets "
         "(--perf-stream-goodput)",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_positive_number,
         option="--perf-slo-itl-ms",
         unit="ms",

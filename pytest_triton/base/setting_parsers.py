@@ -165,6 +165,29 @@ def parse_optional(text: str) -> str | None:
     return text.strip() or None
 
 
+MAX_SEQUENCE_ID = 2**63 - 1
+"""The largest CORRID a range without an end reaches (Triton's UINT64 ids, kept signed)."""
+
+
+def parse_id_range(text: str) -> tuple[int, int]:
+    """perf_analyzer's --sequence-id-range START[:END]: ids from START up to END (excluded),
+    START >= 1 (id 0 is no sequence); without END, unbounded."""
+    parts = text.strip().split(":")
+    try:
+        if len(parts) > 2:
+            raise ValueError
+        start = int(parts[0])
+        end = int(parts[1]) if len(parts) == 2 and parts[1].strip() else MAX_SEQUENCE_ID
+    except ValueError:
+        raise ValueError(f"expected START[:END] sequence ids (e.g. 1:1000), got {text!r}") from None
+    if start < 1 or end <= start:
+        raise ValueError(
+            f"expected sequence ids START[:END] with 1 <= START < END (id 0 is no sequence), "
+            f"got {text!r}"
+        )
+    return (start, end)
+
+
 def parse_headers(text: str) -> tuple[str, ...]:
     """';'-separated 'Name: value' headers, each checked for its form (values stay as written)."""
     headers = tuple(h.strip() for h in text.split(";") if h.strip())

@@ -158,7 +158,7 @@ class StreamUser(User):
             error, streamed = exc, exc.streamed
         except Exception as exc:  # every client/server failure is a failed stream, not a crash
             error = exc
-        context: dict[str, Any] = {"batch_size": 1, "protocol": self.protocol}
+        context: dict[str, Any] = {"batch_size": 1, "protocol": self.protocol, "checked": checked}
         ended = time.perf_counter()
         if streamed is not None:
             streamed.sent_at = min(streamed.sent_at, due)
