@@ -208,6 +208,22 @@ def test_a_region_the_server_cannot_map_is_named_and_unlinked(
     assert client.shared_memory_regions == [] and left([name], server) == []
 
 
+def stacks_of(proc: subprocess.Popen[str]) -> str:
+    """Where a process that should have exited is stuck (py-spy, installed by the dev extra),
+    and what it wrote to stderr."""
+    spy = Path(sys.executable).with_name("py-spy")
+    dump = (
+        subprocess.run(
+            [str(spy), "dump", "--pid", str(proc.pid)], capture_output=True, text=True
+        ).stdout
+        if spy.exists()
+        else "(no py-spy)"
+    )
+    proc.kill()
+    _, err = proc.communicate()
+    return f"{dump}\nstderr:\n{err[-3000:]}"
+
+
 ORPHAN_SCRIPT = """
 import sys, time, numpy as np
 from pytest_triton import TritonClient
@@ -247,7 +263,10 @@ def test_no_region_outlives_its_process(server: RunningServer, sig: signal.Signa
         )
         assert len(our_regions(proc.pid)) == 1
         proc.send_signal(sig)
-        proc.wait(60)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 60 s after {sig.name}:\n{stacks_of(proc)}")
     finally:
         if proc.poll() is None:
             proc.kill()
