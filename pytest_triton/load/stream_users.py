@@ -39,7 +39,7 @@ from pytest_triton.client.streaming import (
     StreamProtocol,
     generate_http,
 )
-from pytest_triton.load.runner import grpc_gevent, listeners
+from pytest_triton.load.runner import grpc_gevent, listeners, stream_recording
 from pytest_triton.load.runner.checking import answers_every
 from pytest_triton.load.runner.distributed import tell_master_refused
 from pytest_triton.load.runner.embedded import EmbeddedStream
@@ -94,6 +94,7 @@ class StreamUser(User):
         cls = type(self)
         number = next(_user_numbers)
         host = self.host or self.environment.host
+        stream_recording.listen_for_streams(self.environment)
         try:
             config = run_config(self.environment)
             if not host:

@@ -71,6 +71,7 @@ STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 KNOWN_BLOCKS = 64  # distinct error-free header blocks remembered per client
 REFUSED_STREAM = 7
 FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits), type, flags, stream id
+_DATA_END_STREAM = bytes((DATA, END_STREAM))
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -243,20 +244,13 @@ class Http2Connection:
         sid = stream.to_bytes(4, "big")
         headers = self.server.headers_head + sid + self.server.headers_block
         size = frames.size
-        if (
-            frames.single_head is not None
-            and size <= self.send_window
-            and size <= self.stream_window
-        ):
+        if size <= self.send_window and size <= self.stream_window and size <= self.max_frame:
+            # One DATA frame (the server's frame size allows it: Triton's, 4 MiB), and
+            # the whole request in one send: the requests a load sends after one batch's
+            # answers reach the server together, as a C++ client's do.
+            head = frames.single_head or size.to_bytes(3, "big") + _DATA_END_STREAM
             data = b"".join(
-                (
-                    self.preface or b"",
-                    headers,
-                    frames.single_head,
-                    sid,
-                    frames.prefix,
-                    frames.message,
-                )
+                (self.preface or b"", headers, head, sid, frames.prefix, frames.message)
             )
             self.preface = None
             self.send_window -= size
