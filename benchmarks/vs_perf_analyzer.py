@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from perf_analyzer_tool import MISSING, find_perf_analyzer, run_perf_analyzer
+from perf_analyzer_tool import MISSING, find_perf_analyzer, run_perf_analyzer, unstable_figures
 
 from pytest_triton import ModelSpec, TritonClient
 from pytest_triton.base.dtypes import Array
@@ -249,7 +249,13 @@ def run_pa(executable: Path, served: Served, args: argparse.Namespace, workdir: 
     with Referee(served.endpoints.http, served.model) as referee:
         done = run_perf_analyzer(executable, cmd, csv_path, timeout_s=args.timeout)
     if done.returncode != 0 or not done.rows:
-        raise SystemExit(f"perf_analyzer failed ({done.returncode}):\n{done.output[-3000:]}")
+        unstable = unstable_passes(done.output)
+        if unstable is None:
+            raise SystemExit(f"perf_analyzer failed ({done.returncode}):\n{done.output[-3000:]}")
+        result = unstable  # the referee's figures still count: they are the server's
+        result.wall_s = done.wall_s
+        result.judge(referee)
+        return result
     row = done.rows[-1]
 
     def us(column: str) -> float:
@@ -272,6 +278,25 @@ def run_pa(executable: Path, served: Served, args: argparse.Namespace, workdir: 
     )
     result.judge(referee)
     return result
+
+
+def unstable_passes(output: str) -> Result | None:
+    """perf_analyzer's figures when its windows never agreed (perf_analyzer_tool's
+    unstable_figures: its last three windows, no percentiles); None otherwise."""
+    found = unstable_figures(output)
+    if found is None:
+        return None
+    throughput, avg_us, windows = found
+    nan = math.nan
+    return Result(
+        "perf_analyzer",
+        throughput,
+        nan,
+        nan,
+        avg_us,
+        {"send": nan, "network": nan, "recv": nan},
+        note=f"{windows} windows, NOT stable (its last 3 windows)",
+    )
 
 
 def run_triton_perf(served: Served, args: argparse.Namespace, workdir: Path) -> Result:

@@ -72,6 +72,7 @@ KNOWN_BLOCKS = 64  # distinct error-free header blocks remembered per client
 REFUSED_STREAM = 7
 FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits), type, flags, stream id
 _DATA_END_STREAM = bytes((DATA, END_STREAM))
+_PLAIN_BLOCK = END_HEADERS | PADDED | PRIORITY_FLAG
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -369,7 +370,20 @@ class Http2Connection:
                     if flags & END_STREAM:
                         self.answer.ended = True
             elif kind in (HEADERS, CONTINUATION):
-                if sid == stream:
+                if sid != stream:
+                    continue
+                if kind == HEADERS and flags & _PLAIN_BLOCK == END_HEADERS and not self.block:
+                    # a whole header block in one plain frame (every answer's, from Triton)
+                    fields = self._decode(bytes(buffer[at:stop]))
+                    answer = self.answer
+                    if flags & END_STREAM:
+                        answer.trailers = fields
+                        answer.ended = True
+                    elif answer.headers is None:
+                        answer.headers = fields
+                    else:
+                        answer.trailers = fields
+                else:
                     self._header_fragment(kind, flags, bytes(buffer[at:stop]))
             else:
                 self._control(kind, flags, sid, bytes(buffer[at:stop]))
