@@ -37,7 +37,7 @@ from pytest_triton.client.streaming import (
     StreamProtocol,
     generate_http,
 )
-from pytest_triton.load.runner import grpc_gevent, listeners
+from pytest_triton.load.runner import grpc_gevent, listeners, stream_recording
 from pytest_triton.load.runner.checking import answers_every
 from pytest_triton.load.runner.embedded import EmbeddedStream
 from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
@@ -90,6 +90,7 @@ class StreamUser(User):
     def on_start(self) -> None:
         cls = type(self)
         number = next(_user_numbers)
+        stream_recording.listen_for_streams(self.environment)
         try:
             host, config = user_host_and_config(self, served="stream model")
             self._model = user_model(cls, config)

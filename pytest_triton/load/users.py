@@ -4,12 +4,13 @@ A user is one closed loop (no wait between requests): N users keep N requests in
 is perf_analyzer's concurrency mode. With --triton-request-rate R the users share an open loop
 of R requests per second instead (perf_analyzer's request-rate mode, see open_loop.py).
 Requests go through TritonClient, built once per user and only sent in the loop. A closed
-loop of small requests without a wait (TritonUser's own) hands its connection to the process's
-multiplexer (multiplexer.py: one greenlet drives every such user's socket, a third less CPU
-per request than a greenlet each); paced users, open loops and large requests send from their
-own greenlet. Each request is fired as a Locust request event named after the model, with
-`response_length` = the size of its answer as it came over the wire (so Locust's "Average
-size (bytes)" means bytes; the direct HTTP/2 path reads no outputs, only the status) and
+loop without a wait (TritonUser's own) of requests up to 1 MiB hands its connection to the
+process's multiplexer (multiplexer.py: one greenlet drives every such user's socket, a third
+less CPU per request than a greenlet each, and the requests after one batch's answers leave
+together); paced users, open loops and larger requests send from their own greenlet. Each
+request is fired as a Locust request event named after the model, with `response_length`
+= the size of its answer as it came over the wire (so Locust's "Average size (bytes)" means
+bytes; the direct HTTP/2 path reads no outputs, only the status) and
 `context["batch_size"]` = its samples, which pytest-triton counts beside Locust's statistics:
 the verdict, the web UI's Triton tab and PREFIX_triton.csv report samples/s (requests x batch
 size) as NVIDIA's examples do.

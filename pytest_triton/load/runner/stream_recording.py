@@ -3,7 +3,9 @@ users (`context["stream"]` holds a stream's timings, `context["stream_failed"]` 
 stream ended, `context["stream_checked"]` / `["stream_mismatched"]` whether its tokens were
 compared with the reference and differed); workers send theirs to the master with
 every statistics report, as recording.py does with requests. The log starts over when
-Locust's statistics do."""
+Locust's statistics do. Only a process that runs stream users listens to every request
+(listen_for_streams, from StreamUser.on_start): a listener costs every request of every other
+user a call."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pytest_triton.load.measure.stream_log import StreamLog
 
 ATTRIBUTE = "pytest_triton_stream_log"
 REPORT_KEY = "pytest_triton_streams"
+LISTENING = "pytest_triton_stream_listener"
 
 
 def stream_log(environment: Environment) -> StreamLog | None:
@@ -31,6 +34,32 @@ def attach_stream_log(environment: Environment) -> StreamLog:
     setattr(environment, ATTRIBUTE, log)
     events = environment.events
 
+    def on_report_to_master(data: dict[str, Any], **_: Any) -> None:
+        data[REPORT_KEY] = log.take_unsent()
+
+    def on_worker_report(data: dict[str, Any], **_: Any) -> None:
+        if data.get(REPORT_KEY):
+            log.add_sent(data[REPORT_KEY])
+
+    events.test_start.add_listener(lambda **_: log.clear())
+    events.reset_stats.add_listener(lambda **_: log.clear())
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        events.report_to_master.add_listener(on_report_to_master)
+    elif isinstance(runner, MasterRunner):
+        events.worker_report.add_listener(on_worker_report)
+    return log
+
+
+def listen_for_streams(environment: Environment) -> StreamLog | None:
+    """Log the streams of this process's request events into its stream log, where it has
+    one (attach_stream_log, at Locust's init; not in library use): once per environment, a
+    stream user calls it as it starts."""
+    log = stream_log(environment)
+    if log is None or getattr(environment, LISTENING, False):
+        return log
+    setattr(environment, LISTENING, True)
+
     def on_request(context: dict[str, Any] | None = None, **_: Any) -> None:
         context = context or {}
         timing = context.get("stream")
@@ -42,19 +71,5 @@ def attach_stream_log(environment: Environment) -> StreamLog:
             mismatched = bool(context.get("stream_mismatched"))
             log.record_failed(context["stream_failed"], checked, mismatched)
 
-    def on_report_to_master(data: dict[str, Any], **_: Any) -> None:
-        data[REPORT_KEY] = log.take_unsent()
-
-    def on_worker_report(data: dict[str, Any], **_: Any) -> None:
-        if data.get(REPORT_KEY):
-            log.add_sent(data[REPORT_KEY])
-
-    events.request.add_listener(on_request)
-    events.test_start.add_listener(lambda **_: log.clear())
-    events.reset_stats.add_listener(lambda **_: log.clear())
-    runner = environment.runner
-    if isinstance(runner, WorkerRunner):
-        events.report_to_master.add_listener(on_report_to_master)
-    elif isinstance(runner, MasterRunner):
-        events.worker_report.add_listener(on_worker_report)
+    environment.events.request.add_listener(on_request)
     return log

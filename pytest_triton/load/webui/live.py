@@ -272,6 +272,10 @@ def start(environment: Environment) -> LiveView | None:
     if previous is not None:
         previous.stop()  # its last snapshot and CSV were written when its run stopped
     options = environment.parsed_options
-    view = LiveView(run, getattr(options, "csv_prefix", None))
-    view.start()
+    csv_prefix = getattr(options, "csv_prefix", None)
+    view = LiveView(run, csv_prefix)
+    if csv_prefix or not getattr(options, "headless", False):
+        # Refreshed every PERIOD_S only for a reader (the web UI, PREFIX_triton.csv): each
+        # refresh reads the run's histograms, CPU a headless run would take from its load.
+        view.start()
     return view
