@@ -356,6 +356,35 @@ def test_conformance_suite_runs_in_the_container(docker: Any) -> None:
 
 
 @pytest.mark.container
+def test_pipelines_and_sequences_run_in_the_container(docker: Any) -> None:
+    """The pipeline gate (ensemble and BLS, both protocols, the batching proof per step) and
+    the stateful gate (per-sequence parity with interleaved sequences), served from the
+    offline image as from the process launcher."""
+    before = {c.id for c in docker.containers.list(all=True)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--triton-launcher=container",
+            "examples/test_pipeline_gate.py",
+            "examples/test_stateful_gate.py",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    tail = result.stdout[-3000:]
+    assert result.returncode == 0, tail
+    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+    assert {c.id for c in docker.containers.list(all=True)} - before == set()
+
+
+@pytest.mark.container
 def test_ctrl_c_removes_the_container(docker: Any, pytester: pytest.Pytester) -> None:
     from tests.plugin.test_plugin import CONFTEST
 
