@@ -31,6 +31,7 @@ from pytest_triton.client.wire.shm import cuda_problem, our_regions, reap_orphan
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import RunningServer
 from pytest_triton.session.deployment import Deployment, ServedModel
+from tests.helpers.interrupts import default_sigint
 from tests.helpers.raw_models import write_bytes_model, write_python_model
 from tests.plugin.test_plugin import CONFTEST
 
@@ -252,6 +253,7 @@ def test_no_region_outlives_its_process(server: RunningServer, sig: signal.Signa
         script = ORPHAN_SCRIPT
     proc = subprocess.Popen(
         [sys.executable, "-c", script, server.endpoints.grpc, "grpc"],
+        preexec_fn=default_sigint,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

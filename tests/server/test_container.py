@@ -35,6 +35,7 @@ from pytest_triton.server.container import (
     reap_orphan_containers,
 )
 from pytest_triton.server.tensorrt import plan_problem
+from tests.helpers.interrupts import default_sigint
 from tests.helpers.raw_models import write_python_model
 from tests.helpers.tiny_models import scorer_spec
 
@@ -411,6 +412,7 @@ def test_wait(triton_model, triton_client):
         cwd=pytester.path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=default_sigint,
     )
     ready = pytester.path / "ready"
     deadline = time.monotonic() + 180
