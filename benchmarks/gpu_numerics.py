@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.models import ZOO, zoo_spec
 from pytest_triton.parity.compare import ParityReport, compare_outputs

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 import tritonclient.http as httpclient
-from perf_analyzer_tool import MISSING, find_perf_analyzer, run_perf_analyzer
+from perf_analyzer_tool import MISSING, find_perf_analyzer, run_perf_analyzer, unstable_figures
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton import TritonClient
@@ -156,15 +156,21 @@ def run_pa(
     before = read_stats(client, MODEL)
     window_ms = max(int(args.duration * 1000 / 3), 500)
     cmd = ["-m", MODEL, "-u", url, "-i", protocol, "--concurrency-range", str(args.concurrency)]
-    cmd += ["-p", str(window_ms), "-s", "20", "-r", "10", "--verbose-csv"]
+    cmd += ["-p", str(window_ms), "-s", "20", "-r", "10", "--verbose-csv", "-v"]  # -v: windows
     done = run_perf_analyzer(executable, cmd, workdir / f"pa-{protocol}.csv")
-    if done.returncode != 0 or not done.rows:
-        raise SystemExit(f"perf_analyzer failed ({done.returncode}):\n{done.output[-3000:]}")
-    row = done.rows[-1]
+    if done.returncode == 0 and done.rows:
+        row = done.rows[-1]
+        rate, avg_us = float(row["Inferences/Second"]), float(row["Avg latency"])
+    else:  # a busy machine: windows that never agreed still measured the load
+        unstable = unstable_figures(done.output)
+        if unstable is None:
+            raise SystemExit(f"perf_analyzer failed ({done.returncode}):\n{done.output[-3000:]}")
+        rate, avg_us, _ = unstable
+        print(f"perf_analyzer-{protocol}: not stable, its last 3 windows", file=sys.stderr)
     server = stats_delta(client, before, 1)
     return {
-        "rate": float(row["Inferences/Second"]),
-        "avg_ms": float(row["Avg latency"]) / 1e3,
+        "rate": rate,
+        "avg_ms": avg_us / 1e3,
         "server_ms": server.success.avg_us / 1e3,
         "cpu_percent": 100 * done.cpu_s / done.wall_s,
         "requests": server.requests,

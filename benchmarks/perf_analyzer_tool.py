@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -190,6 +191,20 @@ def read_csv(path: Path) -> list[dict[str, str]]:
                 break
             rows.append({k: (v or "").strip() for k, v in row.items() if k})
         return rows
+
+
+PASS_LINE = re.compile(r"Pass \[\d+\] throughput: ([\d.]+) infer/sec\. Avg latency: (\d+) usec")
+
+
+def unstable_figures(output: str) -> tuple[float, float, int] | None:
+    """(infer/s, average latency in usec, windows) from a run whose windows never agreed
+    (perf_analyzer then writes no CSV): the mean of its last three windows, read from its
+    output; None when it did not end so or measured fewer than three."""
+    passes = [(float(t), float(a)) for t, a in PASS_LINE.findall(output)]
+    if "Failed to obtain stable measurement" not in output or len(passes) < 3:
+        return None
+    last = passes[-3:]
+    return sum(t for t, _ in last) / 3, sum(a for _, a in last) / 3, len(passes)
 
 
 def run_perf_analyzer(

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from pytest_triton import ConfigError, TritonClient
-from pytest_triton.base.config import from_environ, resolve
+from pytest_triton.base.config_resolution import resolve
+from pytest_triton.base.setting_sources import from_environ
 from pytest_triton.client.stats import read_stats
 from pytest_triton.models import zoo_spec
 from pytest_triton.repository.builder import Repository

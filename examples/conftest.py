@@ -1,9 +1,16 @@
 """A release gate as a user writes one: the example models (small configurations), exported
 and served by the embedded local Triton on CPU, checked against PyTorch."""
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
 import pytest
 
-from pytest_triton import factories
+from pytest_triton import TritonConfig, factories
+from pytest_triton.base.setting_sources import foreign_variables
 from pytest_triton.models import ZOO, zoo_spec
 from pytest_triton.models.pipelines import mnist_pipeline
 
@@ -43,3 +50,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("tune"):
             item.add_marker(skip)
+
+
+VERDICT = "Verdict (pytest-triton targets)"
+LocustGate = Callable[[Path, Path, Sequence[str], float], None]  # the locust_gate fixture
+
+
+@pytest.fixture
+def gate_report_dir(triton_config: TritonConfig, tmp_path: Path) -> Path:
+    """Where a load gate writes its `load-*.json`: the --triton-report directory (so it joins
+    the gate report), else the test's own temporary one."""
+    out = Path(triton_config.gate.report) if triton_config.gate.report else tmp_path
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@pytest.fixture
+def locust_gate() -> LocustGate:
+    """Runs a locustfile headless in a subprocess (importing locust would patch pytest's
+    process with gevent) and fails the test unless it passed its targets and wrote its
+    verdict file: `run(locustfile, report, arguments, timeout_s)`."""
+
+    def run(locustfile: Path, report: Path, arguments: Sequence[str], timeout_s: float) -> None:
+        report.unlink(missing_ok=True)  # never let an earlier run's verdict stand in for this one
+        command = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless"]
+        command += ["--only-summary", *arguments, "--triton-report-json", str(report)]
+        # Not this session's targets, nor variables of settings Locust does not take (which it
+        # refuses: TRITON_MAX_TRIALS set for the tune gate of the same session)
+        foreign = {name for name, _ in foreign_variables(os.environ, "locust")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("TRITON_PERF_") and k not in foreign
+        }
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        output = (done.stdout + done.stderr).strip()
+        verdict = output[output.rfind(VERDICT) :] if VERDICT in output else output[-3000:]
+        print(verdict)
+        assert done.returncode == 0, f"locust exited {done.returncode}:\n{verdict}"
+        assert report.exists(), f"locust wrote no verdict file:\n{output[-3000:]}"
+
+    return run

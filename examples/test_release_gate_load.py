@@ -15,15 +15,12 @@ it (--triton-allow-unstable); drop that flag on a dedicated runner.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from pytest_triton import Deployment, TritonConfig
-from pytest_triton.base.config import foreign_variables
+from pytest_triton import Deployment
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locustfiles" / "dlrm.py"
 USERS, ROWS, SECONDS = 2, 1024, 7
@@ -47,58 +44,24 @@ def dlrm_variant(server: Deployment) -> str:
 
 @pytest.mark.load
 def test_dlrm_meets_its_load_targets(
-    triton_server: Deployment, triton_config: TritonConfig, tmp_path: Path
+    triton_server: Deployment, gate_report_dir: Path, locust_gate: Callable[..., None]
 ) -> None:
     model = triton_server.model(dlrm_variant(triton_server))  # a variant id or a Triton name
-    out = Path(triton_config.gate.report) if triton_config.gate.report else tmp_path
-    out.mkdir(parents=True, exist_ok=True)
-    report = out / "load-dlrm.json"
-    report.unlink(missing_ok=True)  # never let an earlier run's verdict stand in for this one
-    command = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(LOCUSTFILE),
-        "--headless",
+    report = gate_report_dir / "load-dlrm.json"
+    arguments = [
         "-u",
         str(USERS),
         "-r",
         str(USERS),
         "-t",
         f"{SECONDS}s",
-        "--only-summary",
         "--host",
         f"http://{triton_server.server.endpoints.http}",
         "--triton-model",
         model.name,
         "--triton-batch-size",
         str(ROWS),
-        "--triton-report-json",
-        str(report),
         *WINDOWS,
         *(part for flag, value in TARGETS.items() for part in (flag, value)),
     ]
-    # Not this session's targets, nor variables of settings Locust does not take (which it
-    # refuses: TRITON_MAX_TRIALS set for the tune gate of the same session)
-    foreign = {name for name, _ in foreign_variables(os.environ, "locust")}
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("TRITON_PERF_") and k not in foreign
-    }
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=SECONDS + 120,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-    output = (done.stdout + done.stderr).strip()
-    verdict = (
-        output[output.rfind("Verdict (pytest-triton targets)") :]
-        if "Verdict (pytest-triton targets)" in output
-        else output[-3000:]
-    )
-    print(verdict)
-    assert done.returncode == 0, f"locust exited {done.returncode}:\n{verdict}"
-    assert report.exists(), f"locust wrote no verdict file:\n{output[-3000:]}"
+    locust_gate(LOCUSTFILE, report, arguments, SECONDS + 120)

@@ -16,14 +16,10 @@ it (--triton-allow-unstable); drop that flag on a dedicated runner.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from pytest_triton import TritonConfig
 
 LOCUSTFILE = Path(__file__).resolve().parent.parent / "locustfiles" / "streams.py"
 USERS, SECONDS = 2, 8
@@ -45,42 +41,18 @@ WINDOWS = (
 
 
 @pytest.mark.load
-def test_streams_meet_their_targets(triton_config: TritonConfig, tmp_path: Path) -> None:
-    out = Path(triton_config.gate.report) if triton_config.gate.report else tmp_path
-    out.mkdir(parents=True, exist_ok=True)
-    report = out / "load-streams.json"
-    report.unlink(missing_ok=True)  # never let an earlier run's verdict stand in for this one
-    command = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(LOCUSTFILE),
-        "--headless",
+def test_streams_meet_their_targets(
+    gate_report_dir: Path, locust_gate: Callable[..., None]
+) -> None:
+    report = gate_report_dir / "load-streams.json"
+    arguments = [
         "-u",
         str(USERS),
         "-r",
         str(USERS),
         "-t",
         f"{SECONDS}s",
-        "--only-summary",
-        "--triton-report-json",
-        str(report),
         *WINDOWS,
         *(part for flag, value in TARGETS.items() for part in (flag, value)),
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_PERF_")}
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=SECONDS + 180,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-    output = (done.stdout + done.stderr).strip()
-    marker = "Verdict (pytest-triton targets)"
-    verdict = output[output.rfind(marker) :] if marker in output else output[-3000:]
-    print(verdict)
-    assert done.returncode == 0, f"locust exited {done.returncode}:\n{verdict}"
-    assert report.exists(), f"locust wrote no verdict file:\n{output[-3000:]}"
+    locust_gate(LOCUSTFILE, report, arguments, SECONDS + 180)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from pytest_triton import Deployment, TritonConfig
-from pytest_triton.base.config import from_environ, resolve
+from pytest_triton.base.config_resolution import resolve
+from pytest_triton.base.setting_sources import from_environ
 from pytest_triton.load.tune.tuner import SpaceChoice, TuneOptions, tune
 
 ROWS = 1024  # rows per request, as the DLRM load gate sends them

@@ -15,16 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.base.config import (
-    BY_NAME,
-    ENV_FRONTS,
-    SETTINGS,
-    Front,
-    check_environ,
-    foreign_variables,
-    settings_for,
-)
+from pytest_triton.base.config import BY_NAME, ENV_FRONTS, SETTINGS, Front, settings_for
 from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.setting_sources import check_environ, foreign_variables
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_triton"
 # Bottom to top: a layer may import itself and the layers before it. Front ends sit above

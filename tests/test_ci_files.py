@@ -328,7 +328,7 @@ def gate_files() -> set[str]:
     from pytest_triton.plugin.gate_report import JUNIT_NAME
 
     load = re.findall(
-        r'out / "(load-[\w-]+\.json)"',
+        r'(?:out|gate_report_dir) / "(load-[\w-]+\.json)"',
         (REPO / "examples" / "test_release_gate_load.py").read_text(),
     )
     assert load, "the gate's load test no longer names its verdict file as the test expects"

@@ -5,24 +5,43 @@ ends it applies to: the pytest plugin (`--triton-x` and the `triton_x` ini key),
 (`--triton-x`, env `TRITON_X`), `triton-perf` and `triton-deploy`. Every front end reads the
 same rows, so a setting parses, defaults and fails with the same text everywhere.
 
-Precedence is the order of the sources handed to `resolve` (pytest: factory argument > CLI >
-ini > default). An explicit 0, False or "" is a value and wins over the levels below it;
-only a setting nobody set falls through.
+The table only declares: the parsers of its values are in `setting_parsers`, where values come
+from (command lines, variables, ini keys) in `setting_sources`, and the resolution of a chain
+of sources into one TritonConfig in `config_resolution`.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import math
-import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from pytest_triton.base.errors import ConfigError
-from pytest_triton.base.formats import FORMATS, GPU_FORMATS, PRECISIONS
-from pytest_triton.base.security import Security, parse_header, security_from
+from pytest_triton.base.formats import FORMATS, GPU_FORMATS
+from pytest_triton.base.moved import moved_names
+from pytest_triton.base.setting_parsers import (
+    parse_bool,
+    parse_count,
+    parse_format,
+    parse_formats,
+    parse_gpus,
+    parse_headers,
+    parse_id_range,
+    parse_int,
+    parse_limit,
+    parse_list,
+    parse_numbers,
+    parse_optional,
+    parse_positive_float,
+    parse_positive_int,
+    parse_positive_number,
+    parse_precisions,
+    parse_protocols,
+    parse_ratio,
+    parse_shared_memory,
+    parse_shell_words,
+)
 
 # Choice settings: each declared once here; their choices are read from these types.
 LauncherName = Literal["auto", "local", "container", "external"]
@@ -46,173 +65,6 @@ ENV_FRONTS: frozenset[Front] = frozenset({"locust", "perf", "tune"})
 """The front ends that read their settings from TRITON_* variables too; pytest reads its
 command line and ini file, triton-deploy its command line."""
 """Settings of how a server starts, for every front end that may start one."""
-
-
-# -- parsers: one per type, each raising ValueError with what it expected ----------------------
-def parse_bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected true or false, got {text!r}")
-
-
-def parse_list(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.replace("\n", ",").split(",") if p.strip())
-
-
-def _choices(
-    text: str, allowed: Iterable[str], refusal: Callable[[list[str]], str], *, dedupe: bool = True
-) -> tuple[str, ...]:
-    """A non-empty comma list of allowed values; `refusal(unknown ones)` says what went wrong."""
-    items = parse_list(text)
-    allowed = tuple(allowed)
-    bad = [i for i in items if i not in allowed]
-    if bad or not items:
-        raise ValueError(refusal(bad))
-    return tuple(dict.fromkeys(items)) if dedupe else items
-
-
-def parse_protocols(text: str) -> tuple[str, ...]:
-    if parse_list(text) == ("both",):
-        return ("http", "grpc")
-    return _choices(text, ("http", "grpc"), lambda _: f"expected http, grpc or both, got {text!r}")
-
-
-SHARED_MEMORY = ("none", "system", "cuda")
-
-
-def parse_shared_memory(text: str) -> tuple[str, ...]:
-    return _choices(
-        text,
-        SHARED_MEMORY,
-        lambda _: f"expected none, system or cuda (a comma list for pytest), got {text!r}",
-    )
-
-
-def parse_formats(text: str) -> tuple[str, ...]:
-    known = FORMATS + GPU_FORMATS
-    return _choices(
-        text,
-        known,
-        lambda bad: f"unknown format(s) {bad or text!r}; choose from {', '.join(known)}",
-        dedupe=False,
-    )
-
-
-def parse_precisions(text: str) -> tuple[str, ...]:
-    return _choices(
-        text,
-        PRECISIONS,
-        lambda bad: f"unknown precision(s) {bad or text!r}; choose from {', '.join(PRECISIONS)}",
-    )
-
-
-def parse_gpus(text: str) -> str:
-    """all, or a comma list of GPU ordinals, normalized ("0, 1" -> "0,1")."""
-    value = text.strip().lower()
-    if value == "all":
-        return value
-    items = parse_list(value)
-    if not items or not all(i.isdigit() for i in items):
-        raise ValueError(f"expected all or a comma list of GPU ordinals (0,1), got {text!r}")
-    return ",".join(dict.fromkeys(str(int(i)) for i in items))
-
-
-def parse_format(text: str) -> str | None:
-    """One format a CPU server can serve (the embedded server of a load test)."""
-    value = text.strip()
-    if value and value not in FORMATS:
-        raise ValueError(
-            f"export format {value!r} cannot be served on CPU; choose from {', '.join(FORMATS)}"
-        )
-    return value or None
-
-
-def _positive(text: str, expected: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"expected {expected} > 0, got {text!r}") from None
-    if not value > 0 or not math.isfinite(value):
-        raise ValueError(f"expected {expected} > 0, got {text!r}")
-    return value
-
-
-def parse_positive_float(text: str) -> float:
-    return _positive(text, "a number of seconds")
-
-
-def parse_positive_number(text: str) -> float:
-    return _positive(text, "a number")
-
-
-def _integer_from(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"expected an integer >= {minimum}, got {text!r}") from None
-    if value < minimum:
-        raise ValueError(f"expected an integer >= {minimum}, got {text!r}")
-    return value
-
-
-def parse_positive_int(text: str) -> int:
-    return _integer_from(text, 1)
-
-
-def parse_count(text: str) -> int:
-    return _integer_from(text, 0)
-
-
-def parse_int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"expected an integer, got {text!r}") from None
-
-
-def parse_limit(text: str) -> float:
-    """A target's limit: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"expected a number >= 0, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def parse_ratio(text: str) -> float:
-    value = parse_limit(text)
-    if value > 1:
-        raise ValueError(f"expected a ratio in 0..1, got {text!r}")
-    return value
-
-
-def parse_numbers(text: str) -> tuple[float, ...]:
-    """A non-empty comma list of numbers > 0 (a shape's stages: users, or req/s)."""
-    items = parse_list(text)
-    if not items:
-        raise ValueError(f"expected a comma list of numbers > 0, got {text!r}")
-    return tuple(_positive(i, "comma-separated numbers") for i in items)
-
-
-def parse_optional(text: str) -> str | None:
-    return text.strip() or None
-
-
-def parse_headers(text: str) -> tuple[str, ...]:
-    """';'-separated 'Name: value' headers, each checked for its form (values stay as written)."""
-    headers = tuple(h.strip() for h in text.split(";") if h.strip())
-    for header in headers:
-        parse_header(header)
-    return headers
-
-
-def parse_shell_words(text: str) -> tuple[str, ...]:
-    return tuple(shlex.split(text))
 
 
 # -- the declaration of one setting ------------------------------------------------------------
@@ -636,8 +488,10 @@ class LoadSettings:
         LOAD,
         parse=parse_count,
         metavar="N",
-        shown_default="100 on the server a locustfile starts itself; with --host or in "
-        "triton-perf 0, since the locustfile's weights need not be the served model's",
+        shown_default="100 on the server a locustfile starts itself (and on the server "
+        "triton-perf starts itself for a sequence or stream model); with --host, --url or a "
+        "single model in triton-perf 0, since the locustfile's weights need not be the served "
+        "model's",
         aliases=("--check-every",),
     )
     update_to: str | None = _setting(
@@ -656,6 +510,47 @@ class LoadSettings:
         frozenset({"locust"}),
         parse=parse_positive_float,
         metavar="SECONDS",
+    )
+    update_then: float | None = _setting(
+        None,
+        "end the run this many seconds after the update finished (the old version retired, "
+        "or the update failed), however long the new version took to load; -t stays the "
+        "run's upper bound",
+        frozenset({"locust"}),
+        parse=parse_positive_float,
+        metavar="SECONDS",
+        shown_default="none: the run lasts -t",
+    )
+    sequence_length: int | None = _setting(
+        None,
+        "stateful (sequence) models: the base number of requests of each sequence, the "
+        "first flagged START and the last END (perf_analyzer's --sequence-length)",
+        frozenset({"locust", "perf"}),
+        parse=parse_positive_int,
+        metavar="N",
+        shown_default="20 in triton-perf (perf_analyzer's); a SequenceUser's own "
+        "`sequence_length` in Locust",
+        aliases=("--sequence-length",),
+    )
+    sequence_length_variation: float | None = _setting(
+        None,
+        "stateful models: each sequence's length varies within +-this percentage of "
+        "--triton-sequence-length (perf_analyzer's --sequence-length-variation)",
+        frozenset({"locust", "perf"}),
+        parse=parse_limit,
+        metavar="PCT",
+        shown_default="20 in triton-perf; a SequenceUser's own in Locust",
+        aliases=("--sequence-length-variation",),
+    )
+    sequence_id_range: tuple[int, int] | None = _setting(
+        None,
+        "stateful models: sequence ids (CORRID) from START up to END, excluded; an id is "
+        "never reused while its sequence is in flight (perf_analyzer's --sequence-id-range)",
+        frozenset({"locust", "perf"}),
+        parse=parse_id_range,
+        metavar="START[:END]",
+        shown_default="1:2147483648 (a SequenceUser's own `sequence_id_range` in Locust)",
+        aliases=("--sequence-id-range",),
     )
     max_in_flight: int = _setting(
         64,
@@ -902,7 +797,7 @@ class GateSettings:
         None,
         "streams: the 99th percentile time to first token (request sent to its first "
         "token's response) must stay at or below this",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_limit,
         option="--perf-ttft-p99",
         unit="ms",
@@ -913,7 +808,7 @@ class GateSettings:
         None,
         "streams: the 99th percentile inter-token latency (each gap between two tokens' "
         "responses of a stream) must stay at or below this",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_limit,
         option="--perf-itl-p99",
         unit="ms",
@@ -924,7 +819,7 @@ class GateSettings:
         None,
         "streams: output tokens per second (tokens of the streams that ended after the "
         "warm-up, over that span) must reach this",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_limit,
         option="--perf-output-tokens-per-s",
         unit="tokens/s",
@@ -936,7 +831,7 @@ class GateSettings:
         "streams: the share of streams (failed ones count as not good) whose time to first "
         "token is within --perf-slo-ttft-ms and whose average inter-token latency is within "
         "--perf-slo-itl-ms must reach this (AIPerf's goodput)",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_ratio,
         option="--perf-stream-goodput",
         bound="min",
@@ -945,7 +840,7 @@ class GateSettings:
     perf_slo_ttft_ms: float | None = _setting(
         None,
         "streams: the time-to-first-token SLO a good stream meets (--perf-stream-goodput)",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_positive_number,
         option="--perf-slo-ttft-ms",
         unit="ms",
@@ -955,7 +850,7 @@ class GateSettings:
         None,
         "streams: the SLO on a stream's average inter-token latency that a good stream meets "
         "(--perf-stream-goodput)",
-        frozenset({"locust"}),
+        frozenset({"locust", "perf"}),
         parse=parse_positive_number,
         option="--perf-slo-itl-ms",
         unit="ms",
@@ -1052,7 +947,7 @@ class TritonConfig:
         if "launcher" not in overrides and origins.get("launcher") == "derived":
             values["launcher"] = "auto"
         values["origins"] = origins
-        return _finish(values)
+        return finish(values)
 
 
 GROUPS: dict[str, type] = {
@@ -1086,30 +981,6 @@ def settings_for(front: Front) -> list[Setting]:
     return [s for s in SETTINGS if front in s.fronts]
 
 
-DASH_VALUE_FLAGS: frozenset[str] = frozenset(
-    flag for s in SETTINGS if s.parse is parse_shell_words for flag in (s.cli, *s.aliases)
-)
-"""Flags whose value is itself a list of flags (tritonserver's arguments)."""
-
-
-def join_dash_values(argv: Sequence[str]) -> list[str]:
-    """`--triton-server-args "--repository-poll-secs=1"`, as the docs write it: argparse reads
-    a value that begins with '-' as another option ("expected one argument"), so each such
-    value is joined to its flag (`--triton-server-args=--repository-poll-secs=1`) before any
-    front end parses its command line."""
-    joined: list[str] = []
-    index = 0
-    while index < len(argv):
-        arg = argv[index]
-        if arg in DASH_VALUE_FLAGS and index + 1 < len(argv) and argv[index + 1].startswith("-"):
-            joined.append(f"{arg}={argv[index + 1]}")
-            index += 2
-        else:
-            joined.append(arg)
-            index += 1
-    return joined
-
-
 def check_names(names: Iterable[str]) -> None:
     unknown = sorted(set(names) - set(BY_NAME))
     if unknown:
@@ -1118,180 +989,7 @@ def check_names(names: Iterable[str]) -> None:
         )
 
 
-# -- resolution --------------------------------------------------------------------------------
-Source = Callable[[Setting], "tuple[Any, str] | None"]
-"""Where values come from: a setting's raw value and a label of its origin, or None."""
-
-
-def from_mapping(values: Mapping[str, Any], origin: str) -> Source:
-    """Values by setting name (factory arguments, a locustfile's defaults); None is unset."""
-    check_names(values)
-
-    def lookup(setting: Setting) -> tuple[Any, str] | None:
-        value = values.get(setting.name)
-        return None if value is None else (value, f"{origin} {setting.name}=")
-
-    return lookup
-
-
-def from_namespace(namespace: Any, origin: Callable[[Setting], str]) -> Source:
-    """Values of parsed options (argparse, Locust's parser) by their dest; None and "" are
-    unset (Locust's web UI sends every custom option back, empty ones as "")."""
-
-    def lookup(setting: Setting) -> tuple[Any, str] | None:
-        value = getattr(namespace, setting.dest, None)
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return None
-        return value, origin(setting)
-
-    return lookup
-
-
-class _NotTaken(argparse.Action):
-    """The flag of a setting this front end does not take: refused naming it and who takes
-    it, rather than read by a parser that abbreviates as one of its own (Locust's takes
-    --triton-report as --triton-report-json)."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
-        self.refusal = kwargs.pop("refusal")
-        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
-        parser.error(f"{option}: {self.refusal}")
-
-
-def add_arguments(parser: Any, front: Front, *, env_vars: bool = False) -> None:
-    """Add the front end's settings to an argparse parser (Locust's is a ConfigArgParse one,
-    which also reads each from its environment variable and shows it in the web UI, and
-    abbreviates: there the other settings' flags are added too, each refused by name)."""
-    standalone = front in ("perf", "tune", "deploy")
-    if env_vars:
-        for setting in SETTINGS:
-            if front not in setting.fronts and not setting.internal:
-                takers = ", ".join(sorted(setting.fronts))
-                parser.add_argument(
-                    setting.cli,
-                    dest="not_taken_" + setting.name,
-                    action=_NotTaken,
-                    refusal=f"{front} does not take this setting (only {takers})",
-                    help=argparse.SUPPRESS,
-                    include_in_web_ui=False,
-                )
-    for setting in settings_for(front):
-        flags = [setting.cli, *(setting.aliases if standalone else ())]
-        kwargs: dict[str, Any] = {"dest": setting.dest, "default": None}
-        if env_vars:
-            kwargs["env_var"] = setting.env
-            kwargs["include_in_web_ui"] = not setting.internal
-        kwargs["help"] = (
-            argparse.SUPPRESS
-            if setting.internal
-            else setting.describe() + (f" [env {setting.env}]" if env_vars else "")
-        )
-        if setting.flag:
-            kwargs["action"] = "store_true"
-        else:
-            kwargs["metavar"] = setting.metavar or "X"
-        parser.add_argument(*flags, **kwargs)
-
-
-def from_arguments(namespace: Any, front: Front) -> Source:
-    """What add_arguments parsed; errors name the flag (and its variable, for Locust)."""
-    if front == "locust":
-        return from_namespace(namespace, lambda s: f"{s.cli} (or {s.env})")
-    return from_namespace(namespace, lambda s: f"command line {s.cli}")
-
-
-def from_environ(environ: Mapping[str, str], front: Front) -> Source:
-    """TRITON_X variables of the front end's settings (Locust's parser reads its own)."""
-
-    def lookup(setting: Setting) -> tuple[Any, str] | None:
-        value = environ.get(setting.env, "")
-        if front not in setting.fronts or not value.strip():
-            return None
-        return value, setting.env
-
-    return lookup
-
-
-def foreign_variables(environ: Mapping[str, str], front: Front) -> list[tuple[str, str]]:
-    """(variable, why it is refused) for each TRITON_* variable set that `front` would
-    otherwise ignore: a setting given where it is not taken is never silently dropped.
-
-    Locust, triton-perf and triton-tune read the variables of their own settings, so any other
-    setting's variable is refused. pytest and triton-deploy read none: the variable of a
-    setting they take is refused (pass the flag); the others are left to the load tools a
-    session may run (triton-tune's gate inside pytest reads TRITON_MEASUREMENT_INTERVAL).
-    """
-    found = []
-    for setting in SETTINGS:
-        if setting.internal or not environ.get(setting.env, "").strip():
-            continue
-        if front in ENV_FRONTS:
-            if front not in setting.fronts:
-                takers = ", ".join(sorted(setting.fronts))
-                found.append((setting.env, f"{front} does not take {setting.cli} (only {takers})"))
-        elif front in setting.fronts:
-            ini = f" (or {setting.ini} in the ini file)" if front == "pytest" else ""
-            found.append(
-                (setting.env, f"{front} reads no TRITON_* variables: pass {setting.cli}{ini}")
-            )
-    return found
-
-
-def check_environ(environ: Mapping[str, str], front: Front) -> None:
-    """Refuse TRITON_* variables of settings this front end does not read, naming each."""
-    found = foreign_variables(environ, front)
-    if found:
-        raise ConfigError(
-            "; ".join(f"{env} is set, but {why}" for env, why in found)
-            + f"; unset {', '.join(env for env, _ in found)}"
-        )
-
-
-def as_values(config: TritonConfig) -> dict[str, Any]:
-    """Every setting's value, JSON-friendly (to hand a config to another process)."""
-    return {
-        s.name: list(v) if isinstance(v := config.value(s.name), tuple) else v for s in SETTINGS
-    }
-
-
-def from_values(values: Mapping[str, Any], origin: str) -> Source:
-    """The inverse of as_values: lists become the tuples the settings hold."""
-    return from_mapping(
-        {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}, origin
-    )
-
-
-def check_replicas_behind(config: TritonConfig, service: str | None, flag: str) -> None:
-    """--triton-replicas needs the balancer's address in front of them (`flag` names the
-    front end's way to give it: --triton-url for pytest, --host for Locust)."""
-    if config.server.replicas and not service:
-        raise ConfigError(
-            "--triton-replicas names the replicas behind a running service's address: give "
-            f"that address with {flag}"
-        )
-
-
-def resolve(*sources: Source, **overrides: Any) -> TritonConfig:
-    """Resolve every setting once; keyword arguments are factory arguments (highest)."""
-    chain = ([from_mapping(overrides, "factory argument")] if overrides else []) + list(sources)
-    values: dict[str, Any] = {}
-    origins: dict[str, str] = {}
-    for setting in SETTINGS:
-        raw, origin = setting.default, "default"
-        for source in chain:
-            found = source(setting)
-            if found is not None:
-                raw, origin = found
-                break
-        values[setting.name] = setting.convert(raw, origin)
-        origins[setting.name] = origin
-    values["origins"] = origins
-    return _finish(values)
-
-
-def _finish(values: dict[str, Any]) -> TritonConfig:
+def finish(values: dict[str, Any]) -> TritonConfig:
     """Derive the launcher from url/gpu when left on auto, and reject contradictions."""
     origins = values["origins"]
     if values["launcher"] == "auto" and (values["url"] or not values["gpu"]):
@@ -1322,36 +1020,4 @@ def _finish(values: dict[str, Any]) -> TritonConfig:
     return TritonConfig(**groups, origins=values["origins"])
 
 
-def check_goodput(config: TritonConfig, slo_ms: float | None = None) -> float | None:
-    """The SLO --perf-goodput counts within: --perf-slo-ms, else `slo_ms` (triton-perf's
-    --latency-bound); a goodput target without either is refused."""
-    slo = config.gate.perf_slo_ms or slo_ms
-    if config.gate.perf_goodput is not None and slo is None:
-        raise ConfigError(
-            "--perf-goodput counts requests within a latency SLO: give it with --perf-slo-ms "
-            "(e.g. --perf-goodput 0.99 --perf-slo-ms 20)"
-        )
-    return slo
-
-
-def check_stream_goodput(config: TritonConfig) -> None:
-    """A streams' goodput target needs at least one SLO to count streams within."""
-    g = config.gate
-    if (
-        g.perf_stream_goodput is not None
-        and g.perf_slo_ttft_ms is None
-        and (g.perf_slo_itl_ms is None)
-    ):
-        raise ConfigError(
-            "--perf-stream-goodput counts streams within a TTFT and/or ITL SLO: give "
-            "--perf-slo-ttft-ms and/or --perf-slo-itl-ms (e.g. --perf-stream-goodput 0.99 "
-            "--perf-slo-ttft-ms 50 --perf-slo-itl-ms 10)"
-        )
-
-
-def client_security(config: TritonConfig, tls: bool = False) -> Security:
-    """The TLS files and request headers of the config, with TLS on or off for one protocol
-    (whether its URL is https:// or grpcs://)."""
-    c = config.client
-    settings = security_from(c.tls_ca, c.tls_cert, c.tls_key, c.tls_server_name, c.headers)
-    return settings.for_protocol(tls)
+__getattr__ = moved_names(__name__)

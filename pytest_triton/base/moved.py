@@ -102,6 +102,27 @@ MOVED_PACKAGES: dict[str, str] = {
 """Names that left a module which stays (its command-line part went to cli/): the module's
 `__getattr__` (moved_names) finds them where they are now."""
 MOVED_NAMES: dict[str, dict[str, str]] = {
+    # the settings table kept its rows; its parsers, sources and resolution left it
+    "base.config": {
+        "DASH_VALUE_FLAGS": "base.setting_sources",
+        "SHARED_MEMORY": "base.setting_parsers",
+        "Source": "base.setting_sources",
+        "add_arguments": "base.setting_sources",
+        "as_values": "base.setting_sources",
+        "check_environ": "base.setting_sources",
+        "check_goodput": "base.config_resolution",
+        "check_replicas_behind": "base.config_resolution",
+        "check_stream_goodput": "base.config_resolution",
+        "client_security": "base.config_resolution",
+        "foreign_variables": "base.setting_sources",
+        "from_arguments": "base.setting_sources",
+        "from_environ": "base.setting_sources",
+        "from_mapping": "base.setting_sources",
+        "from_namespace": "base.setting_sources",
+        "from_values": "base.setting_sources",
+        "join_dash_values": "base.setting_sources",
+        "resolve": "base.config_resolution",
+    },
     "load.perf.command": {"perf_main": "cli.triton_perf", "perf_config": "cli.triton_perf"},
     "load.tune.tuner": {
         "tune_main": "cli.triton_tune",

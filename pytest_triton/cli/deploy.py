@@ -12,6 +12,7 @@ local tritonserver and compares its answer with PyTorch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -24,15 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytest_triton.base.config import (
-    TritonConfig,
-    add_arguments,
-    check_environ,
-    from_arguments,
-    resolve,
-)
+from pytest_triton.base.config import TritonConfig, settings_for
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.base.server_offer import ServerTarget
+from pytest_triton.base.setting_sources import add_arguments, check_environ, from_arguments
 from pytest_triton.models import bert, dlrm, mnist, resnext, text_recognition
 from pytest_triton.models.specs import zoo_spec
 from pytest_triton.repository import pbtxt
@@ -63,12 +60,21 @@ def deployer_parser() -> argparse.ArgumentParser:
         "--triton-max-batch-size 4096 --save-dir repo -- --embedding_dim 16 "
         "--bottom_mlp_sizes 32 16 --top_mlp_sizes 64 32 1",
     )
-    fmt = parser.add_mutually_exclusive_group(required=True)
+    fmt = parser.add_mutually_exclusive_group()  # required unless --spec (deploy() says so)
     fmt.add_argument("--ts-script", action="store_true", help="TorchScript via torch.jit.script")
     fmt.add_argument("--ts-trace", action="store_true", help="TorchScript via torch.jit.trace")
     fmt.add_argument("--onnx", action="store_true", help="ONNX via torch.onnx (dynamo)")
     fmt.add_argument("--trt", action="store_true", help="TensorRT plan (needs a GPU + tensorrt)")
     triton = parser.add_argument_group("triton related flags")
+    triton.add_argument(
+        "--spec",
+        metavar="MODULE:CALLABLE",
+        help="deploy a spec of your own instead of a zoo model: a SequenceSpec (a stateful "
+        "model behind the sequence batcher; --ts-script or --ts-trace picks its export) or a "
+        "PipelineSpec (each step exported as its own model, the ensemble / BLS front models); "
+        "--check then sends interleaved sequences, or checks the pipeline against its steps "
+        "composed in PyTorch",
+    )
     triton.add_argument(
         "--model",
         choices=FAMILIES,
@@ -319,6 +325,13 @@ def deploy(argv: Sequence[str], out: Any = sys.stdout) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args = deployer_parser().parse_args(argv[:split])
     model_argv = argv[split + 1 :]
+    if args.spec:
+        return deploy_spec(args, model_argv, out)
+    if not any(getattr(args, k) for k in FORMAT_FLAGS):
+        raise UsageError(
+            "one of --ts-script, --ts-trace, --onnx, --trt is required (or --spec "
+            "MODULE:CALLABLE for a SequenceSpec or PipelineSpec)"
+        )
     family = guess_family(args.model, model_argv, args.triton_model_name)
     margs = model_parser(family).parse_args(model_argv)
     chosen = deployer_settings(family, margs)
@@ -399,6 +412,71 @@ def deploy(argv: Sequence[str], out: Any = sys.stdout) -> int:
         check_environ(os.environ, "deploy")
         return check(resolve(from_arguments(args, "deploy")), repo, variant, out)
     return 0
+
+
+SPEC_ONLY_FLAGS = ("save_dir", "check", "triton_no_cuda", "ts_script", "ts_trace", "spec")
+"""What --spec takes of the deployer's own flags (the zoo's flags describe a zoo model)."""
+
+
+def deploy_spec(args: argparse.Namespace, model_argv: Sequence[str], out: Any) -> int:
+    """--spec MODULE:CALLABLE: a SequenceSpec or PipelineSpec written into --save-dir (and
+    checked on a local server with --check)."""
+    from pytest_triton.base.importing import load_object
+    from pytest_triton.repository.pipeline import PipelineSpec
+    from pytest_triton.repository.sequence import SequenceSpec
+    from pytest_triton.session import deploy_kinds
+
+    if model_argv:
+        raise UsageError(
+            f"--spec {args.spec} takes no model arguments after '--' (got "
+            f"{' '.join(model_argv)}): the spec says what the model is"
+        )
+    defaults = deployer_parser().parse_args(["--spec", args.spec])
+    taken = {*SPEC_ONLY_FLAGS, *(s.dest for s in settings_for("deploy"))}  # --check's server
+    extra = sorted(
+        "--" + k.replace("_", "-")
+        for k, v in vars(args).items()
+        if k not in taken and v != getattr(defaults, k)
+    )
+    if extra:
+        raise UsageError(
+            f"{', '.join(extra)}: not taken with --spec, whose spec says how its models are "
+            "served; set it in the spec"
+        )
+    made = load_object(args.spec)()
+
+    def say(message: str) -> None:
+        print(message, file=out)
+
+    if isinstance(made, SequenceSpec):
+        if args.ts_script or args.ts_trace:
+            made = dataclasses.replace(
+                made, fmt="torchscript-script" if args.ts_script else "torchscript-trace"
+            )
+        deploy_kinds.write_sequence(made, args.save_dir, say)
+        if args.check:
+            check_environ(os.environ, "deploy")
+            deploy_kinds.check_sequence(
+                resolve(from_arguments(args, "deploy")), made, args.save_dir, say
+            )
+        return 0
+    if isinstance(made, PipelineSpec):
+        if args.ts_script or args.ts_trace:
+            raise UsageError(
+                f"--spec {args.spec} is a pipeline: each step's format is the spec's "
+                "(PipelineSpec.step_format or the step's own), not a deployer flag"
+            )
+        repo = deploy_kinds.write_pipeline(
+            made, args.save_dir, ServerTarget(_local_backends() or frozenset({"python"})), say
+        )
+        if args.check:
+            check_environ(os.environ, "deploy")
+            deploy_kinds.check_pipeline(resolve(from_arguments(args, "deploy")), made, repo, say)
+        return 0
+    raise UsageError(
+        f"--spec {args.spec} returned {type(made).__name__}: it must return a SequenceSpec or "
+        "a PipelineSpec (a zoo model is deployed with --model and its arguments after '--')"
+    )
 
 
 def check(config: TritonConfig, repo: Repository, variant: Variant, out: Any) -> int:

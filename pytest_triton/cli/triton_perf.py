@@ -14,16 +14,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_triton.base.config import (
-    TritonConfig,
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import resolve
+from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.setting_sources import (
     add_arguments,
     check_environ,
     from_arguments,
     from_environ,
     join_dash_values,
-    resolve,
 )
-from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.load.perf.command import run
 from pytest_triton.load.perf.points import parse_range, parse_rate_range
 
@@ -33,14 +33,18 @@ def _parser() -> argparse.ArgumentParser:
         allow_abbrev=False,  # a setting another front end takes is refused, never abbreviated
         prog="triton-perf",
         description="Sweep concurrency and batch size of one model with Locust users "
-        "(perf_analyzer's concurrency mode) and report throughput and latency.",
+        "(perf_analyzer's concurrency mode) and report throughput and latency; a stateful "
+        "model is driven in sequences (--sequence-length, --sequence-id-range), a decoupled "
+        "one in streams (time to first token, inter-token latency, tokens/s).",
     )
     p.add_argument(
         "-m",
         "--model",
         required=True,
-        help="zoo model (dlrm, resnext101-32x4d, bert, mnist, text_recognition, ...) "
-        "or MODULE:CALLABLE returning a ModelSpec",
+        help="zoo model (dlrm, resnext101-32x4d, bert, mnist, text_recognition, ...; "
+        "streaming_gru, a stateful model driven in sequences; tiny_stream, a decoupled "
+        "token generator) or MODULE:CALLABLE returning a ModelSpec, SequenceSpec or "
+        "StreamSpec; with --url the served config says which kind the model is",
     )
     p.add_argument(
         "--size", choices=("small", "full"), default="small", help="zoo model size (default small)"

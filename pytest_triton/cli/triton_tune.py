@@ -11,15 +11,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_triton.base.config import (
+from pytest_triton.base.config_resolution import resolve
+from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.setting_sources import (
     add_arguments,
     check_environ,
     from_arguments,
     from_environ,
     join_dash_values,
-    resolve,
 )
-from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.load.perf.points import parse_range
 from pytest_triton.load.tune import space as sp
 from pytest_triton.load.tune.strategy import OBJECTIVES, Constraints

@@ -115,6 +115,75 @@ def batching_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["variant"], r["protocol"], r["transport"]))
 
 
+def pipeline_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per pipeline and mode (ensemble, bls, bls-async): its parity verdict over
+    every protocol and transport, the first diverging step of a failed check, and each
+    composing model's batching summed over the batching proofs."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in records:
+        pipeline = record.get("pipeline")
+        if not pipeline:
+            continue
+        row = rows.setdefault(
+            (pipeline["pipeline"], pipeline["mode"]),
+            {
+                "pipeline": pipeline["pipeline"],
+                "mode": pipeline["mode"],
+                "front_model": pipeline["front_model"],
+                "paths": [],
+                "parity_checks": 0,
+                "parity_ok": None,
+                "first_diverging_step": None,
+                "divergence": "",
+                "batching_checks": 0,
+                "steps": {},
+                "tests": [],
+            },
+        )
+        path = f"{record['protocol']}/{record.get('transport') or 'none'}"
+        if path not in row["paths"]:
+            row["paths"].append(path)
+        if record.get("test") and record["test"] not in row["tests"]:
+            row["tests"].append(record["test"])
+        if record["check"] == "pipeline_parity":
+            row["parity_checks"] += 1
+            row["parity_ok"] = (row["parity_ok"] is not False) and bool(record["ok"])
+            if not record["ok"] and not row["divergence"]:
+                row["first_diverging_step"] = pipeline.get("first_diverging_step")
+                row["divergence"] = pipeline.get("divergence", "")
+        proofs = pipeline.get("batching", []) if record["check"] == "pipeline_batching" else []
+        row["batching_checks"] += bool(proofs)
+        for proof in proofs:
+            step = row["steps"].setdefault(
+                proof["step"],
+                {
+                    "step": proof["step"],
+                    "model": proof["model"],
+                    "requests": 0,
+                    "executions": 0,
+                    "inferences": 0,
+                    "batch_histogram": {},
+                    "batched": True,
+                },
+            )
+            for name in ("requests", "executions", "inferences"):
+                step[name] += int(proof[name])
+            for size, count in proof.get("batch_histogram", {}).items():
+                step["batch_histogram"][size] = step["batch_histogram"].get(size, 0) + count
+            step["batched"] = step["batched"] and bool(proof["batched"])
+    out = []
+    for row in rows.values():
+        steps = list(row["steps"].values())
+        for step in steps:
+            step["avg_batch_size"] = (
+                step["inferences"] / step["executions"] if step["executions"] else 0.0
+            )
+        row["steps"] = steps
+        row["batched"] = all(s["batched"] for s in steps) if steps else None
+        out.append(row)
+    return sorted(out, key=lambda r: (r["pipeline"], r["mode"]))
+
+
 def outcome_counts(tests: Iterable[Outcome]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for t in tests:
@@ -159,6 +228,7 @@ def build_document(
         "servers": list(collected.servers.values()),
         "parity": parity_rows(collected.parity),
         "batching": batching_rows(collected.parity),
+        "pipelines": pipeline_rows(collected.parity),
         "parity_checks": list(collected.parity),
         "load": list(load_runs),
         "skipped": skipped(tests),

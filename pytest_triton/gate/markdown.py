@@ -57,6 +57,7 @@ def render(document: Mapping[str, Any], *, images: bool = True, plots: Sequence[
     lines += _servers(document)
     lines += _parity(document, images and PLOTS["parity"] in plots)
     lines += _batching(document)
+    lines += _pipelines(document)
     lines += _load(document, images and PLOTS["load"] in plots)
     lines += _baseline(document)
     lines += _skipped_and_failed(document)
@@ -170,6 +171,78 @@ def _batching(document: Mapping[str, Any]) -> list[str]:
     )
 
 
+def _pipelines(document: Mapping[str, Any]) -> list[str]:
+    rows = document.get("pipelines") or []
+    if not rows:
+        return []
+    lines = [
+        "## Pipelines",
+        "",
+        "Each pipeline in each mode against its steps composed in PyTorch; a failed check names "
+        "the first step whose served model, asked alone with PyTorch's inputs for it, answers "
+        "otherwise. Batching: each composing model's statistics while single-row requests were "
+        "in flight together (a sync BLS model calls its steps one request at a time).",
+        "",
+    ]
+
+    def verdict(ok: bool | None, yes: str, no: str) -> str:
+        return "not checked" if ok is None else (yes if ok else no)
+
+    lines += table(
+        [
+            "pipeline",
+            "mode",
+            "front model",
+            "protocols",
+            "parity",
+            "first diverging step",
+            "every step batched",
+        ],
+        [
+            (
+                r["pipeline"],
+                r["mode"],
+                r["front_model"],
+                ", ".join(r["paths"]),
+                verdict(r["parity_ok"], f"PASS ({r['parity_checks']})", "FAIL"),
+                r["first_diverging_step"] or (r["divergence"] or "-"),
+                verdict(r["batched"], "yes", "NO"),
+            )
+            for r in rows
+        ],
+    )
+    steps = [(r, s) for r in rows for s in r["steps"]]
+    if steps:
+        lines += table(
+            [
+                "pipeline",
+                "mode",
+                "step",
+                "model",
+                "requests",
+                "executions",
+                "avg batch size",
+                "batch sizes (size x executions)",
+                "batched",
+            ],
+            [
+                (
+                    r["pipeline"],
+                    r["mode"],
+                    s["step"],
+                    s["model"],
+                    s["requests"],
+                    s["executions"],
+                    f"{s['avg_batch_size']:.2f}",
+                    ", ".join(f"{k} x {v}" for k, v in s["batch_histogram"].items()) or "-",
+                    "yes" if s["batched"] else "NO",
+                )
+                for r, s in steps
+            ],
+        )
+    return lines
+
+
 def _load(document: Mapping[str, Any], image: bool) -> list[str]:
     runs = document["load"]
     if not runs and not document["problems"]:
@@ -258,6 +331,14 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
                     if streams.get("good_streams") and _finite(streams.get("goodput"))
                     else ""
                 )
+                + (
+                    f"; whole run {streams['run']['streams']:,} streams, "
+                    f"{streams['run']['checked_streams']:,} checked token by token, "
+                    f"{streams['run']['mismatched_streams']:,} mismatched"
+                    if streams.get("run")
+                    else ""
+                )
+                + "."
             )
         if run.get("wrong_answers") is not None:
             notes.append(f"Answers of {run['name']} checked: {run['wrong_answers']} wrong.")

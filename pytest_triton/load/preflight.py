@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pytest_triton.base.config import TritonConfig, client_security
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import client_security
 from pytest_triton.base.urls import TLS_SCHEMES, endpoints_from, parse_url
 from pytest_triton.client import refusals
 from pytest_triton.client.wire.request import Protocol

@@ -5,12 +5,13 @@ every answer checked against that sequence's own reference.
 N users keep N sequences in flight, interleaved at the server as perf_analyzer's sequence mode
 does (`--sequence-length`, `--sequence-length-variation`, `--sequence-id-range`): the class
 attributes `sequence_length`, `sequence_length_variation` and `sequence_id_range` say the
-same. A user plans `distinct_sequences` sequences once (inputs and the PyTorch reference,
-stepped from the initial state) and sends them in turn, each time under a fresh id. Each
-request is a Locust request event named after the model, so throughput, latency percentiles,
-the server's statistics (the sequence batcher's queue and batches included) and the verdict
-are the same as TritonUser's; a wrong answer is a failed request whose text starts with
-"wrong answer:" and names the sequence and step.
+same, and --triton-sequence-length, --triton-sequence-length-variation (%) and
+--triton-sequence-id-range override them. A user plans `distinct_sequences` sequences once
+(inputs and the PyTorch reference, stepped from the initial state) and sends them in turn,
+each time under a fresh id. Each request is a Locust request event named after the model, so
+throughput, latency percentiles, the server's statistics (the sequence batcher's queue and
+batches included) and the verdict are the same as TritonUser's; a wrong answer is a failed
+request whose text starts with "wrong answer:" and names the sequence and step.
 
 Answers are checked on the server a locustfile starts itself; against --host only with
 --triton-check-every (any value: a stateful answer is checked every time, because one wrong
@@ -29,29 +30,27 @@ from typing import Any, ClassVar
 
 import locust
 from locust import User, constant, task
-from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 import pytest_triton.load.users  # noqa: F401  (gRPC under gevent, our listeners)
-from pytest_triton.base.errors import ConfigError, InferenceError, SpecError
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.errors import ConfigError, InferenceError, SpecError, WrongAnswer
 from pytest_triton.client.sequence_client import SequenceClient
 from pytest_triton.client.wire.request import Protocol
 from pytest_triton.load.runner.checking import answers_every
-from pytest_triton.load.runner.distributed import tell_master_refused
 from pytest_triton.load.runner.embedded import EmbeddedSequenceModel
-from pytest_triton.load.runner.options import run_config
 from pytest_triton.load.runner.user_settings import (
-    check_load_allowed,
     user_endpoint,
     user_model,
     user_protocol,
 )
+from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
 from pytest_triton.parity.sequence_parity import SequenceCheck
 from pytest_triton.repository.sequence import SequencePlan, SequenceReference, plan_sequences
 
 log = logging.getLogger("pytest_triton.load")
 _user_numbers = itertools.count()
-_refused: set[str] = set()
+_said: set[str] = set()
 _checks: list[SequenceCheck] = []
 
 __all__ = ["EmbeddedSequenceModel", "SequenceUser"]
@@ -102,6 +101,23 @@ class SequenceIds:
 _ids: dict[tuple[int, int], SequenceIds] = {}
 
 
+def _sequence_settings(
+    cls: type[SequenceUser], config: TritonConfig
+) -> tuple[int, float, tuple[int, int]]:
+    """Length, variation (a fraction) and id range: --triton-sequence-length,
+    --triton-sequence-length-variation (%) and --triton-sequence-id-range where given, else
+    the class's own."""
+    load = config.load
+    length = load.sequence_length or cls.sequence_length
+    variation = (
+        load.sequence_length_variation / 100
+        if load.sequence_length_variation is not None
+        else cls.sequence_length_variation
+    )
+    start, end = load.sequence_id_range or cls.sequence_id_range
+    return length, variation, (start, end)
+
+
 def _id_source(id_range: tuple[int, int], environment: Any) -> SequenceIds:
     """This process's ids: all of the range, or a worker's share of it."""
     if id_range not in _ids:
@@ -138,21 +154,13 @@ class SequenceUser(User):
     def on_start(self) -> None:
         cls = type(self)
         number = next(_user_numbers)
-        host = self.host or self.environment.host
         try:
-            config = run_config(self.environment)
-            if not host:
-                raise ConfigError(
-                    "no host to send load to: pass --host URL, or give the user class a "
-                    "`served` model so an embedded server starts"
-                )
+            host, config = user_host_and_config(self)
             if cls.served is None:
                 raise ConfigError(
                     f"{cls.__name__} has no `served` EmbeddedSequenceModel: its SequenceSpec "
                     "makes the sequences and their reference"
                 )
-            options = self.environment.parsed_options
-            check_load_allowed(host, config, getattr(options, "master_host", None))
             spec = cls.served.spec
             self._model = user_model(cls, config)
             self._protocol = user_protocol(cls, host, config, number)
@@ -161,12 +169,13 @@ class SequenceUser(User):
                 self._protocol,
                 timeout_s=self.timeout_s,
             )
+            length, variation, id_range = _sequence_settings(cls, config)
             self._plans: list[SequencePlan] = plan_sequences(
                 spec,
                 self.distinct_sequences,
                 id_range=(0, self.distinct_sequences),  # keys of the plans; ids come later
-                length=self.sequence_length,
-                variation=self.sequence_length_variation,
+                length=length,
+                variation=variation,
                 seed=number,
             )
             self._check: SequenceCheck | None = None
@@ -178,28 +187,32 @@ class SequenceUser(User):
                     context=f", protocol {self._protocol!r}",
                 )
                 _checks.append(self._check)
-            elif "unchecked" not in _refused:  # said once per process
-                _refused.add("unchecked")
+            elif "unchecked" not in _said:  # said once per process
+                _said.add("unchecked")
                 log.info(
                     "pytest-triton: sequence answers are not checked against a server given "
                     "with --host (the locustfile's model need not be the one deployed); pass "
                     "--triton-check-every N to check every answer"
                 )
-            self._ids = _id_source(tuple(self.sequence_id_range), self.environment)  # type: ignore[arg-type]
+            self._ids = _id_source(id_range, self.environment)
             self._next_plan: Iterator[SequencePlan] = itertools.cycle(self._plans)
         except (ConfigError, SpecError, InferenceError) as exc:
-            if str(exc) not in _refused:
-                _refused.add(str(exc))
-                log.error("pytest-triton: %s", exc)
-                tell_master_refused(self.environment, str(exc))
-            raise StopUser() from None
+            refuse_user(self.environment, exc)
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
-        self._context = {"batch_size": 1, "protocol": self._protocol}
+        # `checked`: this answer is compared with its sequence's reference; the END
+        # request's context also carries the sequence's length (triton-perf counts both)
+        self._context = {
+            "batch_size": 1,
+            "protocol": self._protocol,
+            "checked": self._check is not None,
+        }
 
     @task
     def sequence(self) -> None:
         """One whole sequence under a fresh id; a failed request ends it (the batcher reaps
-        its slot after max_sequence_idle_microseconds)."""
+        its slot after max_sequence_idle_microseconds). A wrong answer does not: the server
+        answered, so the sequence goes on to its END and frees its slot at once (a model
+        mixing sequences would otherwise fill the batcher with abandoned ones)."""
         plan = next(self._next_plan)
         sequence_id = self._ids.take()
         spec_input = type(self).served.spec.input_name  # type: ignore[union-attr]
@@ -222,15 +235,18 @@ class SequenceUser(User):
                         error = self._check.check(sequence_id, step, served, key=plan.sequence_id)
                 except Exception as exc:  # every client/server failure is a failed request
                     error = exc
+                last = step == plan.length - 1
                 self.environment.events.request.fire(
                     request_type=self._request_type,
                     name=self._model,
                     response_time=(time.perf_counter() - started) * 1e3,
                     response_length=size,
                     exception=error,
-                    context=self._context,
+                    context=(
+                        {**self._context, "sequence_length": plan.length} if last else self._context
+                    ),
                 )
-                if error is not None:
+                if error is not None and not isinstance(error, WrongAnswer):
                     return
         finally:
             self._ids.give_back(sequence_id)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +27,6 @@ from typing import Any, ClassVar
 import locust
 import torch
 from locust import User, constant, task
-from locust.exception import StopUser
 
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.client.streaming import (
@@ -39,24 +37,23 @@ from pytest_triton.client.streaming import (
     StreamProtocol,
     generate_http,
 )
-from pytest_triton.load.runner import grpc_gevent, listeners
+from pytest_triton.load.runner import grpc_gevent, listeners, stream_recording
 from pytest_triton.load.runner.checking import answers_every
-from pytest_triton.load.runner.distributed import tell_master_refused
 from pytest_triton.load.runner.embedded import EmbeddedStream
 from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
-from pytest_triton.load.runner.options import run_config
-from pytest_triton.load.runner.user_settings import check_load_allowed, user_endpoint, user_model
+from pytest_triton.load.runner.user_settings import user_endpoint, user_model
+from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
+from pytest_triton.load.webui import events
 from pytest_triton.parity.token_match import wrong_stream
 from pytest_triton.repository.stream import StreamSpec, generate
 
 grpc_gevent.init()
 listeners.install_listeners(locust.events)
+events.install_web_listeners(locust.events)  # after the run's own: they read what it made
 torch.set_num_threads(1)
 
-log = logging.getLogger("pytest_triton.load")
 Reference = Callable[[Sequence[int], int, int], list[int]]
 _user_numbers = itertools.count()
-_refused: set[str] = set()
 
 __all__ = ["EmbeddedStream", "StreamSpec", "StreamUser", "stream_model"]
 
@@ -93,17 +90,9 @@ class StreamUser(User):
     def on_start(self) -> None:
         cls = type(self)
         number = next(_user_numbers)
-        host = self.host or self.environment.host
+        stream_recording.listen_for_streams(self.environment)
         try:
-            config = run_config(self.environment)
-            if not host:
-                raise ConfigError(
-                    "no host to send load to: pass --host URL, or give the user class a "
-                    "`served` stream model so an embedded server starts"
-                )
-            check_load_allowed(
-                host, config, getattr(self.environment.parsed_options, "master_host", None)
-            )
+            host, config = user_host_and_config(self, served="stream model")
             self._model = user_model(cls, config)
             self._url = user_endpoint(cls.protocol, host, config)
             prompts = cls.prompts or (cls.served.spec.prompts(16) if cls.served else None)
@@ -124,11 +113,7 @@ class StreamUser(User):
             self._open_loop = open_loop(self.environment, config, number)
             self._grpc = GrpcStreams(self._url, self.timeout_s) if cls.protocol == "grpc" else None
         except ConfigError as exc:
-            if str(exc) not in _refused:
-                _refused.add(str(exc))
-                log.error("pytest-triton: %s", exc)
-                tell_master_refused(self.environment, str(exc))
-            raise StopUser() from None
+            refuse_user(self.environment, exc)
         self._request_type = "gRPC-stream" if cls.protocol == "grpc" else "HTTP-stream"
 
     @staticmethod
@@ -174,7 +159,7 @@ class StreamUser(User):
             error, streamed = exc, exc.streamed
         except Exception as exc:  # every client/server failure is a failed stream, not a crash
             error = exc
-        context: dict[str, Any] = {"batch_size": 1, "protocol": self.protocol}
+        context: dict[str, Any] = {"batch_size": 1, "protocol": self.protocol, "checked": checked}
         ended = time.perf_counter()
         if streamed is not None:
             streamed.sent_at = min(streamed.sent_at, due)
@@ -183,6 +168,8 @@ class StreamUser(User):
             error = wrong_stream(
                 streamed.tokens, want, context=f"model {self._model!r}, prompt {prompt}"
             )
+            context["stream_checked"] = True
+            context["stream_mismatched"] = error is not None
         if error is None and streamed is not None:
             context["stream"] = (
                 time.time(),

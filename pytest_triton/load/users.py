@@ -4,12 +4,13 @@ A user is one closed loop (no wait between requests): N users keep N requests in
 is perf_analyzer's concurrency mode. With --triton-request-rate R the users share an open loop
 of R requests per second instead (perf_analyzer's request-rate mode, see open_loop.py).
 Requests go through TritonClient, built once per user and only sent in the loop. A closed
-loop of small requests without a wait (TritonUser's own) hands its connection to the process's
-multiplexer (multiplexer.py: one greenlet drives every such user's socket, a third less CPU
-per request than a greenlet each); paced users, open loops and large requests send from their
-own greenlet. Each request is fired as a Locust request event named after the model, with
-`response_length` = the size of its answer as it came over the wire (so Locust's "Average
-size (bytes)" means bytes; the direct HTTP/2 path reads no outputs, only the status) and
+loop without a wait (TritonUser's own) of requests up to 1 MiB hands its connection to the
+process's multiplexer (multiplexer.py: one greenlet drives every such user's socket, a third
+less CPU per request than a greenlet each, and the requests after one batch's answers leave
+together); paced users, open loops and larger requests send from their own greenlet. Each
+request is fired as a Locust request event named after the model, with `response_length`
+= the size of its answer as it came over the wire (so Locust's "Average size (bytes)" means
+bytes; the direct HTTP/2 path reads no outputs, only the status) and
 `context["batch_size"]` = its samples, which pytest-triton counts beside Locust's statistics:
 the verdict, the web UI's Triton tab and PREFIX_triton.csv report samples/s (requests x batch
 size) as NVIDIA's examples do.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -30,7 +30,6 @@ from typing import Any, ClassVar
 import locust
 import numpy as np
 from locust import User, constant, task
-from locust.exception import StopUser
 
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryError, SpecError
@@ -39,13 +38,11 @@ from pytest_triton.client.wire.lane import Lane
 from pytest_triton.client.wire.request import RawAnswer, answer_size
 from pytest_triton.load.runner import grpc_gevent, listeners, multiplexer
 from pytest_triton.load.runner.checking import Reference, update_label, user_answer_check
-from pytest_triton.load.runner.distributed import tell_master_refused
 from pytest_triton.load.runner.embedded import EmbeddedModel, zoo_model
 from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
-from pytest_triton.load.runner.options import default_targets, run_config
+from pytest_triton.load.runner.options import default_targets
 from pytest_triton.load.runner.rollout import sent_after_retirement
 from pytest_triton.load.runner.user_settings import (
-    check_load_allowed,
     user_batch_size,
     user_endpoint,
     user_model,
@@ -53,17 +50,16 @@ from pytest_triton.load.runner.user_settings import (
     user_security,
     user_shared_memory,
 )
+from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
 from pytest_triton.load.webui import events
 
 grpc_gevent.init()
 listeners.install_listeners(locust.events)
 events.install_web_listeners(locust.events)  # after the run's own: they read what it made
 
-log = logging.getLogger("pytest_triton.load")
 InputsFactory = Callable[[int, int], Mapping[str, Any]]
 Answered = tuple[PreparedRequest, RawAnswer]
 _user_numbers = itertools.count()
-_refused: set[str] = set()
 
 __all__ = [
     "EmbeddedModel",
@@ -113,16 +109,8 @@ class TritonUser(User):
     def on_start(self) -> None:
         cls = type(self)
         number = next(_user_numbers)
-        host = self.host or self.environment.host
         try:
-            config = run_config(self.environment)
-            if not host:
-                raise ConfigError(
-                    "no host to send load to: pass --host URL, or give the user "
-                    "class a `served` model so an embedded server starts"
-                )
-            options = self.environment.parsed_options
-            check_load_allowed(host, config, getattr(options, "master_host", None))
+            host, config = user_host_and_config(self)
             self._model = user_model(cls, config)
             self._batch = user_batch_size(cls, config)
             self._protocol = user_protocol(cls, host, config, number)
@@ -175,11 +163,7 @@ class TritonUser(User):
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
             self._lane = self._multiplexed(prepared)
         except (ConfigError, SharedMemoryError, InferenceError, SpecError) as exc:
-            if str(exc) not in _refused:  # once per process, not once per user
-                _refused.add(str(exc))
-                log.error("pytest-triton: %s", exc)
-                tell_master_refused(self.environment, str(exc))
-            raise StopUser() from None
+            refuse_user(self.environment, exc)
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
         self._context = {"batch_size": self._batch, "protocol": self._protocol}
 

@@ -7,14 +7,16 @@ the running test item for the gate report. Nothing here parses log text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pytest_triton.client.stats import ModelStats
 from pytest_triton.parity.compare import OutputDiff, ParityReport, finite_or_none
 
-Check = Literal["parity", "batched_parity", "sequence_parity"]
+Check = Literal[
+    "parity", "batched_parity", "sequence_parity", "pipeline_parity", "pipeline_batching"
+]
 NO_TRANSPORT = "none"
 
 
@@ -51,6 +53,9 @@ class ParityResult:
     server: str = ""  # the server's HTTP endpoint, to tell several servers apart
     device: str = "cpu"  # where the instances ran: the tolerance tables' device
     numerics: str = "strict"
+    # a pipeline's check: its name, mode, front model, the first diverging step of a failed
+    # parity check, each composing model's batching (session/served_pipeline.py)
+    pipeline: Mapping[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -81,6 +86,7 @@ class ParityResult:
                 "queue_us": b.queue.avg_us,
                 "compute_infer_us": b.compute_infer.avg_us,
             }
+        extra = {"pipeline": dict(self.pipeline)} if self.pipeline is not None else {}
         return {
             "variant": self.variant,
             "model": self.model,
@@ -100,6 +106,7 @@ class ParityResult:
             "server": self.server,
             "device": self.device,
             "numerics": self.numerics,
+            **extra,
         }
 
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from pytest_triton.base.config import TritonConfig, check_names, parse_shared_memory
+from pytest_triton.base.config import TritonConfig, check_names
 from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.setting_parsers import parse_shared_memory
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
 from pytest_triton.plugin import gate_report, step_report
 from pytest_triton.repository.builder import Repository

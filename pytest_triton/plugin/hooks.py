@@ -15,18 +15,11 @@ from typing import Any
 
 import pytest
 
-from pytest_triton.base.config import (
-    Setting,
-    Source,
-    TritonConfig,
-    check_environ,
-    check_replicas_behind,
-    join_dash_values,
-    resolve,
-    settings_for,
-)
+from pytest_triton.base.config import Setting, TritonConfig, settings_for
+from pytest_triton.base.config_resolution import check_replicas_behind, resolve
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.importing import load_object
+from pytest_triton.base.setting_sources import Source, check_environ, join_dash_values
 from pytest_triton.client.wire.shm import ID_SUFFIX, cuda_problem
 from pytest_triton.plugin import factories, gate_report, step_report
 from pytest_triton.repository.spec import ModelSpec

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from pytest_triton.base.config import TritonConfig, client_security
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import client_security
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.server.docker_engine import docker_sdk
 from pytest_triton.server.external import ExternalLauncher

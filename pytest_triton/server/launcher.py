@@ -50,7 +50,10 @@ class ServerArgs:
         metrics_port: int,
         address: str | None = None,
         backend_directory: str | None = None,
+        auto_complete: bool = True,
     ) -> list[str]:
+        """The command line; `auto_complete` False turns Triton's config completion off
+        (where no model needs it: see needs_auto_complete)."""
         address = address or self.address
         cmd = [
             executable,
@@ -68,9 +71,31 @@ class ServerArgs:
         ]
         if backend_directory:
             cmd.append(f"--backend-directory={backend_directory}")
+        if not auto_complete and not any("auto-complete" in a for a in self.extra_args):
+            cmd.append("--disable-auto-complete-config")
         cmd += [f"--load-model={m}" for m in self.load_models]
         cmd += list(self.extra_args)
         return cmd
+
+
+def needs_auto_complete(repository: Path) -> bool:
+    """Whether a python-backend model of the repository relies on Triton completing its
+    config: one without a config.pbtxt, or one whose model.py has `auto_complete_config`.
+    Models pytest-triton writes never do, and on the python backend auto-completion costs
+    each model load a stub of its own, started and finalized (about 1.3 s a model here,
+    measured with --log-verbose=1). Only for servers with the python backend alone: other
+    backends complete configs from the model file (inputs, max_batch_size)."""
+    if not repository.is_dir():
+        return True
+    for model in repository.iterdir():
+        if not model.is_dir() or model.name.startswith("."):
+            continue
+        if not (model / "config.pbtxt").is_file():
+            return True
+        for code in model.glob("*/model.py"):
+            if "auto_complete_config" in code.read_text(errors="replace"):
+                return True
+    return False
 
 
 def exit_description(launcher: str, code: int) -> str:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.client.stats import ModelStats, StatsWindow, assert_dynamic_batching
 from pytest_triton.client.triton_client import TritonClient
 from pytest_triton.parity.compare import ParityReport, Tolerance, compare_outputs, tolerance_for
-from pytest_triton.parity.results import transport_of
+from pytest_triton.parity.results import Check, ParityResult, transport_of
 from pytest_triton.repository.pipeline import MODES, PipelineSpec, Step
 from pytest_triton.repository.pipeline_build import PipelineRepository
 from pytest_triton.session.deployment import Deployment, ServedModel
@@ -147,10 +148,19 @@ class ServedPipeline:
             ),
             tolerances=self._tolerances(tolerances, reference),
         )
+        step, divergence = (
+            (None, "") if report.ok else self._divergence(client, reference, tolerances)
+        )
+        self._record(
+            client,
+            "pipeline_parity",
+            [report],
+            batch_size=len(next(iter(inputs.values()))),
+            first_diverging_step=step,
+            divergence=divergence.splitlines()[0] if divergence else "",
+        )
         if not report.ok:
-            raise AssertionError(
-                report.describe() + "\n" + self.first_divergence(client, reference, tolerances)
-            )
+            raise AssertionError(report.describe() + "\n" + divergence)
         return report
 
     def step_reports(
@@ -185,13 +195,62 @@ class ServedPipeline:
         tolerances: Mapping[str, Tolerance] | None = None,
     ) -> str:
         """Which step parts from PyTorch first, each step served alone on PyTorch's inputs."""
+        return self._divergence(client, reference, tolerances)[1]
+
+    def _divergence(
+        self,
+        client: TritonClient,
+        reference: Mapping[str, Array],
+        tolerances: Mapping[str, Tolerance] | None = None,
+    ) -> tuple[str | None, str]:
+        """The first diverging step's name (None: no step alone diverges) and what it says."""
         for step, report in self.step_reports(client, reference, tolerances):
             if not report.ok:
-                return f"first diverging step: {step.name!r}\n" + report.describe()
-        return (
+                return step.name, f"first diverging step: {step.name!r}\n" + report.describe()
+        return None, (
             "every step served alone answers like its PyTorch reference: the divergence comes "
             "from the composition (the front model's tensor mapping), or from differences "
             "within tolerance that grew across steps"
+        )
+
+    def _record(
+        self,
+        client: TritonClient,
+        check: Check,
+        reports: list[ParityReport],
+        *,
+        batch_size: int,
+        **pipeline: Any,
+    ) -> None:
+        """The check as a ParityResult for the deployment's listeners (the gate report's
+        parity table, and its pipelines section from `pipeline`)."""
+        formats = dict.fromkeys(self.spec.step_format_of(step) for step in self.spec.steps)
+        target = self.repository.target
+        self.deployment.record(
+            ParityResult(
+                variant=self.id,
+                model=self.spec.name,
+                triton_model=self.name,
+                format="+".join(formats),
+                precision="fp32",
+                backend="ensemble" if self.mode == "ensemble" else "python",
+                protocol=client.protocol,
+                transport=transport_of(client),
+                check=check,
+                batch_size=batch_size,
+                requests=len(reports),
+                reports=tuple(reports),
+                server=self.deployment.server.endpoints.http,
+                device="gpu" if target.gpu else "cpu",
+                numerics=target.numerics,
+                pipeline={
+                    "pipeline": self.spec.name,
+                    "mode": self.mode,
+                    "front_model": self.name,
+                    "steps": [step.name for step in self.spec.steps],
+                    **pipeline,
+                },
+            )
         )
 
     # -- batching ---------------------------------------------------------------------------
@@ -219,29 +278,67 @@ class ServedPipeline:
                 for key, model in models.items()
             }
             answers = client.infer_many(self.name, singles, list(self.spec.outputs))
-        for index, (single, answer) in enumerate(zip(singles, answers, strict=True)):
+        reports = []
+        for single, answer in zip(singles, answers, strict=True):
             reference = self.reference(single)
             expected = {n: reference[n] for n in self.spec.outputs}
-            report = compare_outputs(
-                expected,
-                _shaped(answer, expected),
-                context=self._context(client, f"pipeline {self.spec.name!r} ({self.mode})"),
-                tolerances=self._tolerances(tolerances, reference),
-            )
-            if not report.ok:
-                raise AssertionError(
-                    f"request {index} of {requests} sent together: {report.describe()}"
+            reports.append(
+                compare_outputs(
+                    expected,
+                    _shaped(answer, expected),
+                    context=self._context(client, f"pipeline {self.spec.name!r} ({self.mode})"),
+                    tolerances=self._tolerances(tolerances, reference),
                 )
+            )
         deltas = {key: window.delta for key, window in windows.items()}
+        failures = []
         for step in self.spec.steps:
             try:
                 assert_dynamic_batching(deltas[step.name], min_batch_size=min_batch_size)
             except AssertionError as exc:
-                raise AssertionError(
+                failures.append(
                     f"pipeline {self.spec.name!r} step {step.name!r} (model "
                     f"{models[step.name]!r}): {exc}"
-                ) from None
+                )
+        self._record(
+            client,
+            "pipeline_batching",
+            reports,
+            batch_size=1,
+            batching=[
+                _batching(step.name, models[step.name], deltas[step.name], min_batch_size)
+                for step in self.spec.steps
+            ],
+            front=_batching(self.name, self.name, deltas[self.name], min_batch_size),
+        )
+        for index, report in enumerate(reports):
+            if not report.ok:
+                raise AssertionError(
+                    f"request {index} of {requests} sent together: {report.describe()}"
+                )
+        if failures:
+            raise AssertionError(failures[0])
         return deltas
+
+
+def _batching(step: str, model: str, delta: ModelStats, min_batch_size: int) -> dict[str, Any]:
+    """One composing model's batching proof, as the gate report shows it (`batched`: what
+    assert_dynamic_batching asks)."""
+    try:
+        assert_dynamic_batching(delta, min_batch_size=min_batch_size)
+        batched = True
+    except AssertionError:
+        batched = False
+    return {
+        "step": step,
+        "model": model,
+        "requests": delta.requests,
+        "executions": delta.execution_count,
+        "inferences": delta.inference_count,
+        "avg_batch_size": delta.avg_batch_size,
+        "batch_histogram": {str(k): v for k, v in sorted(delta.batches.items())},
+        "batched": batched,
+    }
 
 
 def _shaped(served: dict[str, Array], expected: Mapping[str, Array]) -> dict[str, Array]:

@@ -124,6 +124,19 @@ def test_no_moved_name_shadows_a_module_and_every_target_exists() -> None:
         assert not (path / "__init__.py").exists() and not path.with_suffix(".py").exists(), old
 
 
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [(m, n) for m, homes in moved.MOVED_NAMES.items() for n in sorted(homes)],
+)
+def test_a_name_that_left_its_module_is_found_from_there_with_a_warning(
+    module: str, name: str
+) -> None:
+    new = f"pytest_triton.{moved.MOVED_NAMES[module][name]}"
+    with pytest.warns(DeprecationWarning, match=rf"{module}\.{name} moved to {new}\.{name}"):
+        found = getattr(importlib.import_module(f"pytest_triton.{module}"), name)
+    assert found is getattr(importlib.import_module(new), name)
+
+
 OLD_LOCUSTFILE_IMPORTS = """
 import locust  # as in a Locust process: it patches the process before the locustfile
 import json, sys, warnings, importlib

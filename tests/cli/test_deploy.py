@@ -265,3 +265,73 @@ def test_bad_combinations_are_clear_errors(
     err = capsys.readouterr().err
     assert err.startswith("triton-deploy: error: ") and message in err, err
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").rglob("*.onnx"))
+
+
+# -- --spec: a stateful model or a pipeline of your own -----------------------------------------
+@pytest.mark.triton
+def test_a_sequence_spec_is_deployed_and_its_sequences_checked(tmp_path: Path) -> None:
+    out = run_deploy(
+        "--spec",
+        "pytest_triton.models.streaming_gru:sequence_spec",
+        "--save-dir",
+        str(tmp_path),
+        "--check",
+    )
+    config = pbtxt.read_config(tmp_path / "streaming_gru_direct" / "config.pbtxt")
+    assert config.HasField("sequence_batching") and config.sequence_batching.HasField("direct")
+    assert {c.name for c in config.sequence_batching.control_input} >= {"START", "END", "CORRID"}
+    assert (tmp_path / "streaming_gru_direct" / "1" / "model.py").is_file()
+    for protocol in ("http", "grpc"):
+        assert f"check {protocol}: sequence parity ok: model 'streaming_gru_direct'" in out, out
+
+
+def test_a_pipeline_spec_writes_its_steps_and_front_models(tmp_path: Path) -> None:
+    out = run_deploy(
+        "--spec", "tests.helpers.pipeline_models:classifier_pipeline", "--save-dir", str(tmp_path)
+    )
+    ensemble = pbtxt.read_config(tmp_path / "classify" / "config.pbtxt")
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [
+        "classify_preprocess",
+        "classify_model",
+        "classify_postprocess",
+    ]
+    assert (tmp_path / "classify_bls" / "1" / "model.py").is_file()
+    assert (tmp_path / "classify_bls_async" / "1" / "model.py").is_file()
+    for step in ("preprocess", "model", "postprocess"):
+        assert list((tmp_path / f"classify_{step}").rglob("model.pt")), step
+        assert f"step {step!r}: classify_{step}" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--spec", "pytest_triton.models.streaming_gru:sequence_spec", "--onnx"],
+            "--onnx: not taken with --spec",
+        ),
+        (
+            ["--spec", "tests.helpers.pipeline_models:classifier_pipeline", "--ts-trace"],
+            "is a pipeline: each step's format",
+        ),
+        (
+            ["--spec", "tests.helpers.probe_models:probe_spec"],
+            "returned ModelSpec: it must return a SequenceSpec",
+        ),
+        (
+            ["--spec", "pytest_triton.models.streaming_gru:sequence_spec", "--", "--small"],
+            "takes no model arguments",
+        ),
+        (["--save-dir", "x"], "one of --ts-script, --ts-trace, --onnx, --trt is required"),
+    ],
+)
+def test_bad_spec_deployments_are_clear_errors(
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert deploy_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("triton-deploy: error: ") and message in err, err

@@ -31,6 +31,7 @@ from pytest_triton.client.wire.shm import cuda_problem, our_regions, reap_orphan
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import RunningServer
 from pytest_triton.session.deployment import Deployment, ServedModel
+from tests.helpers.interrupts import default_sigint
 from tests.helpers.raw_models import write_bytes_model, write_python_model
 from tests.plugin.test_plugin import CONFTEST
 
@@ -208,6 +209,22 @@ def test_a_region_the_server_cannot_map_is_named_and_unlinked(
     assert client.shared_memory_regions == [] and left([name], server) == []
 
 
+def stacks_of(proc: subprocess.Popen[str]) -> str:
+    """Where a process that should have exited is stuck (py-spy, installed by the dev extra),
+    and what it wrote to stderr."""
+    spy = Path(sys.executable).with_name("py-spy")
+    dump = (
+        subprocess.run(
+            [str(spy), "dump", "--pid", str(proc.pid)], capture_output=True, text=True
+        ).stdout
+        if spy.exists()
+        else "(no py-spy)"
+    )
+    proc.kill()
+    _, err = proc.communicate()
+    return f"{dump}\nstderr:\n{err[-3000:]}"
+
+
 ORPHAN_SCRIPT = """
 import sys, time, numpy as np
 from pytest_triton import TritonClient
@@ -236,6 +253,7 @@ def test_no_region_outlives_its_process(server: RunningServer, sig: signal.Signa
         script = ORPHAN_SCRIPT
     proc = subprocess.Popen(
         [sys.executable, "-c", script, server.endpoints.grpc, "grpc"],
+        preexec_fn=default_sigint,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -247,7 +265,10 @@ def test_no_region_outlives_its_process(server: RunningServer, sig: signal.Signa
         )
         assert len(our_regions(proc.pid)) == 1
         proc.send_signal(sig)
-        proc.wait(60)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 60 s after {sig.name}:\n{stacks_of(proc)}")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_triton import ModelStats, Repository, StatsWindow, assert_dynamic_batching
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.session.deployment import Deployment
 from pytest_triton.session.lifecycle import start_deployment
 from tests.helpers.tiny_models import scorer_spec

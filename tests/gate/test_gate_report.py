@@ -20,6 +20,7 @@ from pytest_triton.gate.markdown import render
 from pytest_triton.gate.output import REPORT_JSON, save_baseline, write_report
 from pytest_triton.parity.compare import Tolerance, compare_output, compare_outputs
 from pytest_triton.parity.results import transport_of
+from tests.helpers.gate_documents import document_of
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -129,6 +130,62 @@ def test_batching_rows_sum_requests_and_executions() -> None:
     assert (row["requests"], row["executions"], row["inferences"]) == (16, 4, 16)
     assert row["avg_batch_size"] == 4.0 and row["batched"]
     assert row["batch_histogram"] == {"1": 2, "7": 2}
+
+
+def pipeline_record(
+    mode: str, check: str, protocol: str, ok: bool = True, **pipeline: Any
+) -> dict[str, Any]:
+    return {
+        **record(f"p-{mode}", protocol, [output("probs", 0.1 if ok else 3.0)]),
+        "check": check,
+        "pipeline": {"pipeline": "p", "mode": mode, "front_model": f"p_{mode}", **pipeline},
+    }
+
+
+def proof(step: str, executions: int, batched: bool) -> dict[str, Any]:
+    return {
+        "step": step,
+        "model": f"p_{step}",
+        "requests": 8,
+        "executions": executions,
+        "inferences": 8,
+        "batch_histogram": {"1": executions} if not batched else {"4": 2},
+        "batched": batched,
+    }
+
+
+def test_pipeline_rows_per_pipeline_and_mode_with_the_first_diverging_step() -> None:
+    records = [
+        pipeline_record("ensemble", "pipeline_parity", "http"),
+        pipeline_record("ensemble", "pipeline_parity", "grpc"),
+        pipeline_record("ensemble", "pipeline_batching", "grpc", batching=[proof("pre", 2, True)]),
+        pipeline_record("ensemble", "pipeline_batching", "grpc", batching=[proof("pre", 2, True)]),
+        pipeline_record(
+            "bls",
+            "pipeline_parity",
+            "http",
+            ok=False,
+            first_diverging_step="post",
+            divergence="first diverging step: 'post'",
+        ),
+        pipeline_record("bls", "pipeline_batching", "http", batching=[proof("pre", 8, False)]),
+        record("m-onnx-hosted", "http", [output("y", 0.1)]),  # not a pipeline's
+    ]
+    bls, ensemble = gd.pipeline_rows(records)
+    assert (ensemble["parity_checks"], ensemble["parity_ok"], ensemble["batched"]) == (
+        2,
+        True,
+        True,
+    )
+    assert ensemble["paths"] == ["http/none", "grpc/none"] and ensemble["batching_checks"] == 2
+    (pre,) = ensemble["steps"]
+    assert (pre["requests"], pre["executions"], pre["avg_batch_size"]) == (16, 4, 4.0)
+    assert pre["batch_histogram"] == {"4": 4}
+    assert (bls["parity_ok"], bls["first_diverging_step"], bls["batched"]) == (False, "post", False)
+    markdown = render(document_of(records))
+    assert "| p | bls | p_bls | http/none | FAIL | post | NO |" in markdown
+    assert "| p | ensemble | pre | p_pre | 16 | 4 | 4.00 | 4 x 4 | yes |" in markdown
+    assert "## Pipelines" not in render(gate_document())  # no pipeline, no section
 
 
 # -- load files -----------------------------------------------------------------------------------
@@ -257,18 +314,8 @@ def gate_document(
     headroom: float = 0.05,
     windows: list[dict[str, float]] | None = None,
 ) -> dict[str, Any]:
-    collected = gd.Collected(parity=[record("m-onnx-hosted", "http", [output("y", headroom)])])
     run = load_run("dlrm", "load-dlrm.json", locust_document(throughput, p99, windows=windows))
-    doc = gd.build_document(
-        collected,
-        environment={"python": "3", "platform": "p", "packages": {}},
-        load_runs=[run],
-        problems=[],
-        exit_status=0,
-        duration_s=1.0,
-        junit=None,
-    )
-    return gd.decide(doc)
+    return document_of([record("m-onnx-hosted", "http", [output("y", headroom)])], [run])
 
 
 def test_same_figures_pass_and_a_faster_baseline_names_the_throughput_drop() -> None:
@@ -438,6 +485,7 @@ def test_stages_soak_answers_update_and_plots_reach_the_gate_report() -> None:
         "itl_p99_ms": 27.967,
         "good_streams": 796,
         "goodput": 0.993,
+        "run": {"streams": 900, "checked_streams": 450, "mismatched_streams": 0},
     }
     document["wrong_answers"] = 0
     document["measured"] = {**document["measured"], "goodput": 0.99, "slo_ms": 20.0}
@@ -468,7 +516,8 @@ def test_stages_soak_answers_update_and_plots_reach_the_gate_report() -> None:
         "![dlrm: load-dlrm-memory.png](load-dlrm-memory.png)",
         "Answers of dlrm checked: 0 wrong.",
         "Streams of dlrm: 802 streams, 675 output tokens/s; time to first token p50 24.9 / p99 "
-        "91.6 ms, inter-token latency p50 1.59 / p99 28 ms, goodput 0.993",
+        "91.6 ms, inter-token latency p50 1.59 / p99 28 ms, goodput 0.993; whole run 900 "
+        "streams, 450 checked token by token, 0 mismatched.",
         "Goodput of dlrm: 0.99 of the requests succeeded within 20 ms.",
         "Model update in dlrm: dlrm_onnx version 1 -> 2, p99 38.1 ms during the switch, "
         "1928 requests after it.",
@@ -490,8 +539,9 @@ def test_markdown_of_a_failed_gate_lists_failures_and_skips() -> None:
 
 
 def test_baseline_limits_are_settings_with_checked_values() -> None:
-    from pytest_triton.base.config import from_mapping, resolve
+    from pytest_triton.base.config_resolution import resolve
     from pytest_triton.base.errors import ConfigError
+    from pytest_triton.base.setting_sources import from_mapping
 
     config = resolve()
     assert (
@@ -507,7 +557,8 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
     """triton-perf's own --json (write_reports + sweep_verdict) as the report reads it."""
     import argparse
 
-    from pytest_triton.base.config import from_mapping, resolve
+    from pytest_triton.base.config_resolution import resolve
+    from pytest_triton.base.setting_sources import from_mapping
     from pytest_triton.load.perf.points import Point
     from pytest_triton.load.perf.report import sweep_verdict, write_reports
 

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.load.runner.embedded import EmbeddedModel, EmbeddedServer
 from tests.helpers.probe_models import probe_spec
 

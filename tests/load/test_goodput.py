@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.base.config import check_goodput, resolve
+from pytest_triton.base.config_resolution import check_goodput, resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.load.measure import targets as tg

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.load.runner.embedded import (

@@ -15,8 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_triton.base.config import from_arguments, from_environ, resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.setting_sources import from_arguments, from_environ
 from pytest_triton.base.urls import Endpoints, check_host, is_loopback
 from pytest_triton.client.stats import Duration, ModelStats
 from pytest_triton.load.measure import targets as tg

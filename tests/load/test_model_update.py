@@ -24,14 +24,16 @@ def test_a_model_update_under_load_keeps_every_answer_right(tmp_path: Path) -> N
         "-r",
         "4",
         "-t",
-        "15s",  # loading a python-backend version takes seconds on a busy machine
+        "120s",  # a bound: the run ends 3 s after the update, however long its load took
         "--triton-format",
         "torchscript-trace",
         *UPDATE,
         "--triton-update-at",
         "2",
+        "--triton-update-then",
+        "3",
         tmp_path=tmp_path,
-        timeout=180,
+        timeout=240,
     )
     assert run.code == 0, run.tail()
     assert run.report is not None
@@ -56,15 +58,17 @@ def test_an_update_to_a_version_serving_wrong_answers_fails_the_run(tmp_path: Pa
         "-r",
         "2",
         "-t",
-        "15s",  # loading version 2 takes seconds on a busy machine (as in the test above)
+        "120s",  # a bound, as in the test above
         "--triton-format",
         "torchscript-trace",
         "--triton-update-to",
         "tests.helpers.probe_models:broken_v2_spec",
         "--triton-update-at",
         "1",
+        "--triton-update-then",
+        "3",
         tmp_path=tmp_path,
-        timeout=180,
+        timeout=240,
     )
     assert run.code == 1, run.tail()
     assert run.report is not None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import RefusedError
 from pytest_triton.base.security import Security
 from pytest_triton.client import refusals

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.load.measure.stages import (

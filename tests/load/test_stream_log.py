@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pytest_triton.base.config import check_stream_goodput, resolve
+from pytest_triton.base.config_resolution import check_stream_goodput, resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.load.measure.stream_log import StreamLog
 
@@ -41,6 +41,22 @@ def test_workers_reports_add_up_on_the_master() -> None:
     assert figures is not None
     assert (figures.streams, figures.tokens, figures.failed, figures.good) == (2, 4, 1, 1)
     assert figures.ttft_ms[99.0] == pytest.approx(20.0, rel=1e-3)
+
+
+def test_checked_and_mismatched_streams_add_up_across_workers() -> None:
+    """The whole run's counts (warm-up included) reach the master, checked streams too."""
+    workers, master = [StreamLog(), StreamLog()], StreamLog()
+    workers[0].record(10.5, 0.01, [0.001], 0.02, 2, checked=True)
+    workers[0].record(11.5, 0.01, [0.001], 0.02, 2)
+    workers[1].record_failed(12.5, checked=True, mismatched=True)
+    workers[1].record_failed(12.6)  # an error: not compared
+    for worker in workers:
+        master.add_sent(worker.take_unsent())
+    total = master.total()
+    assert (total.streams, total.failed, total.tokens) == (2, 2, 4)
+    assert (total.checked, total.mismatched) == (2, 1)
+    assert (master.first_at, master.last_at) == (10.0, 13.0)
+    assert StreamLog().first_at is None and StreamLog().total().streams == 0
 
 
 def test_goodput_without_a_stream_is_not_a_number() -> None:

@@ -248,6 +248,10 @@ def test_impossible_ttft_and_a_corrupted_token_fail_naming_them(
     assert any(text in done.output for text in wrong), done.tail()
     assert done.report is not None
     assert done.report["wrong_answers"] > 0
+    # every wrong stream was found by a check (--triton-check-every 1): the whole run's counts
+    run = done.report["streams"]["run"]
+    assert run["mismatched_streams"] == done.report["wrong_answers"], run
+    assert run["checked_streams"] == run["mismatched_streams"] + run["streams"] > 0, run
     rows = {c["name"]: c for c in done.report["checks"]}
     assert rows["wrong_answers"]["passed"] is False
     assert rows["perf_stream_goodput"]["passed"] is False

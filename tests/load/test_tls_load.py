@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.security import Security
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.load.runner.scrape import Scraper, metrics_security, metrics_url

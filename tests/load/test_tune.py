@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.cli.triton_tune import _parser, options_from
 from pytest_triton.load.tune import space as sp

@@ -1,6 +1,7 @@
 """Locust's web UI as a person sees it: a real run against the embedded server (distributed:
 a master and two workers, so the tab shows the master's totals), the Triton tab and the charts
-page rendered by headless Chromium while the load runs; and where the web UI listens."""
+page rendered by headless Chromium while the load runs; the same for streams from a decoupled
+model, whose counts the master merges from its workers; and where the web UI listens."""
 
 from __future__ import annotations
 
@@ -18,12 +19,23 @@ import psutil
 import pytest
 
 from tests.helpers import browser
-from tests.helpers.locust_runs import PROBE_LOCUSTFILE, Locust, free_port, locust_args
+from tests.helpers.locust_runs import (
+    PROBE_LOCUSTFILE,
+    REPO,
+    Locust,
+    free_port,
+    locust_args,
+    subprocess_env,
+)
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
 # `make screenshots` sets this to refresh the README's images from this very test.
 SCREENSHOTS = os.environ.get("PYTEST_TRITON_SCREENSHOTS")
 RUN_TIME_S = 45 if SCREENSHOTS else 20  # screenshots: time for some history while it runs
+LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "probe_and_streams.py"
+STREAM_MODEL = "tiny_stream"
+PROBE = "probe_onnx"
+USERS = 10  # 6 probe users and 4 streaming ones, half of each on either worker
 
 
 def get_json(url: str) -> dict[str, Any] | None:
@@ -35,13 +47,22 @@ def get_json(url: str) -> dict[str, Any] | None:
 
 
 def wait_for_load(run: Locust, base: str, timeout: float) -> dict[str, Any]:
-    """The live view once it reports a non-zero samples/s (the web UI starts after the
-    embedded server is up; Locust's current rates need a few seconds of load)."""
+    """The live view once it reports a non-zero samples/s for the probe model and checked
+    streams with tokens/s (the web UI starts after the embedded server is up; Locust's
+    current rates need a few seconds of load)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and run.proc.poll() is None:
         live = get_json(f"{base}/triton/live.json")
-        if live and live["models"] and live["models"][0]["samples_s"] > 0:
-            return live
+        models = {m["model"]: m for m in live["models"]} if live else {}
+        streams = live and live.get("streams")
+        if (
+            PROBE in models
+            and models[PROBE]["samples_s"] > 0
+            and streams
+            and streams["checked"] > 0
+            and (streams["tokens_per_s"] or 0) > 0
+        ):
+            return live  # type: ignore[return-value]
         time.sleep(0.5)
     run.kill()
     pytest.fail(f"the Triton tab never showed load within {timeout:.0f}s:\n{run.finish(5).tail()}")
@@ -89,41 +110,40 @@ def save_screenshots(base: str) -> None:
 
 
 def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> None:
-    """The load runs for at most RUN_TIME_S; the web UI stays up afterwards (--autoquit) so
-    a slow browser on a busy machine still finds it, and the test ends Locust with SIGTERM as
-    soon as it has seen the pages."""
+    """The probe model and the streaming generator under load from a master and two worker
+    processes, on the run's own server. The load runs for at most RUN_TIME_S; the web UI
+    stays up afterwards (--autoquit) so a slow browser on a busy machine still finds it, and
+    the test ends Locust with SIGTERM as soon as it has seen the pages. The Triton tab shows
+    the probe's figures and the streams' (TTFT, ITL, tokens/s, goodput, checked streams); at
+    the end the master's whole-run stream counts equal the sum of what each worker counted
+    itself, and the server answered as many streams (plus those in flight at the stop)."""
     browser.chromium()  # no browser: fail now, before starting anything
     port, master_port = free_port(), free_port()
-    report = tmp_path / "report.json"
+    report, counts = tmp_path / "report.json", tmp_path / "counts"
+    counts.mkdir()
     base = f"http://127.0.0.1:{port}"
     run = Locust(
         locust_args(
-            PROBE_LOCUSTFILE,
-            "--web-port",
-            str(port),
+            LOCUSTFILE,
+            "--web-port", str(port),
             "--autostart",
-            "-u",
-            "8",
-            "-r",
-            "8",
-            "-t",
-            f"{RUN_TIME_S}s",
-            "--autoquit",
-            "120",
-            "--processes",
-            "2",
-            "--master-bind-host",
-            "127.0.0.1",
-            "--master-bind-port",
-            str(master_port),
-            "--master-port",
-            str(master_port),
-            "--csv",
-            str(tmp_path / "run"),
+            "-u", str(USERS), "-r", str(USERS),
+            "-t", f"{RUN_TIME_S}s",
+            "--autoquit", "120",
+            "--processes", "2",
+            "--master-bind-host", "127.0.0.1",
+            "--master-bind-port", str(master_port),
+            "--master-port", str(master_port),
+            "--csv", str(tmp_path / "run"),
+            "--triton-check-every", "2",
+            "--perf-ttft-p99", "5000",
+            "--perf-stream-goodput", "0.5",
+            "--perf-slo-ttft-ms", "5000",
             report=report,
         ),
         report,
-    )
+        env=subprocess_env(STREAM_COUNTS_DIR=str(counts)),
+    )  # fmt: skip
     try:
         live = wait_for_load(run, base, timeout=180)
         assert live["state"] == "running", live["state"]
@@ -138,8 +158,9 @@ def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> N
         histogram = rows["probe_onnx", "batch-size histogram (size x executions)"][2]
         assert re.fullmatch(r"\d+ x \d+(, \d+ x \d+)*", histogram), histogram
         sizes = [int(pair.split(" x ")[0]) for pair in histogram.split(", ")]
-        assert max(sizes) > 1, f"8 users in flight should batch: {histogram}"
+        assert max(sizes) > 1, f"6 users in flight should batch: {histogram}"
         assert rows["Aggregated", "perf_fail_ratio"][3:] == ["<= 0", "PASS"], rows
+        assert_stream_rows(rows)
 
         charts = browser.render(f"{base}/triton")
         points = re.search(r'data-chart="samples" data-points="(\d+)"', charts)
@@ -164,6 +185,47 @@ def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> N
         triton = {row["Name"]: row for row in csv.DictReader(f)}
     assert int(triton["Aggregated"]["Samples"]) == measured["samples"]
     assert float(triton["probe_onnx"]["Samples/s"]) > 0
+    assert_streams_add_up(done.report, counts)
+
+
+def assert_stream_rows(rows: dict[tuple[str, str], list[str]]) -> None:
+    """The streams' rows of the Triton tab, with plausible values."""
+    values = {figure: row[2] for (model, figure), row in rows.items() if model == STREAM_MODEL}
+    ttft = [number(values[f"time to first token {p} (ms)"]) for p in ("p50", "p99")]
+    itl = [number(values[f"inter-token latency {p} (ms)"]) for p in ("p50", "p99")]
+    assert 0 < ttft[0] <= ttft[1] and 0 <= itl[0] <= itl[1], values
+    # "now" while the load runs, the run's average once it stopped (a slow browser may see it)
+    rate = values.get("output tokens/s (now)") or values["output tokens/s (run average)"]
+    assert number(rate) > 0, values
+    assert 0 < number(values["stream goodput"]) <= 1, values
+    checked = re.fullmatch(r"([\d,]+) \(([\d,]+)\)", values["streams checked (mismatched)"])
+    assert checked and number(checked.group(1)) > 0 and checked.group(2) == "0", values
+    streamed = re.fullmatch(r"([\d,]+) \(([\d,]+)\)", values["streams (failed)"])
+    assert streamed and number(streamed.group(1)) >= number(checked.group(1)), values
+    target = rows["Aggregated", "perf_ttft_p99 (ms)"]
+    assert target[3:] == ["<= 5,000", "PASS"] and number(target[2]) > 0, target
+
+
+def assert_streams_add_up(report: dict[str, Any], counts: Path) -> None:
+    """The master's whole-run stream counts are the sum of what each worker counted itself
+    (tests/helpers/locustfiles/probe_and_streams.py), and the server's agree."""
+    assert report["streams"] is not None, report
+    merged = report["streams"]["run"]
+    sent = [json.loads(path.read_text()) for path in sorted(counts.glob("worker-*.json"))]
+    assert len(sent) == 2 and all(worker["streams"] > 0 for worker in sent), sent
+    for ours, theirs in (
+        ("streams", "streams"),
+        ("failed_streams", "failed"),
+        ("output_tokens", "tokens"),
+        ("checked_streams", "checked"),
+        ("mismatched_streams", "mismatched"),
+    ):
+        assert merged[ours] == sum(worker[theirs] for worker in sent), (ours, merged, sent)
+    assert merged["failed_streams"] == merged["mismatched_streams"] == 0, merged
+    assert merged["output_tokens"] == 8 * merged["streams"]
+    assert merged["checked_streams"] >= merged["streams"] // 2 - 4, merged  # 4 stream users
+    (server,) = [s for s in report["server"] if s["model"] == STREAM_MODEL]
+    assert 0 <= server["success_count"] - merged["streams"] <= 4, (server, merged)
 
 
 def test_an_explicit_loopback_web_host_wins(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pytest_triton.load.webui.snapshot import (
     CSV_HEADER,
     ModelFigures,
     Snapshot,
+    StreamsNow,
     as_json,
     csv_rows,
     tab_rows,
@@ -163,6 +164,43 @@ def test_tab_rows_before_a_run_and_at_its_end() -> None:
     assert (
         final[AGGREGATED, "load generator CPU (% of a core, run average)"]["status"] == "SATURATED"
     )
+
+
+def test_stream_rows_show_ttft_itl_tokens_goodput_and_checked_streams() -> None:
+    streams = StreamsNow(
+        "tiny_generator",
+        streams=40,
+        failed=1,
+        tokens=640,
+        checked=20,
+        mismatched=1,
+        ttft_p50_ms=12.34,
+        ttft_p99_ms=88.0,
+        itl_p50_ms=1.5,
+        itl_p99_ms=20.5,
+        tokens_per_s=120.0,
+        run_tokens_per_s=100.0,
+        goodput=0.975,
+    )
+    base = snapshot()
+    running = Snapshot("running", 10.0, 10.0, base.models, streams=streams)
+    rows = {(r["model"], r["figure"]): r["value"] for r in tab_rows(running)}
+    assert rows["tiny_generator", "streams (failed)"] == "40 (1)"
+    assert rows["tiny_generator", "time to first token p50 (ms)"] == "12.3"
+    assert rows["tiny_generator", "time to first token p99 (ms)"] == "88.0"
+    assert rows["tiny_generator", "inter-token latency p99 (ms)"] == "20.5"
+    assert rows["tiny_generator", "output tokens/s (now)"] == "120"
+    assert rows["tiny_generator", "stream goodput"] == "0.975"
+    assert rows["tiny_generator", "streams checked (mismatched)"] == "20 (1)"
+    final = Snapshot("stopped", 10.0, 10.0, [], final=True, streams=streams)
+    rows = {(r["model"], r["figure"]): r["value"] for r in tab_rows(final)}
+    assert rows["tiny_generator", "output tokens/s (run average)"] == "100"
+    without_slo = Snapshot("running", 1.0, 1.0, [], streams=StreamsNow("m", 1, 0, 16, 0, 0))
+    rows = {(r["model"], r["figure"]): r["value"] for r in tab_rows(without_slo)}
+    assert rows["m", "stream goodput"].startswith("no SLO")
+    assert rows["m", "time to first token p99 (ms)"] == "n/a"
+    assert as_json(running, [])["streams"]["checked"] == 20
+    assert as_json(base, [])["streams"] is None
 
 
 def test_a_model_without_readable_statistics_says_so() -> None:

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from pytest_triton import Repository, TritonClient
-from pytest_triton.base.config import TritonConfig, resolve
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.parity.compare import compare_outputs
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.hosted_env import stub_numpy_problem

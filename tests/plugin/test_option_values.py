@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton.base.config import join_dash_values
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.importing import load_object
+from pytest_triton.base.setting_sources import join_dash_values
 
 
 def test_a_value_that_begins_with_dashes_is_joined_to_its_flag() -> None:

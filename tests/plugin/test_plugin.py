@@ -13,6 +13,7 @@ import pytest
 
 from pytest_triton.base.processes import group_members
 from pytest_triton.server import LocalLauncher, ServerArgs
+from tests.helpers.interrupts import default_sigint
 
 CONFTEST = """
 import torch
@@ -282,6 +283,7 @@ def test_wait(triton_model, triton_client):
             cwd=pytester.path,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=default_sigint,
         )
         deadline = time.monotonic() + 120
         while not marker.exists() or not marker.read_text():

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from pytest_triton import InferenceError, Repository, ServerError, TritonClient
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.processes import group_members
 from pytest_triton.server import ServerArgs
 from pytest_triton.server.container import CPU_IMAGE, ContainerLauncher, ContainerSettings

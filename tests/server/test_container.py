@@ -19,7 +19,7 @@ import pytest
 from docker.types import DeviceRequest, Ulimit
 
 from pytest_triton import ConfigError, ModelLoadError, Repository, ServerError, TritonClient
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.repository import pbtxt
 from pytest_triton.server import ServerArgs
@@ -35,6 +35,7 @@ from pytest_triton.server.container import (
     reap_orphan_containers,
 )
 from pytest_triton.server.tensorrt import plan_problem
+from tests.helpers.interrupts import default_sigint
 from tests.helpers.raw_models import write_python_model
 from tests.helpers.tiny_models import scorer_spec
 
@@ -356,6 +357,35 @@ def test_conformance_suite_runs_in_the_container(docker: Any) -> None:
 
 
 @pytest.mark.container
+def test_pipelines_and_sequences_run_in_the_container(docker: Any) -> None:
+    """The pipeline gate (ensemble and BLS, both protocols, the batching proof per step) and
+    the stateful gate (per-sequence parity with interleaved sequences), served from the
+    offline image as from the process launcher."""
+    before = {c.id for c in docker.containers.list(all=True)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--triton-launcher=container",
+            "examples/test_pipeline_gate.py",
+            "examples/test_stateful_gate.py",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    tail = result.stdout[-3000:]
+    assert result.returncode == 0, tail
+    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+    assert {c.id for c in docker.containers.list(all=True)} - before == set()
+
+
+@pytest.mark.container
 def test_ctrl_c_removes_the_container(docker: Any, pytester: pytest.Pytester) -> None:
     from tests.plugin.test_plugin import CONFTEST
 
@@ -382,6 +412,7 @@ def test_wait(triton_model, triton_client):
         cwd=pytester.path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=default_sigint,
     )
     ready = pytester.path / "ready"
     deadline = time.monotonic() + 180

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from pytest_triton import ConfigError, InstanceGroup, Repository
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.parity.compare import (
     DEFAULT_TOLERANCES,

@@ -224,3 +224,47 @@ def test_addresses_name_the_same_server_however_written() -> None:
     assert same == {"127.0.0.1:8000"}
     assert address_key("10.0.0.7:8001") == "10.0.0.7:8001"
     assert address_key("[::1]:8000") == "[::1]:8000"  # another address than 127.0.0.1
+
+
+AUTO_COMPLETED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [4]})
+        config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [4]})
+        config.set_max_batch_size(8)
+        return config
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)]
+            )
+            for r in requests
+        ]
+"""
+
+
+def test_auto_completion_is_off_only_where_no_model_needs_it(tmp_path: Path) -> None:
+    """Our own models have complete configs: their server skips the auto-complete stub each
+    load would start. A model that completes its config in model.py still loads."""
+    ours = tmp_path / "ours"
+    write_python_model(ours, "add_one")
+    with LocalLauncher().start(ServerArgs(ours, model_control_mode="none")) as srv:
+        assert "--disable-auto-complete-config" in srv.command  # type: ignore[attr-defined]
+    theirs = tmp_path / "theirs"
+    (theirs / "completed" / "1").mkdir(parents=True)
+    (theirs / "completed" / "1" / "model.py").write_text(AUTO_COMPLETED)
+    (theirs / "completed" / "config.pbtxt").write_text('backend: "python"\n')
+    with LocalLauncher().start(ServerArgs(theirs, model_control_mode="none")) as srv:
+        assert "--disable-auto-complete-config" not in srv.command  # type: ignore[attr-defined]
+        client = TritonClient(srv.endpoints.http, "http")
+        try:
+            y = client.infer("completed", {"X": np.zeros((2, 4), np.float32)})["Y"]
+        finally:
+            client.close()
+        np.testing.assert_array_equal(y, np.ones((2, 4), np.float32))

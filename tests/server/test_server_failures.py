@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_triton import ModelLoadError, Repository, ServerError, TritonClient
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.processes import group_members
 from pytest_triton.session.deployment import Deployment
 from pytest_triton.session.lifecycle import start_deployment

@@ -3,16 +3,23 @@ pipeline (pre-processing function, classifier, post-processing function) served 
 ensemble, a sync BLS model and an async BLS model, each checked against the steps composed in
 PyTorch over HTTP, gRPC and system shared memory; the batching proof per composing model; a
 pipeline whose served post-processing differs from PyTorch's fails naming that step; an error
-raised inside a called model reaches the client naming that model."""
+raised inside a called model reaches the client naming that model; what the checks record
+reaches the gate report's pipelines section."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 
 from pytest_triton import InferenceError, factories
+from pytest_triton.gate import document as gd
+from pytest_triton.gate.markdown import render
+from pytest_triton.plugin.gate_report import PARITY_PROPERTY
 from pytest_triton.repository.pipeline import MODES
 from pytest_triton.session.served_pipeline import ServedPipeline
+from tests.helpers.gate_documents import document_of
 from tests.helpers.pipeline_models import classifier_pipeline, wrong_pipeline
 
 pytestmark = [pytest.mark.triton]
@@ -90,3 +97,52 @@ def test_an_error_inside_a_called_model_names_that_model(wrong: ServedPipeline) 
     assert "step 'model'" in message and "model 'wrong_model' failed" in message
     assert "NaN pixels reached the classifier" in message
     assert wrong.infer(client, wrong.inputs(2))["probs"].shape == (2, 2)  # still serving
+
+
+def test_the_gate_report_shows_each_pipeline_its_verdict_and_batching(
+    classify: ServedPipeline, wrong: ServedPipeline, request: pytest.FixtureRequest
+) -> None:
+    """The checks' results travel as in a --triton-report session (the plugin's listener on
+    the deployment puts them on this test's report) and the gate report's pipelines section
+    shows each pipeline and mode: its parity verdict, the first diverging step of a failed
+    check, and each composing model's batching."""
+    classify.assert_parity(classify.deployment.client("http"), batch_size=2)
+    classify.assert_step_batching(classify.deployment.client("grpc"), requests=8)
+    with pytest.raises(AssertionError):
+        wrong.assert_parity(wrong.deployment.client("http"), batch_size=3, seed=5)
+    records = [
+        json.loads(str(value))
+        for name, value in request.node.user_properties
+        if name == PARITY_PROPERTY
+    ]
+    assert [r["check"] for r in records] == [
+        "pipeline_parity",
+        "pipeline_batching",
+        "pipeline_parity",
+    ]
+    good, bad = gd.pipeline_rows(records)
+    assert (good["pipeline"], good["mode"], good["front_model"]) == (
+        "classify",
+        "ensemble",
+        "classify",
+    )
+    assert good["parity_ok"] is True and good["first_diverging_step"] is None
+    assert good["paths"] == ["http/none", "grpc/none"] and good["batched"] is True
+    steps = {s["step"]: s for s in good["steps"]}
+    assert list(steps) == ["preprocess", "model", "postprocess"]
+    for step in steps.values():
+        assert step["requests"] == 8 and step["executions"] < 8 and step["batched"], step
+    assert steps["model"]["model"] == classify.step("model").name
+    assert (bad["pipeline"], bad["parity_ok"], bad["first_diverging_step"]) == (
+        "wrong",
+        False,
+        "postprocess",
+    )
+    assert bad["batched"] is None  # no batching proof asked of it
+    markdown = render(document_of(records))
+    assert "## Pipelines" in markdown
+    assert (
+        "| classify | ensemble | classify | http/none, grpc/none | PASS (1) | - | yes |" in markdown
+    )
+    assert "| wrong | ensemble | wrong | http/none | FAIL | postprocess | not checked |" in markdown
+    assert f"| classify | ensemble | model | {steps['model']['model']} | 8 |" in markdown

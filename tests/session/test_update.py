@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_triton.base.config import resolve
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.repository import pbtxt
 from pytest_triton.repository.builder import Repository
 from pytest_triton.session.deployment import Deployment, ServedModel

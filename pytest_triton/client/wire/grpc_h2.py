@@ -71,6 +71,8 @@ STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 KNOWN_BLOCKS = 64  # distinct error-free header blocks remembered per client
 REFUSED_STREAM = 7
 FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits), type, flags, stream id
+_DATA_END_STREAM = bytes((DATA, END_STREAM))
+_PLAIN_BLOCK = END_HEADERS | PADDED | PRIORITY_FLAG
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -243,20 +245,13 @@ class Http2Connection:
         sid = stream.to_bytes(4, "big")
         headers = self.server.headers_head + sid + self.server.headers_block
         size = frames.size
-        if (
-            frames.single_head is not None
-            and size <= self.send_window
-            and size <= self.stream_window
-        ):
+        if size <= self.send_window and size <= self.stream_window and size <= self.max_frame:
+            # One DATA frame (the server's frame size allows it: Triton's, 4 MiB), and
+            # the whole request in one send: the requests a load sends after one batch's
+            # answers reach the server together, as a C++ client's do.
+            head = frames.single_head or size.to_bytes(3, "big") + _DATA_END_STREAM
             data = b"".join(
-                (
-                    self.preface or b"",
-                    headers,
-                    frames.single_head,
-                    sid,
-                    frames.prefix,
-                    frames.message,
-                )
+                (self.preface or b"", headers, head, sid, frames.prefix, frames.message)
             )
             self.preface = None
             self.send_window -= size
@@ -375,7 +370,20 @@ class Http2Connection:
                     if flags & END_STREAM:
                         self.answer.ended = True
             elif kind in (HEADERS, CONTINUATION):
-                if sid == stream:
+                if sid != stream:
+                    continue
+                if kind == HEADERS and flags & _PLAIN_BLOCK == END_HEADERS and not self.block:
+                    # a whole header block in one plain frame (every answer's, from Triton)
+                    fields = self._decode(bytes(buffer[at:stop]))
+                    answer = self.answer
+                    if flags & END_STREAM:
+                        answer.trailers = fields
+                        answer.ended = True
+                    elif answer.headers is None:
+                        answer.headers = fields
+                    else:
+                        answer.trailers = fields
+                else:
                     self._header_fragment(kind, flags, bytes(buffer[at:stop]))
             else:
                 self._control(kind, flags, sid, bytes(buffer[at:stop]))

@@ -71,7 +71,7 @@ def summary_text(figures: RunFigures, verdict: RunVerdict) -> str:
         parts.append(f"Worker clocks, offset to the master's: {offsets_text(record.offsets)}")
     parts += [r.text() for r in record.reports]
     parts += [figures.soak.text()] if figures.soak is not None else []
-    parts += [figures.streams.text()] if figures.streams is not None else []
+    parts += [stream_text(figures)] if figures.streams is not None else []
     parts += [update_text(record.update)] if record.update is not None else []
     parts += verdict.warnings
     parts.append(tg.verdict_table(verdict.checks, "Verdict (pytest-triton targets)"))
@@ -112,14 +112,39 @@ def result_document(figures: RunFigures, verdict: RunVerdict) -> dict[str, Any]:
 
 
 def stream_document(figures: RunFigures) -> dict[str, Any] | None:
-    """The streams' figures for the JSON report; goodput only where an SLO defined it."""
+    """The streams' figures for the JSON report; goodput only where an SLO defined it; `run`:
+    the whole run's counts (warm-up included, every worker's), checked streams among them."""
     if figures.streams is None:
         return None
     document: dict[str, Any] = dict(figures.streams.as_dict())
     gate = figures.record.config.gate
     if not (gate.perf_slo_ttft_ms or gate.perf_slo_itl_ms):
         document.update(goodput=None, good_streams=None)
+    log = figures.record.stream_log
+    if log is not None:
+        total = log.total()
+        document["run"] = {
+            "streams": total.streams,
+            "failed_streams": total.failed,
+            "output_tokens": total.tokens,
+            "checked_streams": total.checked,
+            "mismatched_streams": total.mismatched,
+        }
     return document
+
+
+def stream_text(figures: RunFigures) -> str:
+    """The streams' figures after the warm-up, and the whole run's checked streams."""
+    assert figures.streams is not None
+    text = figures.streams.text()
+    log = figures.record.stream_log
+    if log is not None:
+        total = log.total()
+        text += (
+            f"\n  whole run: {total.streams} streams ({total.failed} failed), "
+            f"{total.checked} checked token by token, {total.mismatched} mismatched"
+        )
+    return text
 
 
 def windows_text(stability: Stability, warmup: Warmup | None = None) -> str:

@@ -42,6 +42,8 @@ class StreamSlice:
     tokens: int = 0
     failed: int = 0
     good: int = 0
+    checked: int = 0  # compared token by token with the reference (--triton-check-every)
+    mismatched: int = 0  # of those, streams whose tokens differed (failed, never good)
 
     def add(self, other: StreamSlice) -> None:
         self.ttft.add(other.ttft)
@@ -51,6 +53,8 @@ class StreamSlice:
         self.tokens += other.tokens
         self.failed += other.failed
         self.good += other.good
+        self.checked += other.checked
+        self.mismatched += other.mismatched
 
     def encode(self) -> dict[str, Any]:
         return {
@@ -61,6 +65,8 @@ class StreamSlice:
             "tokens": self.tokens,
             "failed": self.failed,
             "good": self.good,
+            "checked": self.checked,
+            "mismatched": self.mismatched,
         }
 
     @classmethod
@@ -73,6 +79,8 @@ class StreamSlice:
             int(data["tokens"]),
             int(data.get("failed", 0)),
             int(data.get("good", 0)),
+            int(data.get("checked", 0)),
+            int(data.get("mismatched", 0)),
         )
 
 
@@ -153,13 +161,15 @@ class StreamLog:
         e2e_s: float,
         tokens: int,
         good: bool = False,
+        checked: bool = False,
     ) -> None:
         """One stream that ended with its final flag at wall-clock `ended_at` (`good`: within
-        the run's SLOs)."""
+        the run's SLOs; `checked`: its tokens were compared with the reference, and agreed)."""
         key = int(ended_at // self.slice_s)
         for target in (self.slices, self._unsent):
             entry = target.setdefault(key, StreamSlice())
             entry.good += good
+            entry.checked += checked
             if math.isfinite(ttft_s):
                 entry.ttft.record(ttft_s * 1e3)
             for gap in itl_s:
@@ -169,11 +179,17 @@ class StreamLog:
             entry.streams += 1
             entry.tokens += tokens
 
-    def record_failed(self, ended_at: float) -> None:
-        """One stream that failed (an error, no final flag, a wrong token)."""
+    def record_failed(
+        self, ended_at: float, checked: bool = False, mismatched: bool = False
+    ) -> None:
+        """One stream that failed (an error, no final flag, a wrong token: `mismatched`, found
+        by a check, so `checked` too)."""
         key = int(ended_at // self.slice_s)
         for target in (self.slices, self._unsent):
-            target.setdefault(key, StreamSlice()).failed += 1
+            entry = target.setdefault(key, StreamSlice())
+            entry.failed += 1
+            entry.checked += checked or mismatched
+            entry.mismatched += mismatched
 
     # -- workers to master -------------------------------------------------------------------
     def take_unsent(self) -> dict[str, Any]:
@@ -187,6 +203,23 @@ class StreamLog:
             self.slices.setdefault(int(key), StreamSlice()).add(StreamSlice.decode(encoded))
 
     # -- reading -----------------------------------------------------------------------------
+    def total(self) -> StreamSlice:
+        """Every stream logged since the log started (its counts: the whole run's)."""
+        total = StreamSlice()
+        for entry in self.slices.values():
+            total.add(entry)
+        return total
+
+    @property
+    def first_at(self) -> float | None:
+        """The start of the earliest slice holding a stream (None: no stream yet)."""
+        return min(self.slices) * self.slice_s if self.slices else None
+
+    @property
+    def last_at(self) -> float | None:
+        """The end of the latest slice holding a stream (None: no stream yet)."""
+        return (max(self.slices) + 1) * self.slice_s if self.slices else None
+
     def between(self, first: float, last: float) -> StreamSlice:
         """The streams of the slices wholly between two wall-clock times, added up (every
         slice when the span holds none wholly: a run shorter than its warm-up)."""

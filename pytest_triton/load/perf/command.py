@@ -17,26 +17,35 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from pytest_triton.base.config import (
-    TritonConfig,
-    as_values,
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import (
     check_goodput,
     check_replicas_behind,
+    client_security,
 )
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.base.moved import moved_names
 from pytest_triton.base.processes import die_with_parent
-from pytest_triton.base.urls import check_host, endpoints_from, parse_url
-from pytest_triton.client.triton_client import Protocol
+from pytest_triton.base.setting_sources import as_values
+from pytest_triton.base.urls import Endpoints, check_host, endpoints_from, parse_url
+from pytest_triton.client.triton_client import Protocol, TritonClient
 from pytest_triton.load.measure.latency_histogram import ms_text
+from pytest_triton.load.perf.kinds import (
+    check_kind,
+    check_kind_options,
+    kind_of,
+    perf_source,
+    sequence_strategy,
+    served_kind,
+)
 from pytest_triton.load.perf.points import Point, bound_search, parse_range, parse_rate_range
 from pytest_triton.load.perf.report import exit_status, sweep_verdict, write_reports
 from pytest_triton.load.preflight import preflight_load
 from pytest_triton.load.runner.embedded import (
     DEFAULT_FORMAT,
+    EmbeddedSequenceModel,
     EmbeddedServer,
     check_gpu_host,
-    model_source,
     served_format,
 )
 from pytest_triton.load.runner.user_settings import checked_shared_memory
@@ -103,7 +112,7 @@ def _point(answer: dict[str, Any]) -> Point:
 def run(args: argparse.Namespace, config: TritonConfig) -> int:
     batches = parse_range(args.batch_size)
     concurrencies = parse_range(args.concurrency_range)
-    unit = args.unit or UNITS.get(args.model, "infer/s")
+    unit = args.unit or UNITS.get(args.model, "")
 
     check_replicas_behind(config, config.server.url, "--url")
     # Goodput: the share of requests within the SLO (--perf-slo-ms, else --latency-bound);
@@ -120,7 +129,7 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
     check_gpu_host(config, config.server.url, "--url")
     fmt = config.serving.format or DEFAULT_FORMAT
     if not config.server.url:  # with --triton-gpu: the GPU preflight, before any export
-        fmt = served_format(config, [model_source(args.model, args.size, None)]) or fmt
+        fmt = served_format(config, [perf_source(args.model, args.size, None)]) or fmt
     chosen: Protocol | None = None
     if config.client.protocol:
         chosen = "grpc" if config.client.protocol[0] == "grpc" else "http"
@@ -133,19 +142,30 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
             scheme = parse_url(config.server.url)[0]
             asked: Protocol = chosen or ("grpc" if scheme in ("grpc", "grpcs") else "http")
             preflight_load(config.server.url, "--url", [asked], config)
-        served = model_source(args.model, args.size, fmt)
-        transport = checked_shared_memory(config, config.server.url)
-        if transport != "none":
-            print(
-                f"[triton-perf] tensors travel through {transport} shared memory", file=sys.stderr
-            )
+        served_config: dict[str, Any] | None = None
         if config.server.url:
             check_host(config.server.url, config.load.allow_remote)
             scheme, _ = parse_url(config.server.url)
             protocol: Protocol = chosen or ("grpc" if scheme in ("grpc", "grpcs") else "http")
             endpoints = endpoints_from(config.server.url, config.server.grpc_url)
             stats_protocol: Protocol = "http" if scheme in ("http", "https") else "grpc"
-        else:
+            if args.model_name:  # a single model's spec stays unmade here (no torch)
+                served_config = _served_config(config, endpoints, stats_protocol, args.model_name)
+        served = perf_source(
+            args.model,
+            args.size,
+            fmt,
+            lazy=served_config is not None and served_kind(served_config) == "single",
+        )
+        kind = kind_of(served)
+        unit = unit or ("streams/s" if kind == "stream" else "infer/s")
+        transport = checked_shared_memory(config, config.server.url)
+        check_kind_options(kind, config, batches, concurrencies, rates is not None, transport)
+        if transport != "none":
+            print(
+                f"[triton-perf] tensors travel through {transport} shared memory", file=sys.stderr
+            )
+        if not config.server.url:
             server = EmbeddedServer(
                 [served],
                 fmt,
@@ -156,6 +176,19 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
             protocol = chosen or "http"
             stats_protocol = "http"
         name = args.model_name or served.model_name(fmt)
+        if config.server.url:  # the kind the server serves, from its config, must be -m's
+            if served_config is None:
+                served_config = _served_config(config, endpoints, stats_protocol, name)
+            check_kind(kind, served_kind(served_config), name, args.model, config.server.url)
+        if isinstance(served, EmbeddedSequenceModel):
+            strategy = sequence_strategy(served_config) if served_config else served.spec.strategy
+            print(
+                f"[triton-perf] {name} is stateful (sequence_batching, strategy {strategy}): "
+                "each concurrent user owns a sequence",
+                file=sys.stderr,
+            )
+        elif kind == "stream":
+            print(f"[triton-perf] {name} is decoupled: measuring streams", file=sys.stderr)
         secure = {"http": "https", "grpc": "grpcs"}
         host = f"{secure[protocol] if protocol in endpoints.tls else protocol}://"
         host += endpoints.url(protocol)
@@ -170,6 +203,8 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
                 "stats_protocol": stats_protocol,
                 "stats_tls": stats_protocol in endpoints.tls,
                 "config": as_values(config),
+                "kind": kind,
+                "embedded": endpoints.encode() if server is not None else None,
             }
         )
         points = _sweep(generator, args, batches, concurrencies, rates, unit)
@@ -181,6 +216,22 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
     verdict = sweep_verdict(points, config)
     write_reports(points, args, unit, name, verdict)
     return exit_status(verdict)
+
+
+def _served_config(
+    config: TritonConfig, endpoints: Endpoints, protocol: Protocol, name: str
+) -> dict[str, Any]:
+    """The config the server at --url reports for model `name`."""
+    client = TritonClient(
+        endpoints.url(protocol),
+        protocol,
+        timeout_s=30,
+        security=client_security(config, protocol in endpoints.tls),
+    )
+    try:
+        return client.model_config(name)
+    finally:
+        client.close()
 
 
 def _sweep(

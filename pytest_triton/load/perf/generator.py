@@ -19,18 +19,21 @@ from gevent.fileobject import FileObject
 from locust.env import Environment
 from locust.event import Events
 
-from pytest_triton.base.config import client_security, from_values, resolve
+from pytest_triton.base.config_resolution import client_security, resolve
+from pytest_triton.base.setting_sources import from_values
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stats import ModelStats, read_replica_stats
-from pytest_triton.client.triton_client import TritonClient
+from pytest_triton.client.triton_client import Protocol, TritonClient
 from pytest_triton.load.measure.arrivals import rate_warning
 from pytest_triton.load.measure.goodput import goodput_between
+from pytest_triton.load.measure.stream_log import StreamLog
 from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
-from pytest_triton.load.runner import recording
-from pytest_triton.load.runner.embedded import model_source
+from pytest_triton.load.perf.kind_users import kind_config, sweep_user
+from pytest_triton.load.perf.kinds import Kind, KindTally, kind_figures, perf_source
+from pytest_triton.load.runner import recording, stream_recording
+from pytest_triton.load.runner.embedded import Served, model_source
 from pytest_triton.load.runner.options import attach_config
-from pytest_triton.load.users import TritonUser
 
 WINDOW_GRACE_S = 5.0
 """Per window, on top of its length, before a point that makes no progress is given up."""
@@ -42,8 +45,21 @@ class Generator:
     def __init__(self, config: dict[str, Any]) -> None:
         self.host: str = config["host"]
         self.model_name: str = config["model"]
-        self.config = resolve(from_values(config["config"], "triton-perf"))
-        self.served = model_source(config["source"], config["size"], config["format"])
+        self.kind: Kind = config.get("kind", "single")
+        self.config = kind_config(
+            resolve(from_values(config["config"], "triton-perf")),
+            self.kind,
+            config.get("embedded"),
+        )
+        self.served: Served = (
+            model_source(config["source"], config["size"], config["format"])
+            if self.kind == "single"
+            else perf_source(config["source"], config["size"], config["format"])
+        )
+        scheme = parse_url(self.host)[0]
+        self.protocol: Protocol = "grpc" if scheme in ("grpc", "grpcs") else "http"
+        self.tally = KindTally()
+        self.streams: StreamLog | None = None
         self.stats_client = TritonClient(
             config["stats_url"],
             config["stats_protocol"],
@@ -74,19 +90,16 @@ class Generator:
         ):
             return self.env
         self.close_runner()
-        user = type(
-            "SweepUser",
-            (TritonUser,),
-            {
-                "served": self.served,
-                "model": self.model_name,
-                "batch_size": batch_size,
-                "host": self.host,
-            },
+        user = sweep_user(
+            self.kind, self.served, self.model_name, self.host, batch_size, self.protocol
         )
         env = Environment(user_classes=[user], events=Events(), host=self.host)
         attach_config(env, self.config.with_overrides({"request_rate": request_rate}))
         self.log = recording.attach_window_log(env)
+        if self.kind != "single":
+            env.events.request.add_listener(self.tally.on_request)
+        if self.kind == "stream":
+            self.streams = stream_recording.attach_stream_log(env)
         env.create_local_runner()
         self.env, self.batch_size, self.request_rate = env, batch_size, request_rate
         return env
@@ -122,6 +135,7 @@ class Generator:
         runner = env.runner
         assert runner is not None
         users = 1 if request_rate else concurrency
+        self.tally.clear()  # a point's answers checked and wrong, warm-up included
         runner.start(users, spawn_rate=100)
         deadline = time.monotonic() + 30
         while runner.user_count != users and time.monotonic() < deadline:
@@ -130,6 +144,8 @@ class Generator:
         before = self.read_stats()
         cpu0 = sum(self.process.cpu_times()[:2])
         self.log.clear()
+        if self.streams is not None:
+            self.streams.clear()
         start, started = time.time(), time.monotonic()
         criterion = Criterion(
             c.measurement.stability_windows, c.measurement.stability_percentage, percentile
@@ -168,11 +184,23 @@ class Generator:
             )
         b = delta.latency_breakdown_us()
         goodput = None
+        origin = math.ceil(start / self.log.slice_s - 1e-9) * self.log.slice_s
+        first = origin + figures.start_s
         if slo_ms:  # over the measured windows' requests
-            origin = math.ceil(start / self.log.slice_s - 1e-9) * self.log.slice_s
-            first = origin + figures.start_s
             share = goodput_between(self.log, first, first + figures.duration_s, slo_ms)
             goodput = None if math.isnan(share) else share
+        kind = (
+            kind_figures(
+                self.kind,
+                self.tally,
+                self.streams,
+                first,
+                figures.duration_s,
+                stream_slo=bool(c.gate.perf_slo_ttft_ms or c.gate.perf_slo_itl_ms),
+            )
+            if self.kind != "single"
+            else {}
+        )
         return {
             "batch_size": batch_size,
             "concurrency": users,
@@ -193,6 +221,8 @@ class Generator:
             "server_overhead_us": b["overhead"],
             "server_request_us": b["request"],
             "server_avg_batch": delta.avg_batch_size,
+            "server_executions": delta.execution_count,
+            "server_batches": {str(k): v for k, v in delta.batches.items()},
             "server_requests": delta.requests,
             "server_replicas": (
                 {
@@ -214,6 +244,7 @@ class Generator:
                 if request_rate
                 else None
             ),
+            **kind,
         }
 
 

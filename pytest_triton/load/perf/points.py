@@ -45,6 +45,33 @@ class Point(Rates):
     schedule_warning: str | None = None
     latency_histogram: str = field(default="", compare=False, repr=False)  # base64 HdrHistogram
     goodput: float | None = None  # share of requests successful within the SLO, when one is set
+    server_executions: int = 0
+    server_batches: dict[str, int] = field(default_factory=dict, compare=False)  # size -> execs
+    # what a kind of model adds (kinds.py): "single", "sequence" (a stateful model driven in
+    # sequences) or "stream" (a decoupled one, its latencies above are each stream's end to end)
+    kind: str = "single"
+    answers_checked: int | None = None  # over the point's whole load, warm-up included
+    wrong_answers: int = 0  # likewise
+    first_wrong_answer: str | None = None
+    sequences: int | None = None  # sequences whose END was answered in the measured windows
+    mean_sequence_length: float | None = None
+    ttft_p50_ms: float | None = None  # streams that ended in the measured windows
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p90_ms: float | None = None
+    itl_p99_ms: float | None = None
+    output_tokens_per_s: float | None = None
+    streams_per_s: float | None = None
+    streams: int | None = None
+    output_tokens: int | None = None
+    stream_goodput: float | None = None  # with --perf-slo-ttft-ms / --perf-slo-itl-ms
+
+    @property
+    def sequences_per_s(self) -> float | None:
+        if self.sequences is None:
+            return None
+        return self.sequences / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
     def load(self) -> str:

@@ -68,6 +68,8 @@ def write_reports(
             + ", ".join(f"batch {p.batch_size} {p.load}" for p in saturated)
             + ": it could not keep up, those throughputs are lower bounds."
         )
+    for p in points:
+        lines += kind_lines(p)
     failed = [p for p in points if p.failures]
     if failed:
         lines.append(
@@ -136,10 +138,13 @@ def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, An
     """With targets set (--perf-* or TRITON_PERF_*), model_analyzer's reading: which points
     meet every one; the run passes when one does. None without targets (the gate report
     reads it from --json)."""
-    if all(config.origins.get(t.name) == "default" for t in tg.TARGET_DEFS):
-        return None
+    checked = bool(config.load.check_every) or any(p.answers_checked for p in points)
+    if not any(p.wrong_answers for p in points) and all(
+        config.origins.get(t.name) == "default" for t in tg.TARGET_DEFS
+    ):
+        return None  # a wrong answer of a sequence or stream fails a run without targets
     targets = tg.Targets.from_config(config)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for p in points:
         failed = tg.failures(tg.evaluate(targets, p))
         rows.append(
@@ -150,15 +155,20 @@ def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, An
                 "load": p.load,
                 "passed": not failed,
                 "failed": [f"{c.label} {tg.describe_failure(c)}" for c in failed],
+                "failed_targets": [c.name for c in failed],
+                "first_wrong_answer": p.first_wrong_answer,
             }
         )
     return {
         "targets": {
             k: v
             for k, v in targets.limits.items()
-            if v is not None and (k != "wrong_answers" or config.load.check_every)
+            if v is not None and (k != "wrong_answers" or checked)
         },
-        "passed": any(r["passed"] for r in rows),
+        # some point meets every target (model_analyzer's reading), and no point answered
+        # wrongly beyond --triton-max-wrong-answers: a wrong answer is never a load level
+        "passed": any(r["passed"] for r in rows)
+        and not any("wrong_answers" in r["failed_targets"] for r in rows),
         "points": rows,
     }
 
@@ -176,10 +186,15 @@ def exit_status(verdict: dict[str, Any] | None) -> int:
     for r in rows:
         state = "PASS" if r["passed"] else "FAIL - " + "; ".join(r["failed"])
         print(f"  batch {r['batch_size']} {r['load']}: {state}")
+        if not r["passed"] and r.get("first_wrong_answer"):
+            print(f"    first wrong answer: {r['first_wrong_answer']}")
+    failed = sorted({name for r in rows for name in r.get("failed_targets", ())})
     print(
         "RESULT: PASS"
         if verdict["passed"]
-        else "RESULT: FAIL - no measured point meets every target"
+        else "RESULT: FAIL - no measured point meets every target (failed: "
+        + ", ".join(failed)
+        + ")"
     )
     return 0 if verdict["passed"] else 1
 
@@ -241,16 +256,102 @@ OUR_COLUMNS: tuple[Column, ...] = (
 )
 
 
+def _opt(value: float | None, scale: float = 1.0, digits: int | None = None) -> Any:
+    """An optional figure as a CSV cell: empty where not measured."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return round(value * scale, digits) if digits is not None else round(value * scale)
+
+
+CHECK_COLUMNS: tuple[Column, ...] = (
+    # answers of sequences and streams compared with the reference, over the point's whole load
+    ("Answers Checked", lambda p: _opt(p.answers_checked)),
+    ("Wrong Answers", lambda p: p.wrong_answers),
+)
+SEQUENCE_COLUMNS: tuple[Column, ...] = (
+    ("Sequences", lambda p: _opt(p.sequences)),
+    ("Sequences/Second", lambda p: _opt(p.sequences_per_s, digits=3)),
+    ("Mean Sequence Length", lambda p: _opt(p.mean_sequence_length, digits=2)),
+    ("Server Executions", lambda p: p.server_executions),  # the sequence batcher's batches
+)
+STREAM_COLUMNS: tuple[Column, ...] = (
+    # times in whole usec, as perf_analyzer's; a stream's "p50 latency" ... is its end to end
+    ("TTFT p50", lambda p: _opt(p.ttft_p50_ms, 1e3)),
+    ("TTFT p90", lambda p: _opt(p.ttft_p90_ms, 1e3)),
+    ("TTFT p99", lambda p: _opt(p.ttft_p99_ms, 1e3)),
+    ("ITL p50", lambda p: _opt(p.itl_p50_ms, 1e3)),
+    ("ITL p90", lambda p: _opt(p.itl_p90_ms, 1e3)),
+    ("ITL p99", lambda p: _opt(p.itl_p99_ms, 1e3)),
+    ("Output Tokens/Second", lambda p: _opt(p.output_tokens_per_s, digits=3)),
+    ("Streams/Second", lambda p: _opt(p.streams_per_s, digits=3)),
+    ("Streams", lambda p: _opt(p.streams)),
+    ("Output Tokens", lambda p: _opt(p.output_tokens)),
+    ("Stream Goodput", lambda p: _opt(p.stream_goodput, digits=4)),
+)
+
+
 def csv_columns(points: Sequence[Point]) -> list[Column]:
     """perf_analyzer's columns, then ours: a closed loop's file starts with "Concurrency", an
-    open loop's with "Request Rate" (and keeps the concurrency among ours)."""
+    open loop's with "Request Rate" (and keeps the concurrency among ours); a sequence or
+    stream model's file ends with the columns of its kind."""
     if any(p.request_rate_asked for p in points):
         first: Column = ("Request Rate", lambda p: p.request_rate_asked or "")
         ours = list(OUR_COLUMNS)
     else:
         first = ("Concurrency", lambda p: p.concurrency)
         ours = [c for c in OUR_COLUMNS if c[0] != "Concurrency"]
+    kinds = {p.kind for p in points}
+    if "sequence" in kinds:
+        ours += [*SEQUENCE_COLUMNS, *CHECK_COLUMNS]
+    if "stream" in kinds:
+        ours += [*STREAM_COLUMNS, *CHECK_COLUMNS]
     return [first, *PERF_ANALYZER_COLUMNS, *ours]
+
+
+def kind_lines(p: Point) -> list[str]:
+    """What a sequence or stream point adds to the printed report."""
+    load = f"batch {p.batch_size} {p.load}" if p.kind == "single" else p.load
+    checked = (
+        f"{p.answers_checked} answers checked against the PyTorch reference, "
+        f"{p.wrong_answers} wrong"
+        if p.answers_checked
+        else "answers not checked (--check-every N checks them against a given server)"
+    )
+    batches = ", ".join(
+        f"{k} x {v}" for k, v in sorted(p.server_batches.items(), key=lambda kv: int(kv[0]))
+    )
+    if p.kind == "sequence":
+        lines = [
+            f"{load}: {p.sequences or 0} sequences ended in the measured windows "
+            f"({p.sequences_per_s or 0:.2f}/s), mean length "
+            f"{p.mean_sequence_length or 0:.1f} requests; {checked}",
+            f"  server (sequence batcher): {p.server_executions} executions, avg batch "
+            f"{p.server_avg_batch:.2f}, queue {p.server_queue_us:.0f} usec, compute infer "
+            f"{p.server_compute_infer_us:.0f} usec; batch sizes (size x executions): "
+            f"{batches or 'none'}",
+        ]
+    elif p.kind == "stream":
+
+        def ms(value: float | None) -> str:
+            return "n/a" if value is None else f"{value:.3f}"
+
+        lines = [
+            f"{load}: {p.streams or 0} streams ({p.streams_per_s or 0:.2f}/s), "
+            f"{p.output_tokens or 0} output tokens ({p.output_tokens_per_s or 0:.1f} tokens/s)"
+            + (f", goodput {p.stream_goodput:.3f}" if p.stream_goodput is not None else "")
+            + f"; {checked}",
+            f"  time to first token (ms): p50 {ms(p.ttft_p50_ms)}, p90 {ms(p.ttft_p90_ms)}, "
+            f"p99 {ms(p.ttft_p99_ms)}",
+            f"  inter-token latency (ms): p50 {ms(p.itl_p50_ms)}, p90 {ms(p.itl_p90_ms)}, "
+            f"p99 {ms(p.itl_p99_ms)}",
+            f"  end to end (ms):          p50 {ms(p.p50_ms)}, p90 {ms(p.p90_ms)}, "
+            f"p99 {ms(p.p99_ms)}",
+        ]
+    else:
+        return []
+    if p.first_wrong_answer:
+        lines.append(f"  first wrong answer: {p.first_wrong_answer}")
+    return lines
 
 
 def replicas_markdown(spread: dict[str, dict[str, int]]) -> str:
@@ -286,25 +387,52 @@ def points_markdown(points: Sequence[Point], unit: str = "infer/s") -> str:
         keys.append(("Request Rate", lambda p: f"{p.request_rate_asked or 0:g}/s"))
     elif len(concurrencies) > 1:
         keys.append(("Concurrency", lambda p: str(p.concurrency)))
-    header = [f"**{k}**" for k, _ in keys] + [
-        "**Throughput**",
-        "**Avg Latency**",
-        "**95% Latency**",
-        "**99% Latency**",
-    ]
+    extra: list[tuple[str, Callable[[Point], str]]] = []
+    kinds = {p.kind for p in points}
+    if "sequence" in kinds:
+        extra += [
+            ("Sequences/s", lambda p: f"{p.sequences_per_s or 0:.1f}"),
+            ("Mean Length", lambda p: f"{p.mean_sequence_length or 0:.1f}"),
+            ("Checked", lambda p: f"{p.answers_checked or 0} ({p.wrong_answers} wrong)"),
+        ]
+    if "stream" in kinds:
+        extra += [
+            ("TTFT p99", lambda p: _ms_cell(p.ttft_p99_ms)),
+            ("ITL p99", lambda p: _ms_cell(p.itl_p99_ms)),
+            ("Tokens/s", lambda p: f"{p.output_tokens_per_s or 0:.1f}"),
+            ("Checked", lambda p: f"{p.answers_checked or 0} ({p.wrong_answers} wrong)"),
+        ]
+    header = (
+        [f"**{k}**" for k, _ in keys]
+        + [
+            "**Throughput**",
+            "**Avg Latency**",
+            "**95% Latency**",
+            "**99% Latency**",
+        ]
+        + [f"**{k}**" for k, _ in extra]
+    )
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join("-" * (len(h) + 2) for h in header) + "|",
     ]
     for p in sorted(points, key=lambda p: (p.batch_size, p.request_rate_asked or 0, p.concurrency)):
-        cells = [get(p) for _, get in keys] + [
-            f"{p.throughput:.1f} {unit}" + ("" if p.stable else " (not stable)"),
-            f"{ms_text(p.avg_ms)} ms",
-            f"{ms_text(p.p95_ms)} ms",
-            f"{ms_text(p.p99_ms)} ms",
-        ]
+        cells = (
+            [get(p) for _, get in keys]
+            + [
+                f"{p.throughput:.1f} {unit}" + ("" if p.stable else " (not stable)"),
+                f"{ms_text(p.avg_ms)} ms",
+                f"{ms_text(p.p95_ms)} ms",
+                f"{ms_text(p.p99_ms)} ms",
+            ]
+            + [get(p) for _, get in extra]
+        )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _ms_cell(value: float | None) -> str:
+    return "n/a" if value is None else f"{ms_text(value)} ms"
 
 
 def plot(

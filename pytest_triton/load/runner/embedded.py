@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pytest_triton.base.config import TritonConfig, resolve
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gevent
@@ -34,20 +35,33 @@ from pytest_triton.load.runner.options import add_options, web_ui_exposure
 from pytest_triton.load.runner.run import LoadRun, run_of
 
 log = logging.getLogger("pytest_triton.load")
-_installed: set[int] = set()
+_installed: set[tuple[int, str]] = set()
+
+
+def install_once(events: Events, owner: str, listeners: Mapping[str, Callable[..., Any]]) -> None:
+    """Add `listeners` (Locust event name -> listener) to `events`, once per Events object
+    and owner: every locustfile and user module may ask, the first one installs."""
+    if (id(events), owner) in _installed:
+        return
+    _installed.add((id(events), owner))
+    for name, listener in listeners.items():
+        getattr(events, name).add_listener(listener)
 
 
 def install_listeners(events: Events) -> None:
-    """Register the listeners once per Events object."""
-    if id(events) in _installed:
-        return
-    _installed.add(id(events))
-    events.init_command_line_parser.add_listener(add_options)
-    events.init.add_listener(_on_init)
-    events.test_start.add_listener(_on_test_start)
-    events.test_stop.add_listener(_on_test_stop)
-    events.cpu_warning.add_listener(_on_cpu_warning)
-    events.quitting.add_listener(_on_quitting)
+    """Register the run's listeners once per Events object."""
+    install_once(
+        events,
+        "run",
+        {
+            "init_command_line_parser": add_options,
+            "init": _on_init,
+            "test_start": _on_test_start,
+            "test_stop": _on_test_stop,
+            "cpu_warning": _on_cpu_warning,
+            "quitting": _on_quitting,
+        },
+    )
 
 
 def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from pytest_triton.base.config import (
-    TritonConfig,
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import resolve
+from pytest_triton.base.setting_sources import (
     add_arguments,
     from_arguments,
     from_mapping,
     join_dash_values,
-    resolve,
 )
 from pytest_triton.base.urls import is_loopback_host
 from pytest_triton.load.measure.targets import Targets

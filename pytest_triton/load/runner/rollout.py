@@ -46,6 +46,7 @@ class PlannedUpdate:
     old: Variant
     new: Variant
     at_s: float
+    then_s: float | None = None  # end the run this long after the update finished
     switch: Switch | None = None
     error: str | None = None
     _greenlet: gevent.Greenlet | None = None
@@ -70,6 +71,7 @@ class PlannedUpdate:
         except Exception as exc:  # the update failed: that is the verdict, not a crash
             self.error = f"the update to version {self.new.spec.version} failed: {exc}"
             log.error("pytest-triton: %s", self.error)
+            self._end_run_later(environment)
             return
         announce_retired(environment, self.switch.finished)
         log.info(
@@ -79,6 +81,22 @@ class PlannedUpdate:
             self.switch.finished - self.switch.started,
             self.new.spec.version,
         )
+        self._end_run_later(environment)
+
+    def _end_run_later(self, environment: Environment) -> None:
+        """--triton-update-then: the run ends when the update is over and answered, not at a
+        -t that a slow load (seconds of torch import on a busy machine) may outlast."""
+        runner = environment.runner
+        if self.then_s is None or runner is None:
+            return
+
+        def end() -> None:
+            log.info("pytest-triton: ending the run %.1fs after the update", self.then_s)
+            runner.quit()
+
+        # its own greenlet: quitting stops this update's greenlet, which must not be the one
+        # that quits
+        gevent.spawn_later(self.then_s, end)
 
     def stop(self) -> None:
         if self._greenlet is not None:
@@ -132,7 +150,9 @@ def plan_update(config: TritonConfig, server: EmbeddedServer | None) -> PlannedU
     from pytest_triton.session.update import stage_update
 
     new = stage_update(server.deployment, old, next_version_spec(config))
-    return PlannedUpdate(server.deployment, old, new, config.load.update_at)
+    return PlannedUpdate(
+        server.deployment, old, new, config.load.update_at, config.load.update_then
+    )
 
 
 def announce_retired(environment: Environment, at: float) -> None:

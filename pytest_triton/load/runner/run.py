@@ -18,14 +18,14 @@ import gevent
 import gevent.lock
 from locust.env import Environment
 
-from pytest_triton.base.config import (
-    TritonConfig,
-    check_environ,
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import (
     check_goodput,
     check_replicas_behind,
     check_stream_goodput,
 )
 from pytest_triton.base.errors import ConfigError
+from pytest_triton.base.setting_sources import check_environ
 from pytest_triton.base.urls import check_host
 from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
 from pytest_triton.load.preflight import preflight_load

@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 import gevent
 import psutil
 
-from pytest_triton.base.config import TritonConfig, client_security
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import client_security
 from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.urls import endpoints_from, is_loopback_host
 from pytest_triton.load.measure.soak import SoakSample, listening_process, summarize, tree_rss

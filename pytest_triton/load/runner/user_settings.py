@@ -11,7 +11,8 @@ from typing import Any
 
 import psutil
 
-from pytest_triton.base.config import TritonConfig, client_security
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import client_security
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.security import Security
 from pytest_triton.base.urls import (

@@ -17,8 +17,9 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pytest_triton.base.config import TritonConfig, as_values
+from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.setting_sources import as_values
 from pytest_triton.base.urls import check_host
 from pytest_triton.client.triton_client import Protocol
 from pytest_triton.load.perf.command import GeneratorProcess

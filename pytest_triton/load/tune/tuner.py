@@ -24,10 +24,8 @@ from typing import Literal
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pytest_triton.base.config import (
-    TritonConfig,
-    resolve,
-)
+from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS
 from pytest_triton.base.moved import moved_names

@@ -10,21 +10,23 @@ from typing import Any
 from locust.env import Environment
 from locust.event import Events
 
+from pytest_triton.load.runner.listeners import install_once
 from pytest_triton.load.runner.run import run_of
 from pytest_triton.load.webui import live, tab
 
-_installed: set[int] = set()
-
 
 def install_web_listeners(events: Events) -> None:
-    """Register the listeners once per Events object."""
-    if id(events) in _installed:
-        return
-    _installed.add(id(events))
-    events.init.add_listener(_on_init)
-    events.test_start.add_listener(_on_test_start)
-    events.test_stop.add_listener(_on_test_stop)
-    events.quitting.add_listener(_on_quitting)
+    """Register the web UI's listeners once per Events object."""
+    install_once(
+        events,
+        "webui",
+        {
+            "init": _on_init,
+            "test_start": _on_test_start,
+            "test_stop": _on_test_stop,
+            "quitting": _on_quitting,
+        },
+    )
 
 
 def _on_init(environment: Environment, **_: Any) -> None:

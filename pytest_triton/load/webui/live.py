@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import dataclasses
 import io
 import logging
 import math
@@ -26,12 +27,20 @@ from locust.stats import StatsEntry
 from pytest_triton.client.stats import ModelStats
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.server_side import generator_warnings
+from pytest_triton.load.measure.stream_log import figures_of
 from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.load.runner.generator_cpu import cpu_of
 from pytest_triton.load.runner.recording import window_log
 from pytest_triton.load.runner.run import LoadRun, run_of
+from pytest_triton.load.runner.stream_recording import stream_log
 from pytest_triton.load.runner.verdict import measured
-from pytest_triton.load.webui.snapshot import ModelFigures, Snapshot, chart_point, csv_rows
+from pytest_triton.load.webui.snapshot import (
+    ModelFigures,
+    Snapshot,
+    StreamsNow,
+    chart_point,
+    csv_rows,
+)
 
 log = logging.getLogger("pytest_triton.load")
 PERIOD_S = 2.0
@@ -42,6 +51,11 @@ ATTRIBUTE = "pytest_triton_live"
 
 def live_of(environment: Environment) -> LiveView | None:
     return getattr(environment, ATTRIBUTE, None)
+
+
+def _known(value: float) -> float | None:
+    """A figure the tab shows: None where nothing was measured (NaN)."""
+    return None if math.isnan(value) else value
 
 
 def _counts(entries: list[StatsEntry]) -> tuple[int, int]:
@@ -132,7 +146,8 @@ class LiveView:
         models = [
             self._figures(name, by_name.get(name, []), requests, server.get(name)) for name in names
         ]
-        figures = measured(run)
+        streams = self._streams(by_name)
+        figures = with_streams(measured(run), streams)
         checks = tg.evaluate(tg.Targets.from_config(run.config), figures)
         cpu = run.cpu_percent if final else _generator_cpu(environment)
         cpu_warning = run.cpu_warning or bool(run.monitor and run.monitor.cpu_warning)
@@ -148,6 +163,42 @@ class LiveView:
             warnings=warnings,
             cpu_percent=cpu,
             final=final,
+            streams=streams,
+        )
+
+    def _streams(self, by_name: dict[str, list[StatsEntry]]) -> StreamsNow | None:
+        """The streams so far, from this process's stream log (a master's holds its
+        workers'); None where the run drives no decoupled model."""
+        log = stream_log(self.environment)
+        first = log.first_at if log is not None else None
+        if log is None or first is None:
+            return None
+        now = time.time()
+        total = log.total()
+        span = min(now, log.last_at or now) - first
+        so_far = figures_of(total, max(span, 1e-9), (50.0, 99.0))
+        recent = log.figures(now - WINDOW_S, now)
+        ended = total.streams + total.failed
+        config = self.run.config.gate
+        names = [n for n, es in by_name.items() if any(e.method.endswith("-stream") for e in es)]
+        return StreamsNow(
+            model=", ".join(names) or "streams",
+            streams=total.streams,
+            failed=total.failed,
+            tokens=total.tokens,
+            checked=total.checked,
+            mismatched=total.mismatched,
+            ttft_p50_ms=_known(so_far.ttft_ms[50.0]),
+            ttft_p99_ms=_known(so_far.ttft_ms[99.0]),
+            itl_p50_ms=_known(so_far.itl_ms[50.0]),
+            itl_p99_ms=_known(so_far.itl_ms[99.0]),
+            tokens_per_s=recent.output_tokens_per_s if recent is not None else 0.0,
+            run_tokens_per_s=_known(so_far.output_tokens_per_s),
+            goodput=(
+                total.good / ended
+                if ended and (config.perf_slo_ttft_ms or config.perf_slo_itl_ms)
+                else None
+            ),
         )
 
     def _figures(
@@ -160,9 +211,7 @@ class LiveView:
         run = requests.total(name)
         pct = run.histogram.percentiles_ms((50, 95, 99))
         recent = requests.recent(name, time.time() - WINDOW_S).histogram
-
-        def known(value: float) -> float | None:
-            return None if math.isnan(value) else value
+        known = _known
 
         return ModelFigures(
             model=name,
@@ -178,6 +227,24 @@ class LiveView:
             p99_now_ms=known(recent.percentile_ms(99)),
             server=server,
         )
+
+
+def with_streams(figures: tg.Measured, streams: StreamsNow | None) -> tg.Measured:
+    """The client's figures with the streams' so far, so that the streaming targets' rows
+    show where the run stands (the verdict judges them after the warm-up)."""
+    if streams is None:
+        return figures
+
+    def value(v: float | None) -> float:
+        return math.nan if v is None else v
+
+    return dataclasses.replace(
+        figures,
+        ttft_p99_ms=value(streams.ttft_p99_ms),
+        itl_p99_ms=value(streams.itl_p99_ms),
+        output_tokens_per_s=value(streams.run_tokens_per_s),
+        stream_goodput=value(streams.goodput),
+    )
 
 
 def write_live_csv(path: Path, snapshot: Snapshot) -> None:
@@ -205,6 +272,10 @@ def start(environment: Environment) -> LiveView | None:
     if previous is not None:
         previous.stop()  # its last snapshot and CSV were written when its run stopped
     options = environment.parsed_options
-    view = LiveView(run, getattr(options, "csv_prefix", None))
-    view.start()
+    csv_prefix = getattr(options, "csv_prefix", None)
+    view = LiveView(run, csv_prefix)
+    if csv_prefix or not getattr(options, "headless", False):
+        # Refreshed every PERIOD_S only for a reader (the web UI, PREFIX_triton.csv): each
+        # refresh reads the run's histograms, CPU a headless run would take from its load.
+        view.start()
     return view

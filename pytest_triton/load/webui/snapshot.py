@@ -79,6 +79,31 @@ class ModelFigures:
 
 
 @dataclass(frozen=True)
+class StreamsNow:
+    """The streams of a run driving decoupled models, so far (every worker's, on a master):
+    latencies over the run, output tokens/s over about the last 10 s and over the run,
+    goodput where an SLO is set (None: none), and the streams compared token by token with
+    the reference."""
+
+    model: str  # the stream models' names
+    streams: int
+    failed: int
+    tokens: int
+    checked: int
+    mismatched: int
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    tokens_per_s: float | None = None  # over about the last 10 s
+    run_tokens_per_s: float | None = None  # over the run so far
+    goodput: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A run as the tab shows it; `duration_s` is Locust's (first to last request)."""
 
@@ -90,6 +115,7 @@ class Snapshot:
     warnings: Sequence[str] = ()
     cpu_percent: float | None = None
     final: bool = False
+    streams: StreamsNow | None = None
 
 
 def number(value: float | None, digits: int = 1) -> str:
@@ -142,12 +168,38 @@ def _model_rows(m: ModelFigures) -> list[dict[str, str]]:
     return rows
 
 
+def _stream_rows(s: StreamsNow, final: bool) -> list[dict[str, str]]:
+    rate = (
+        _row(s.model, "output tokens/s (run average)", number(s.run_tokens_per_s))
+        if final
+        else _row(s.model, "output tokens/s (now)", number(s.tokens_per_s))
+    )
+    goodput = (
+        number(s.goodput, 3)
+        if s.goodput is not None
+        else "no SLO (--perf-slo-ttft-ms / --perf-slo-itl-ms)"
+    )
+    return [
+        _row(s.model, "streams (failed)", f"{s.streams:,} ({s.failed:,})"),
+        _row(s.model, "time to first token p50 (ms)", ms_text(s.ttft_p50_ms)),
+        _row(s.model, "time to first token p99 (ms)", ms_text(s.ttft_p99_ms)),
+        _row(s.model, "inter-token latency p50 (ms)", ms_text(s.itl_p50_ms)),
+        _row(s.model, "inter-token latency p99 (ms)", ms_text(s.itl_p99_ms)),
+        rate,
+        _row(s.model, "stream goodput", goodput),
+        _row(s.model, "streams checked (mismatched)", f"{s.checked:,} ({s.mismatched:,})"),
+    ]
+
+
 def tab_rows(snapshot: Snapshot | None) -> list[dict[str, str]]:
-    """The Triton tab's table: per model its figures, then the targets, the load generator
-    and its warnings, and the verdict so far."""
+    """The Triton tab's table: per model its figures, the streams' (where decoupled models
+    are driven), then the targets, the load generator and its warnings, and the verdict so
+    far."""
     if snapshot is None:
         return [_row("-", "no test has run yet", "start one: the figures appear here live")]
     rows = [r for m in snapshot.models for r in _model_rows(m)]
+    if snapshot.streams is not None:
+        rows += _stream_rows(snapshot.streams, snapshot.final)
     for c in snapshot.checks:
         sign = "<=" if c.kind == "max" else ">="
         target = f"{sign} {number(c.limit)}" if c.limit is not None else "-"
@@ -281,5 +333,6 @@ def as_json(snapshot: Snapshot | None, history: Sequence[dict[str, Any]]) -> dic
         "warnings": list(snapshot.warnings) if snapshot else [],
         "rows": tab_rows(snapshot),
         "models": models,
+        "streams": snapshot.streams.as_dict() if snapshot and snapshot.streams else None,
         "history": list(history),
     }
