@@ -69,6 +69,23 @@ def skewed_clock(offset_s: int) -> dict[str, str]:
     }
 
 
+FAKETIME_LEFTOVERS = "/dev/shm/*faketime_s*_*"
+
+
+def reap_faketime_regions() -> list[str]:
+    """libfaketime leaves a /dev/shm/faketime_shm_<pid> region and a sem.faketime_sem_<pid>
+    semaphore behind for every process it was preloaded into (FAKETIME_DISABLE_SHM does not
+    stop it, Debian's 0.9.10): remove those of processes that are gone."""
+    removed = []
+    for region in glob(FAKETIME_LEFTOVERS):
+        pid = region.rsplit("_", 1)[1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(OSError):
+                os.unlink(region)
+                removed.append(region)
+    return removed
+
+
 @dataclass(frozen=True)
 class Host:
     name: str

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from glob import glob
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,8 @@ USERS = 8
 def hosts() -> Iterator[dict[str, netns.Host]]:
     with netns.hosts("master", "w1", "w2", "server") as built:
         yield built
+    netns.reap_faketime_regions()  # the skewed-clock worker's libfaketime leaves one
+    assert not glob(netns.FAKETIME_LEFTOVERS), "libfaketime's region or semaphore left behind"
     assert not [n for n in netns.ours() if n.startswith(next(iter(built.values())).netns[:-7])]
 
 
