@@ -324,36 +324,35 @@ def test_orphans_of_dead_processes_are_reaped(docker: Any) -> None:
             orphan.remove(force=True)
 
 
+CONTAINER = ("--triton-launcher=container",)
+
+
+def assert_passes_in_the_container(docker: Any, *args: str, timeout: float) -> None:
+    """`pytest --triton-launcher=container ARGS` from the checkout passes with nothing skipped
+    and leaves no container of its own (another run's may come and go meanwhile)."""
+    before = {c.id for c in docker.containers.list(all=True)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *CONTAINER, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    tail = result.stdout[-3000:]
+    assert result.returncode == 0, tail
+    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+    assert {c.id for c in docker.containers.list(all=True)} - before == set()
+
+
 @pytest.mark.container
 def test_conformance_suite_runs_in_the_container(docker: Any) -> None:
     """`pytest --triton-launcher container`: the zoo's parity suite, served from the offline
     image, for MNIST and DLRM (every format, both protocols, batched parity and bad requests;
     the other models are the process launcher's, tested there in full: kept short for
     `make test`'s 20 minutes)."""
-    before = {c.id for c in docker.containers.list(all=True)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--triton-launcher=container",
-            "tests/models/test_zoo_served.py",
-            "-k",
-            "mnist or dlrm",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1500,
+    assert_passes_in_the_container(
+        docker, "tests/models/test_zoo_served.py", "-k", "mnist or dlrm", timeout=1500
     )
-    tail = result.stdout[-3000:]
-    assert result.returncode == 0, tail
-    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
-    # none left behind (another run's containers may come and go meanwhile)
-    assert {c.id for c in docker.containers.list(all=True)} - before == set()
 
 
 @pytest.mark.container
@@ -361,28 +360,9 @@ def test_pipelines_and_sequences_run_in_the_container(docker: Any) -> None:
     """The pipeline gate (ensemble and BLS, both protocols, the batching proof per step) and
     the stateful gate (per-sequence parity with interleaved sequences), served from the
     offline image as from the process launcher."""
-    before = {c.id for c in docker.containers.list(all=True)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--triton-launcher=container",
-            "examples/test_pipeline_gate.py",
-            "examples/test_stateful_gate.py",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    assert_passes_in_the_container(
+        docker, "examples/test_pipeline_gate.py", "examples/test_stateful_gate.py", timeout=900
     )
-    tail = result.stdout[-3000:]
-    assert result.returncode == 0, tail
-    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
-    assert {c.id for c in docker.containers.list(all=True)} - before == set()
 
 
 @pytest.mark.container
