@@ -7,6 +7,7 @@ machines cannot pull).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from types import ModuleType
 from typing import Any
@@ -112,11 +113,28 @@ def ensure_reaper(client: Any) -> None:
 
 
 def reap_orphan_containers(client: Any) -> list[str]:
-    """Remove containers started for processes that no longer exist."""
+    """Remove containers started for processes that no longer exist: the short ids of those
+    now gone, also where another run reaping at the same time removed them first."""
     removed = []
     for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
         pid = int(container.labels.get(OWNER_LABEL, "0"))
         if pid and not process_alive(pid):
-            container.remove(force=True)
+            _remove_or_see_removed(container)
             removed.append(container.short_id)
     return removed
+
+
+def _remove_or_see_removed(container: Any) -> None:
+    """`docker rm -f`, where another reaper may be removing the same container (409) or have
+    removed it already (404): then wait until it is gone."""
+    from docker.errors import APIError, NotFound
+
+    try:
+        container.remove(force=True)
+    except NotFound:
+        return
+    except APIError as exc:
+        if exc.status_code != 409:
+            raise
+        with contextlib.suppress(NotFound):
+            container.wait(condition="removed", timeout=60)

@@ -69,21 +69,19 @@ def skewed_clock(offset_s: int) -> dict[str, str]:
     }
 
 
-FAKETIME_LEFTOVERS = "/dev/shm/*faketime_s*_*"
+def faketime_leftovers(pid: int) -> list[str]:
+    """The /dev/shm region and semaphore libfaketime made for process `pid`."""
+    return sorted(glob(f"/dev/shm/*faketime_s*_{pid}"))
 
 
-def reap_faketime_regions() -> list[str]:
+def remove_faketime_leftovers(pid: int) -> None:
     """libfaketime leaves a /dev/shm/faketime_shm_<pid> region and a sem.faketime_sem_<pid>
-    semaphore behind for every process it was preloaded into (FAKETIME_DISABLE_SHM does not
-    stop it, Debian's 0.9.10): remove those of processes that are gone."""
-    removed = []
-    for region in glob(FAKETIME_LEFTOVERS):
-        pid = region.rsplit("_", 1)[1]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            with contextlib.suppress(OSError):
-                os.unlink(region)
-                removed.append(region)
-    return removed
+    semaphore behind for the process it was preloaded into (FAKETIME_DISABLE_SHM does not stop
+    it, Debian's 0.9.10). Removed by pid, once that process is gone: tests on other xdist workers
+    may be running a skewed process of their own meanwhile."""
+    for leftover in faketime_leftovers(pid):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(leftover)
 
 
 @dataclass(frozen=True)

@@ -329,19 +329,26 @@ CONTAINER = ("--triton-launcher=container",)
 
 def assert_passes_in_the_container(docker: Any, *args: str, timeout: float) -> None:
     """`pytest --triton-launcher=container ARGS` from the checkout passes with nothing skipped
-    and leaves no container of its own (another run's may come and go meanwhile)."""
-    before = {c.id for c in docker.containers.list(all=True)}
-    result = subprocess.run(
+    and leaves no container of its own (other tests' containers may come and go meanwhile:
+    ours are those labelled with the subprocess's pid)."""
+    proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *CONTAINER, *args],
         cwd=REPO_ROOT,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
     )
-    tail = result.stdout[-3000:]
-    assert result.returncode == 0, tail
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    tail = stdout[-3000:]
+    assert proc.returncode == 0, tail
     assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
-    assert {c.id for c in docker.containers.list(all=True)} - before == set()
+    label = f"{OWNER_LABEL}={proc.pid}"
+    assert docker.containers.list(all=True, filters={"label": label}) == []
 
 
 @pytest.mark.container
