@@ -7,8 +7,17 @@ from documents only), `session`, `server`, `models`, `repository`, `parity`, `cl
 """
 
 import importlib
+import os
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
+
+# Before anything imports grpc: its fork handlers (grpcio 1.81 and later, grpc/grpc#43055)
+# restart gRPC's poller in each child a process with a live channel forks, and Popen then
+# closes that poller's descriptor before exec: about one child in 60 aborted with "Epoll1Poller
+# ... epoll_wait error: Bad file descriptor" (a tritonserver that died "before it was
+# ready"). Every child pytest-triton starts execs at once, and none uses gRPC across a fork;
+# a value set by the person running it is left alone. tests/client/test_client.py pins it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 if TYPE_CHECKING:
     from pytest_triton.base.config import TritonConfig

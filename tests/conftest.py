@@ -4,12 +4,16 @@ numpy-2 interpreter for the stub-environment tests."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from pytest_triton import DynamicBatching, factories
+from pytest_triton.base.processes import reap_orphaned
 from pytest_triton.models import ZOO, zoo_spec
+from pytest_triton.repository import export_cache
 
 # The examples' serving settings, except: one instance each (a 2-core machine cannot host the
 # examples' five MNIST or two text-recognition instances per format) and a 20 ms queue delay.
@@ -23,6 +27,31 @@ zoo_repository = factories.repository(
 zoo_server = factories.server(repository="zoo_repository")
 zoo_client = factories.client(server="zoo_server")
 zoo_model = factories.model(server="zoo_server")
+
+
+EXPORT_CACHE_PREFIX = "pytest-triton-exports-"  # then the suite's pid: a killed run's is reaped
+_export_cache: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One export cache for the whole run (export_cache.py): its xdist workers, and the
+    Locust, triton-perf and pytest processes its tests start, inherit the variable, so each
+    module is exported to ONNX once a run instead of once a process (a Locust run's export
+    is 4 s of CPU). Set by the controller before its workers start; a cache the person
+    running the suite set is used as it is."""
+    if hasattr(config, "workerinput") or os.environ.get(export_cache.ENVIRONMENT):
+        return
+    reap_orphaned(tempfile.gettempdir(), EXPORT_CACHE_PREFIX, "-")
+    made = Path(tempfile.mkdtemp(prefix=f"{EXPORT_CACHE_PREFIX}{os.getpid()}-"))
+    _export_cache.append(made)
+    os.environ[export_cache.ENVIRONMENT] = str(made)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for made in _export_cache:
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop(export_cache.ENVIRONMENT, None)
+    _export_cache.clear()
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from pytest_triton.base.errors import SpecError
 from pytest_triton.base.formats import FORMATS
 from pytest_triton.base.processes import reap_orphaned
 from pytest_triton.base.server_offer import ServerTarget
-from pytest_triton.repository import exporters, pbtxt, warmup
+from pytest_triton.repository import export_cache, exporters, pbtxt, warmup
 from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.signature import Signature, resolve_signature
 from pytest_triton.repository.spec import ModelSpec
@@ -212,14 +212,7 @@ class Repository:
             try:
                 version_dir = staging / str(variant.spec.version)
                 signature = self.signature(variant.spec)
-                exporters.export(
-                    variant.format,
-                    variant.spec,
-                    self.native(variant),
-                    version_dir / variant.artifact,
-                    signature,
-                    numerics=self.target.numerics,
-                )
+                how = self._export(variant, version_dir, signature)
                 if variant.hosted:
                     shutil.copyfile(HOSTED_MODEL, version_dir / "model.py")
                 warmup.write_samples(staging, variant, signature)
@@ -229,8 +222,28 @@ class Repository:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
             self._built.add(variant.model_name)
-            self._progress(f"exported {variant.id} in {time.perf_counter() - started:.1f}s")
+            self._progress(f"exported {variant.id} in {time.perf_counter() - started:.1f}s{how}")
             return directory
+
+    def _export(self, variant: Variant, version_dir: Path, signature: Signature) -> str:
+        """Export the variant into `version_dir`, or take it from the export cache
+        (export_cache.py) where one is set; says which for the progress line."""
+        spec, native = variant.spec, self.native(variant)
+        cache = export_cache.directory()
+        entry = export_cache.key(variant.format, spec, native, signature) if cache else None
+        if cache and entry and export_cache.restore(cache, entry, version_dir):
+            return " (from the export cache)"
+        exporters.export(
+            variant.format,
+            spec,
+            native,
+            version_dir / variant.artifact,
+            signature,
+            numerics=self.target.numerics,
+        )
+        if cache and entry:
+            export_cache.store(cache, entry, version_dir)
+        return ""
 
     def add_version(self, variant: Variant, spec: ModelSpec) -> Variant:
         """Another version of a variant's model: `spec` (the same name and signature, another
@@ -267,14 +280,7 @@ class Repository:
             staging = Path(tempfile.mkdtemp(prefix=f".{self.root.name}.", dir=self.root.parent))
             staged = staging / str(spec.version)
             try:
-                exporters.export(
-                    variant.format,
-                    spec,
-                    self.native(new),
-                    staged / variant.artifact,
-                    signature,
-                    numerics=self.target.numerics,
-                )
+                how = self._export(new, staged, signature)
                 if variant.hosted:
                     shutil.copyfile(HOSTED_MODEL, staged / "model.py")
             except BaseException:
@@ -282,7 +288,7 @@ class Repository:
                 raise
             self._progress(
                 f"exported {variant.id} version {spec.version} in "
-                f"{time.perf_counter() - started:.1f}s"
+                f"{time.perf_counter() - started:.1f}s{how}"
             )
         return new, staged
 

@@ -4,6 +4,9 @@ that names model, protocol and server."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -204,3 +207,43 @@ def test_prepared_requests_are_sent_again_and_again(server: RunningServer) -> No
         for _ in range(3):
             out = c.send(request)
             np.testing.assert_array_equal(out["Y"], np.arange(1, 9).reshape(2, 4))
+
+
+FORKS_WHILE_GRPC_RUNS = """
+import subprocess, sys, threading
+import pytest_triton  # first, as the plugin, Locust and the CLIs import it
+from pytest_triton import TritonClient
+
+client = TritonClient(sys.argv[1], protocol="grpc")
+busy = True
+
+def use_grpc():
+    while busy:
+        client.is_server_ready()
+
+threading.Thread(target=use_grpc, daemon=True).start()
+aborted = []
+for _ in range(400):
+    child = subprocess.Popen(["true"], preexec_fn=lambda: None, stderr=subprocess.PIPE)
+    _, err = child.communicate()
+    if child.returncode:
+        aborted.append((child.returncode, err.decode()[-300:]))
+busy = False
+print(aborted)
+sys.exit(1 if aborted else 0)
+"""
+
+
+def test_children_forked_beside_a_live_grpc_channel_reach_exec(server: RunningServer) -> None:
+    """grpcio 1.81+ (grpc/grpc#43055): with gRPC's fork handlers on, about one child in 60
+    forked beside a live channel aborted before exec ("Epoll1Poller ... Bad file descriptor"):
+    seen as a zoo server that died before it was ready, failing 200 tests. Importing
+    pytest_triton turns those handlers off; 400 forks find one such abort with p > 0.999."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKS_WHILE_GRPC_RUNS, server.endpoints.url("grpc")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"},
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

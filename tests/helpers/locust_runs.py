@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def get_json(url: str) -> dict[str, Any] | None:
+    """A web UI's JSON answer; None while it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+    except OSError:
+        return None
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -28,6 +28,7 @@ from tests.helpers.locust_runs import (
     Finished,
     Locust,
     free_port,
+    get_json,
     locust_args,
     subprocess_env,
     triton_perf_args,
@@ -184,6 +185,13 @@ def _locust(ingress: Ingress, case: str, tmp_path: Path) -> Locust:
     return Locust(locust_args(LOCUSTFILE, *load), None, ingress.env(case))
 
 
+def _locust_web_ui(ingress: Ingress, case: str, port: int) -> Locust:
+    """A run started from the web UI (--autostart: as if its Start button was pressed)."""
+    load = ("--autostart", "-u", "2", "-r", "2", "-t", f"{RUN_S}s", "--host", ingress.url)
+    web = ("--web-host", "127.0.0.1", "--web-port", str(port))
+    return Locust(locust_args(LOCUSTFILE, *load, *web), None, ingress.env(case))
+
+
 def _perf(ingress: Ingress, case: str, tmp_path: Path) -> Locust:
     cmd = [
         *triton_perf_args("tests.helpers.probe_models:probe_spec"),
@@ -221,7 +229,8 @@ def test_locust_and_triton_perf_stop_before_any_load(ingress: Ingress, tmp_path:
     """Each refusal, Locust and triton-perf (and triton-tune, without the token): their one
     preflight request is refused, so they exit with status 2 within seconds of starting (a
     minute of load was asked for), no user spawned, no sweep point measured and nothing
-    exported, naming the cause and the option."""
+    exported, naming the cause and the option. A run started from the web UI is stopped as
+    fast, and its Triton tab says why."""
     started = time.monotonic()
     runs = {
         (front, case): make(ingress, case, tmp_path)
@@ -229,6 +238,9 @@ def test_locust_and_triton_perf_stop_before_any_load(ingress: Ingress, tmp_path:
         for case in CASES
     }  # all at once: most of their time is importing
     runs["tune", "missing token"] = _tune(ingress, "missing token", tmp_path)
+    web_port = free_port()
+    web_ui = _locust_web_ui(ingress, "missing token", web_port)
+    assert_the_web_ui_shows_the_refusal(web_ui, web_port, ingress.url)
     finished: dict[tuple[str, str], Finished] = {
         key: run.finish(timeout=RUN_S + 60) for key, run in runs.items()
     }
@@ -250,6 +262,34 @@ def test_locust_and_triton_perf_stop_before_any_load(ingress: Ingress, tmp_path:
     # seven processes importing torch on a shared machine: the bound only says that no run
     # lasted the minute of load it was given
     assert time.monotonic() - started < RUN_S, [f.wall_s for f in finished.values()]
+
+
+def assert_the_web_ui_shows_the_refusal(run: Locust, port: int, url: str) -> None:
+    """The web UI stays up (its person reads why there), the run is stopped within seconds of
+    the web UI's start, no request was answered, and the Triton tab says why."""
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + RUN_S
+    try:
+        stats = None
+        while time.monotonic() < deadline and run.proc.poll() is None:
+            stats = get_json(f"{base}/stats/requests")
+            if stats and stats["state"] == "stopped":
+                break
+            time.sleep(0.2)
+        assert stats is not None and stats["state"] == "stopped", run.stderr_so_far[-3000:]
+        lines = run.stderr_so_far.splitlines()
+        start = _stamp(next(line for line in lines if "Starting web interface" in line))
+        stopped = _stamp(next(line for line in lines if "stopping the test" in line))
+        assert (stopped - start).total_seconds() < FAST_S, run.stderr_so_far[-3000:]
+        total = next(s for s in stats["stats"] if s["name"] == "Aggregated")
+        assert total["num_requests"] == total["num_failures"], total
+        (row,) = stats["extended_stats"][0]["data"]
+        assert row["status"] == "REFUSED", row
+        assert_names_the_cause(row["value"], "missing token", url, "--host")
+        live = get_json(f"{base}/triton/live.json")
+        assert live is not None and live["state"] == "refused" and live["refusal"] == row["value"]
+    finally:
+        run.kill()
 
 
 def test_a_guessed_grpc_port_that_is_closed_names_the_option() -> None:

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from tests.helpers.locust_runs import (
     REPO,
     Locust,
     free_port,
+    get_json,
     locust_args,
     subprocess_env,
 )
@@ -36,14 +36,6 @@ LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "probe_and_streams.py"
 STREAM_MODEL = "tiny_stream"
 PROBE = "probe_onnx"
 USERS = 10  # 6 probe users and 4 streaming ones, half of each on either worker
-
-
-def get_json(url: str) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return json.loads(response.read())  # type: ignore[no-any-return]
-    except OSError:
-        return None
 
 
 def wait_for_load(run: Locust, base: str, timeout: float) -> dict[str, Any]:

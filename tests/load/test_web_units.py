@@ -237,6 +237,18 @@ def test_charts_json_carries_history_breakdown_and_histogram() -> None:
     assert as_json(None, [])["state"] == "ready"
 
 
+def test_a_refused_run_shows_only_why() -> None:
+    """A run refused at its start shows the reason in place of figures, also over the live
+    view of the run before it."""
+    why = "HTTP 401 Unauthorized from https://h:1 (--host): pass --triton-headers"
+    for before in (None, snapshot(final=True)):
+        (row,) = tab_rows(before, why)
+        assert row["status"] == "REFUSED" and row["value"] == why
+        data = as_json(before, [], why)
+        assert data["state"] == "refused" and data["refusal"] == why and data["rows"] == [row]
+    assert as_json(None, [])["refusal"] is None
+
+
 # -- where the web UI listens --------------------------------------------------------------------
 @pytest.mark.parametrize("host", ["", "*", "0.0.0.0", "::", "192.0.2.10", "example.org"])
 def test_a_web_ui_reachable_from_elsewhere_is_named(host: str) -> None:

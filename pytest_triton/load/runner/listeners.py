@@ -134,7 +134,7 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
     except ConfigError as exc:
         log.error("pytest-triton: %s", exc)
         environment.process_exit_code = 2
-        run.refused = True
+        run.refused, run.refusal = True, str(exc)
         gevent.spawn(run.end, "the run's settings were refused")
 
 

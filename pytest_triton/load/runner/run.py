@@ -121,6 +121,7 @@ class LoadRun:
     started: bool = False
     finished: bool = False
     refused: bool = False  # the run's settings were refused at its start: no load goes out
+    refusal: str = ""  # ... and why, for the web UI's Triton tab
     cpu_percent: float | None = None
     cpu_warning: bool = False
     reports: list[ModelReport] = field(default_factory=list)
@@ -235,7 +236,7 @@ class LoadRun:
     def start(self) -> None:
         """Baseline of the server's statistics, and the monitor."""
         environment = self.environment
-        self.started, self.finished, self.refused = True, False, False
+        self.started, self.finished, self.refused, self.refusal = True, False, False, ""
         self.reports, self.cpu_percent, self.cpu_warning = [], None, False
         self.client_counts = {}
         self.result, self.summary, self.printed = {}, "", False

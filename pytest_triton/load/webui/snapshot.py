@@ -191,10 +191,13 @@ def _stream_rows(s: StreamsNow, final: bool) -> list[dict[str, str]]:
     ]
 
 
-def tab_rows(snapshot: Snapshot | None) -> list[dict[str, str]]:
+def tab_rows(snapshot: Snapshot | None, refusal: str = "") -> list[dict[str, str]]:
     """The Triton tab's table: per model its figures, the streams' (where decoupled models
     are driven), then the targets, the load generator and its warnings, and the verdict so
-    far."""
+    far. A run refused at its start (a 401, a TLS failure) shows only why: the web UI's
+    person would otherwise see a run that stopped at once and nothing else."""
+    if refusal:
+        return [_row("-", "refused before any load", refusal, "", "REFUSED")]
     if snapshot is None:
         return [_row("-", "no test has run yet", "start one: the figures appear here live")]
     rows = [r for m in snapshot.models for r in _model_rows(m)]
@@ -303,9 +306,11 @@ def chart_point(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def as_json(snapshot: Snapshot | None, history: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def as_json(
+    snapshot: Snapshot | None, history: Sequence[dict[str, Any]], refusal: str = ""
+) -> dict[str, Any]:
     """The charts page's data: the tab's rows, each model's breakdown and histogram, the
-    history of samples/s and p99."""
+    history of samples/s and p99; a refused run's reason."""
     models = []
     for m in snapshot.models if snapshot else ():
         s = m.server
@@ -327,11 +332,12 @@ def as_json(snapshot: Snapshot | None, history: Sequence[dict[str, Any]]) -> dic
             }
         )
     return {
-        "state": snapshot.state if snapshot else "ready",
+        "state": "refused" if refusal else (snapshot.state if snapshot else "ready"),
+        "refusal": refusal or None,
         "elapsed_s": snapshot.elapsed_s if snapshot else 0.0,
         "final": snapshot.final if snapshot else False,
         "warnings": list(snapshot.warnings) if snapshot else [],
-        "rows": tab_rows(snapshot),
+        "rows": tab_rows(snapshot, refusal),
         "models": models,
         "streams": snapshot.streams.as_dict() if snapshot and snapshot.streams else None,
         "history": list(history),

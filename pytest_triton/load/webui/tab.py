@@ -21,6 +21,7 @@ from flask import Blueprint, Response, jsonify, make_response, request
 from locust.env import Environment
 from locust.web import WebUI
 
+from pytest_triton.load.runner.run import run_of
 from pytest_triton.load.webui.live import live_of
 from pytest_triton.load.webui.snapshot import TAB_COLUMNS, TAB_KEY, as_json, csv_rows, tab_rows
 
@@ -56,12 +57,18 @@ def _add_rows(environment: Environment) -> Any:
         body = response.get_json(silent=True)
         if isinstance(body, dict):
             view = live_of(environment)
-            rows = tab_rows(view.snapshot if view else None)
+            rows = tab_rows(view.snapshot if view else None, _refusal(environment))
             body["extended_stats"] = [{"key": TAB_KEY, "data": rows}]
             response.set_data(json.dumps(body))
         return response
 
     return add_rows
+
+
+def _refusal(environment: Environment) -> str:
+    """Why the current run was refused at its start; empty when it was not."""
+    run = run_of(environment)
+    return run.refusal if run is not None and run.refused else ""
 
 
 def _blueprint(environment: Environment, web_ui: WebUI) -> Blueprint:
@@ -89,7 +96,8 @@ def _blueprint(environment: Environment, web_ui: WebUI) -> Blueprint:
     @web_ui.auth_required_if_enabled
     def live() -> Response:
         view = live_of(environment)
-        return jsonify(as_json(view.snapshot if view else None, view.history if view else ()))
+        snapshot, history = (view.snapshot, view.history) if view else (None, ())
+        return jsonify(as_json(snapshot, history, _refusal(environment)))
 
     @blueprint.route("/triton/csv")
     @web_ui.auth_required_if_enabled
