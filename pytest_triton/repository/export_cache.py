@@ -77,7 +77,7 @@ def key(fmt: str, spec: ModelSpec, native: NativeModel, signature: Signature) ->
 
 def _tensor_parts(tensor: torch.Tensor) -> tuple[object, ...]:
     cpu = tensor.detach().to("cpu").contiguous()
-    return str(cpu.dtype), tuple(cpu.shape), cpu.view(torch.uint8).numpy().tobytes()
+    return str(cpu.dtype), tuple(cpu.shape), cpu.reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def _plain_attributes(module: torch.nn.Module) -> list[tuple[str, str]]:

@@ -78,8 +78,11 @@ def test_the_key_follows_everything_the_artifact_is_made_of() -> None:
     other_weights = Scorer()
     with torch.no_grad():
         other_weights.dense.bias.add_(1.0)
+    counted = ScaledScorer()  # a 0-d buffer, as BatchNorm's num_batches_tracked
+    counted.register_buffer("seen", torch.tensor(3))
     changed = {
         "weights": scorer_spec(module=other_weights),
+        "a 0-d buffer": scorer_spec(module=counted),
         "a plain attribute": scorer_spec(module=lambda: ScaledScorer(2.0)),
         "the class": scorer_spec(module=lambda: ScaledScorer(1.0)),
         "example shapes": scorer_spec(example_inputs=scorer_inputs(batch=5)),
