@@ -1,11 +1,13 @@
 """Soak with a memory gate (--triton-soak, --perf-memory-growth-mb-per-min, --perf-p99-drift):
 the figures on made-up samples, then a short real soak on two python-backend models, one that
-leaks 256 kB per execution and the same without the leak. The master scrapes Triton's metrics
+leaks 256 kB per execution and the same without the leak, both at once, each on a server of
+its own (the gate reads a whole server's memory). The master scrapes Triton's metrics
 and the server's RSS (tritonserver and its python stubs, found by the port it listens on)
 once a second; the leak is caught, the clean model passes."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,7 @@ from pytest_triton.load.measure.soak import (
 )
 from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.server import LocalLauncher, ServerArgs
-from tests.helpers.locust_runs import REPO, run_locust
+from tests.helpers.locust_runs import REPO, Locust, locust_args
 from tests.helpers.probe_models import CLEAN_MODEL, LEAK_KB, LEAKY_MODEL, write_sleepy
 
 RATE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "rate.py"
@@ -81,20 +83,26 @@ def test_memory_growth_is_the_slope_of_the_steady_part(tmp_path: Path) -> None:
 
 # -- a real soak ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def soak_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
-    root = tmp_path_factory.mktemp("repo")
-    write_sleepy(root, "leaky", source=LEAKY_MODEL)
-    write_sleepy(root, "clean", source=CLEAN_MODEL)
-    with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
-        yield server.endpoints
+def soak_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Endpoints]]:
+    """One server per model: the memory gate reads a whole server's RSS, so the two soaks
+    run at the same time, each on a server of its own."""
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for model, source in (("leaky", LEAKY_MODEL), ("clean", CLEAN_MODEL)):
+            root = tmp_path_factory.mktemp(model)
+            write_sleepy(root, model, source=source)
+            args = ServerArgs(root, model_control_mode="none")
+            servers[model] = stack.enter_context(LocalLauncher().start(args)).endpoints
+        yield servers
 
 
 RATE = 20  # req/s: the leak grows 20 x 256 kB = 5 MB/s, 300 MB/min
 LIMIT_MB_PER_MIN = 60
 
 
-def soak(endpoints: Endpoints, model: str, tmp_path: Path) -> dict:
-    done = run_locust(
+def soak(endpoints: Endpoints, model: str, tmp_path: Path) -> Locust:
+    report = tmp_path / f"soak-{model}.json"
+    args = locust_args(
         RATE_LOCUSTFILE,
         "OpenUser",
         "--headless",
@@ -113,18 +121,24 @@ def soak(endpoints: Endpoints, model: str, tmp_path: Path) -> dict:
         f"http://{endpoints.metrics}/metrics",
         "--perf-memory-growth-mb-per-min",
         str(LIMIT_MB_PER_MIN),
-        tmp_path=tmp_path,
-        timeout=120,
+        report=report,
     )
+    return Locust(args, report)
+
+
+def finished(run: Locust) -> dict:
+    done = run.finish(timeout=120)
     assert done.report is not None, done.tail()
     return {**done.report, "code": done.code, "output": done.output}
 
 
 @pytest.mark.load
 @pytest.mark.triton
-def test_a_leak_is_caught_and_a_clean_model_passes(soak_server: Endpoints, tmp_path: Path) -> None:
-    clean = soak(soak_server, "clean", tmp_path)
-    leaky = soak(soak_server, "leaky", tmp_path)
+def test_a_leak_is_caught_and_a_clean_model_passes(
+    soak_servers: dict[str, Endpoints], tmp_path: Path
+) -> None:
+    runs = {model: soak(endpoints, model, tmp_path) for model, endpoints in soak_servers.items()}
+    clean, leaky = finished(runs["clean"]), finished(runs["leaky"])
     print(
         f"memory growth: clean {clean['soak']['memory_growth_mb_per_min']:+.1f} MB/min, "
         f"leaky {leaky['soak']['memory_growth_mb_per_min']:+.1f} MB/min "
