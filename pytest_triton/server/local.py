@@ -26,7 +26,12 @@ from pathlib import Path
 import psutil
 
 from pytest_triton.base.errors import ConfigError, ServerError
-from pytest_triton.base.processes import die_with_parent, kill_group, reap_orphaned
+from pytest_triton.base.processes import (
+    die_with_parent,
+    kill_group,
+    process_alive,
+    reap_orphaned,
+)
 from pytest_triton.base.server_offer import NO_TENSORRT, ServerTarget
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.client.triton_client import release_connections
@@ -316,10 +321,32 @@ def _wait_for_closes_seen(pid: int) -> None:
 
 def reap_orphan_servers() -> list[Path]:
     """Remove work directories and shared-memory regions of servers whose pytest was killed
-    outright (the server itself died with it by PDEATHSIG)."""
+    outright (the server itself died with it by PDEATHSIG), and kill what still runs from
+    such a directory first."""
+    kill_orphan_stubs()
     return reap_orphaned(tempfile.gettempdir(), WORKDIR_PREFIX, "-") + reap_orphaned(
         "/dev/shm", SHM_PREFIX, "_"
     )
+
+
+def kill_orphan_stubs() -> list[int]:
+    """Kill processes running from the work directory of a server whose owner is gone: python
+    stubs can outlive a server that died with its owner (seen after a killed xdist run: the
+    zoo server's stubs, reparented to init, each spinning a core for minutes)."""
+    marker = os.path.join(tempfile.gettempdir(), WORKDIR_PREFIX)
+    killed = []
+    for process in psutil.process_iter(["cmdline"]):
+        argv = process.info["cmdline"] or []
+        first = argv[0] if argv else ""
+        if not first.startswith(marker):
+            continue
+        owner = first[len(marker) :].split("-", 1)[0]
+        if owner.isdigit() and not process_alive(int(owner)):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+                killed.append(process)
+    psutil.wait_procs(killed, timeout=5)
+    return [p.pid for p in killed]
 
 
 class LocalLauncher:

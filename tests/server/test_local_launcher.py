@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import signal
 import socket
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -268,3 +271,27 @@ def test_auto_completion_is_off_only_where_no_model_needs_it(tmp_path: Path) -> 
         finally:
             client.close()
         np.testing.assert_array_equal(y, np.ones((2, 4), np.float32))
+
+
+def test_the_next_launch_kills_stubs_that_outlived_their_server(repo: Path) -> None:
+    """A killed xdist run once left its zoo server's python stubs running (reparented to
+    init, each spinning a core) after the server itself had died with its owner: the next
+    launch's reaping kills whatever still runs from a dead owner's work directory, then
+    removes the directory. A copy of `sleep` stands in for the stub binary, at the path a
+    stub has."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    workdir = Path(tempfile.gettempdir()) / f"{local_module.WORKDIR_PREFIX}{dead.pid}-test"
+    stub = workdir / "backends" / "python" / "triton_python_backend_stub"
+    stub.parent.mkdir(parents=True)
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", stub)
+    orphan = subprocess.Popen([str(stub), "300"], start_new_session=True)
+    try:
+        with LocalLauncher().start(ServerArgs(repo, model_control_mode="none")):
+            # ended, 290 s early (its exit status may have been collected by the reaping)
+            orphan.wait(10)
+            assert not workdir.exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
