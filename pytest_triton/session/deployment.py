@@ -64,6 +64,23 @@ class Deployment:
         for listener in list(self.listeners):
             listener(result)
 
+    def check_fields(
+        self, client: TritonClient, check: Check, batch_size: int, reports: list[ParityReport]
+    ) -> dict[str, Any]:
+        """A ParityResult's fields that say how and where a check ran, the same for a
+        variant's checks and a pipeline's: the client's protocol and transport, the check and
+        its requests, this server and its numerics."""
+        return {
+            "protocol": client.protocol,
+            "transport": transport_of(client),
+            "check": check,
+            "batch_size": batch_size,
+            "requests": len(reports),
+            "reports": tuple(reports),
+            "server": self.server.endpoints.http,
+            "numerics": self.repository.target.numerics,
+        }
+
     def describe(self) -> dict[str, Any]:
         """The server as a report names it: launcher, endpoints, Triton's version (from the
         server metadata), backends and device."""
@@ -379,16 +396,9 @@ class ServedModel:
                 format=variant.format,
                 precision=variant.precision,
                 backend=variant.backend,
-                protocol=client.protocol,
-                transport=transport_of(client),
-                check=check,
-                batch_size=batch_size,
-                requests=len(reports),
-                reports=tuple(reports),
                 batching=batching,
-                server=self.deployment.server.endpoints.http,
                 device=self.device,
-                numerics=self.deployment.repository.target.numerics,
+                **self.deployment.check_fields(client, check, batch_size, reports),
             )
         )
 

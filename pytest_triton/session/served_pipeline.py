@@ -225,7 +225,6 @@ class ServedPipeline:
         """The check as a ParityResult for the deployment's listeners (the gate report's
         parity table, and its pipelines section from `pipeline`)."""
         formats = dict.fromkeys(self.spec.step_format_of(step) for step in self.spec.steps)
-        target = self.repository.target
         self.deployment.record(
             ParityResult(
                 variant=self.id,
@@ -234,15 +233,8 @@ class ServedPipeline:
                 format="+".join(formats),
                 precision="fp32",
                 backend="ensemble" if self.mode == "ensemble" else "python",
-                protocol=client.protocol,
-                transport=transport_of(client),
-                check=check,
-                batch_size=batch_size,
-                requests=len(reports),
-                reports=tuple(reports),
-                server=self.deployment.server.endpoints.http,
-                device="gpu" if target.gpu else "cpu",
-                numerics=target.numerics,
+                device="gpu" if self.repository.target.gpu else "cpu",
+                **self.deployment.check_fields(client, check, batch_size, reports),
                 pipeline={
                     "pipeline": self.spec.name,
                     "mode": self.mode,
