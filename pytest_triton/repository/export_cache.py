@@ -61,16 +61,18 @@ def key(fmt: str, spec: ModelSpec, native: NativeModel, signature: Signature) ->
     module = native.module
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         add(name, *_tensor_parts(tensor))
-    sources: set[str] = set()
+    classes: set[type] = set()
     for name, submodule in module.named_modules():
         add(name, type(submodule).__qualname__, _plain_attributes(submodule))
-        for cls in type(submodule).__mro__:
-            if cls.__module__.split(".")[0] in ("torch", "builtins"):
-                continue
-            source = _source_of(cls)
-            if source is None:
-                return None
-            sources.add(source)
+        classes.update(type(submodule).__mro__)
+    sources: set[str] = set()
+    for cls in classes:  # each class once: a model repeats its blocks many times
+        if cls.__module__.split(".")[0] in ("torch", "builtins"):
+            continue
+        source = _source_of(cls)
+        if source is None:
+            return None
+        sources.add(source)
     add(*sorted(sources))
     return digest.hexdigest()
 
