@@ -151,7 +151,7 @@ def test_master_and_workers_on_three_hosts_count_what_the_server_counts(
     assert abs(offsets[0]) < 0.5 and abs(offsets[1] + SKEW_S) < 0.5, offsets
     assert report["requests_outside_run"] == 0
     windows = report["windows"]
-    assert len(windows) >= 3 and all(w["requests"] > 0 for w in windows), windows
+    assert len(windows) >= 2 and all(w["requests"] > 0 for w in windows), windows
     assert "Worker clocks, offset to the master's" in done.output
 
 
