@@ -111,3 +111,39 @@ def test_each_candidate_reports_its_spread() -> None:
     assert "spread 40%" in describe(trial, "infer/s")
     (column,) = [get for name, get in COLUMNS if name == "spread"]
     assert column(trial) == 0.4
+
+
+def test_batching_is_given_the_load_it_needs_to_win() -> None:
+    """The benchmark's trap: unbatched, one instance saturates at concurrency 2 (more load
+    only queues), and batching at concurrency 2 gains nothing (two requests rarely wait
+    together). A climb that judged batching at the unbatched best's load stopped there, at
+    1.0x; batching is now raised to the load it gains from, and wins about 4x."""
+
+    def measure(candidate: Candidate) -> Trial:
+        c = candidate.concurrency
+        rate = 1000.0 * min(c, 2) if not candidate.dynamic_batching else 950.0 * c
+        trial = Trial(0, candidate, "measured", throughput=min(rate, 4000.0), p99_ms=c * 1.0)
+        trial.spread = 0.1
+        return trial
+
+    start = Candidate("torchscript-trace", 64, False, concurrency=1)
+    unbatched = SearchSpace(
+        format=("torchscript-trace",),
+        max_batch_size=(64,),
+        dynamic_batching=(False, True),
+        max_queue_delay_us=(0,),
+        preferred_batch_sizes=((),),
+        instance_count=(1,),
+        instance_kind=(None,),
+        threads=(0,),
+        concurrency=(1, 2, 4, 8, 16),
+    )
+    search = Search(unbatched, start, 1, "throughput", NONE, Budget(None))
+    trials = list(search.run(measure))
+    best = max(trials, key=lambda t: t.throughput)
+    assert (best.candidate.dynamic_batching, best.candidate.concurrency) == (True, 8), [
+        (t.candidate.dynamic_batching, t.candidate.concurrency, t.throughput) for t in trials
+    ]
+    # the p99 objective never raises the load for a configuration
+    latency = Search(unbatched, start, 1, "p99", NONE, Budget(None))
+    assert all(t.candidate.concurrency <= 2 for t in latency.run(measure))

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -337,10 +337,41 @@ class Search:
         before = float(current.point.get("server_avg_batch") or 0.0)
         return trial.status == "measured" and grown > BATCH_GROWTH * max(before, 1.0)
 
+    def _under_more_load(self, trial: Trial, measure: Measure) -> Generator[Trial, None, Trial]:
+        """A configuration's best trial at the current concurrency or above: raising the
+        concurrency while this configuration gains from it. Batching gains only when
+        requests wait together, so a configuration judged at the load the unbatched one
+        preferred would lose a race it was never given the load to win (the climb would
+        stop at batching off, concurrency 2). Not for a latency objective, nor for a
+        configuration over its p99 or memory limit: more load lowers neither."""
+        if self.objective == "p99" or trial.status != "measured":
+            return trial
+        if not all(v.startswith("throughput") for v in trial.violations):
+            return trial
+        values = self.space.values("concurrency")
+        above = [v for v in values if v > trial.candidate.concurrency]
+        best = trial
+        for concurrency in above:
+            candidate = dataclasses.replace(best.candidate, concurrency=concurrency)
+            if candidate.problem(self.request_batch):
+                continue
+            fresh = candidate not in self.trials
+            more = self._try(candidate, measure)
+            if more is None:
+                break
+            if fresh:
+                yield more
+            if not self._settles_better(more, best, measure):
+                break
+            best = more
+        return best
+
     def _quick(self, measure: Measure) -> Iterator[Trial]:
         """Coordinate search: along each dimension in turn, step from the current best to
-        the neighbouring value, up first then down, and keep stepping while it improves;
-        passes repeat until one changes nothing (or the budget is spent)."""
+        the neighbouring value, up first then down, and keep stepping while it improves
+        (a step in the server's configuration judged at its best concurrency from the
+        current one up); passes repeat until one changes nothing (or the budget is
+        spent)."""
         self.remaining = 2 * len(DIMENSIONS)
         current = self._try(self.start, measure)
         if current is None:
@@ -374,6 +405,8 @@ class Search:
                             return
                         if fresh:
                             yield trial
+                        if dimension != "concurrency" and not self._better(trial, current):
+                            trial = yield from self._under_more_load(trial, measure)
                         if not self._settles_better(trial, current, measure):
                             raising = dimension == "max_batch_size" and step == 1
                             if raising and self._batching_gains(trial, current):
