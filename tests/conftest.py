@@ -3,10 +3,14 @@ numpy-2 interpreter for the stub-environment tests."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +18,7 @@ from pytest_triton import DynamicBatching, factories
 from pytest_triton.base.processes import reap_orphaned
 from pytest_triton.models import ZOO, zoo_spec
 from pytest_triton.repository import export_cache
+from tests.helpers import warm_start
 
 # The examples' serving settings, except: one instance each (a 2-core machine cannot host the
 # examples' five MNIST or two text-recognition instances per format) and a 20 ms queue delay.
@@ -93,4 +98,27 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     runs in one: the plugin would name its models on external servers after that worker."""
     for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
         monkeypatch.delenv(name)
+    monkeypatch.setattr(pytester, "popen", functools.partial(_warm_popen, pytester))
     return pytester
+
+
+def _warm_popen(
+    pytester: pytest.Pytester,
+    cmdargs: Sequence[str | os.PathLike[str]],
+    stdout: Any = subprocess.PIPE,
+    stderr: Any = subprocess.PIPE,
+    stdin: Any = None,
+    **kw: Any,
+) -> Any:
+    """Pytester.popen (its environment and working directory), forked from a warm
+    interpreter where it can be (tests/helpers/warm_start.py): runpytest_subprocess's
+    sessions start without importing torch again."""
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+    args = [os.fspath(a) for a in cmdargs]
+    if stdin in (None, pytester.CLOSE_STDIN) and warm_start.kind_of(args) is not None:
+        kw.pop("close_fds", None)
+        return warm_start.popen(args, env=env, cwd=os.getcwd(), stdout=stdout, stderr=stderr, **kw)
+    return pytest.Pytester.popen(
+        pytester, cmdargs, stdout, stderr, stdin or pytester.CLOSE_STDIN, **kw
+    )

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from pytest_triton.base import setup_steps
+from tests.helpers import warm_start
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "probe.py"
@@ -81,7 +82,8 @@ class Locust:
     args: Sequence[str]
     report_path: Path | None = None
     env: dict[str, str] = field(default_factory=subprocess_env)
-    proc: subprocess.Popen[str] = field(init=False)
+    cold: bool = False  # a new interpreter, not one forked from a warm one (warm_start.py)
+    proc: subprocess.Popen[str] | warm_start.WarmProcess = field(init=False)
     started: float = field(init=False)
     _out: list[str] = field(default_factory=list, init=False)
     _err: list[str] = field(default_factory=list, init=False)
@@ -90,15 +92,15 @@ class Locust:
         self.started = time.monotonic()
         setup_steps.say(f"{self.what} ...")
         # Own session: a timeout can kill the whole tree.
-        self.proc = subprocess.Popen(
+        self.proc = warm_start.popen(
             list(self.args),
             cwd=REPO,
             env=self.env,
             text=True,
-            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            cold=self.cold,
         )
         for stream, sink in ((self.proc.stdout, self._out), (self.proc.stderr, self._err)):
             threading.Thread(target=self._drain, args=(stream, sink), daemon=True).start()

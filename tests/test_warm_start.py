@@ -1,0 +1,133 @@
+"""The suite's warm starts (tests/helpers/warm_start.py): a process forked from a warm
+interpreter must be what `python -m MODULE` would have started: the same argv, working
+directory, environment, sys.path, streams, fresh random state, exit codes and deaths by
+signal, its own session, what importing read from the environment (TMPDIR). Each is
+compared with a cold start of the same command. A warm interpreter started from a thread
+outlives that thread (the sessions of test_interrupted_sessions.py start from threads)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tests.helpers import warm_start
+
+PROBE = textwrap.dedent("""
+    import json, os, sys, tempfile
+    import numpy as np
+
+    def test_probe():
+        with open(os.environ["PROBE_OUT"], "w") as f:
+            json.dump({
+                "argv": sys.argv[1:],
+                "cwd": os.getcwd(),
+                "path": sys.path[:2],
+                "env": os.environ.get("PROBE_VALUE"),
+                "random": float(np.random.random()),
+                "sid": os.getsid(0) == os.getpid(),
+                "stdin": os.read(0, 100).decode(),
+                "tmp": tempfile.gettempdir(),
+            }, f)
+        assert os.environ.get("PROBE_FAIL") != "1"
+""")
+
+
+def start(tmp_path: Path, tag: str, *, cold: bool, **env: str) -> Any:
+    (tmp_path / "test_probe.py").write_text(PROBE)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        "PROBE_OUT": str(tmp_path / f"{tag}.json"),
+        "PROBE_VALUE": tag,
+        "TMPDIR": str(tmp_path),
+        **env,
+    }
+    return warm_start.popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_probe.py"],
+        env=environment,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cold=cold,
+    )
+
+
+def test_a_warm_start_is_what_a_cold_one_would_be(tmp_path: Path) -> None:
+    cold = start(tmp_path, "cold", cold=True)
+    warm = start(tmp_path, "warm", cold=False)
+    again = start(tmp_path, "again", cold=False)
+    assert isinstance(warm, warm_start.WarmProcess) and not isinstance(cold, warm_start.WarmProcess)
+    outputs = {}
+    for tag, proc in (("cold", cold), ("warm", warm), ("again", again)):
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        assert "1 passed" in out
+        outputs[tag] = json.loads((tmp_path / f"{tag}.json").read_text())
+    c, w = outputs["cold"], outputs["warm"]
+    for key in ("argv", "cwd", "path", "sid", "stdin"):
+        assert c[key] == w[key], key
+    assert (c["env"], w["env"]) == ("cold", "warm")
+    assert c["tmp"] == w["tmp"] == str(tmp_path)  # read from the child's environment
+    assert c["sid"] is True and c["stdin"] == ""
+    assert w["random"] != outputs["again"]["random"]  # numpy reseeded in each child
+
+
+def test_exit_codes_and_signals_come_back_as_popen_gives_them(tmp_path: Path) -> None:
+    failed = start(tmp_path, "failed", cold=False, PROBE_FAIL="1")
+    assert failed.wait(120) == 1
+    sleeper = tmp_path / "sleeper"
+    sleeper.mkdir()
+    (sleeper / "test_sleep.py").write_text("import time\ndef test_sleep():\n    time.sleep(60)\n")
+    for sig, expected in ((signal.SIGTERM, -signal.SIGTERM), (signal.SIGKILL, -signal.SIGKILL)):
+        proc = warm_start.popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_sleep.py"],
+            env=dict(os.environ),
+            cwd=sleeper,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        assert isinstance(proc, warm_start.WarmProcess)
+        assert proc.poll() is None and psutil.pid_exists(proc.pid)
+        time.sleep(1)
+        proc.send_signal(sig)
+        assert proc.wait(30) == expected
+
+
+def test_only_known_modules_start_warm() -> None:
+    python = sys.executable
+    assert warm_start.kind_of([python, "-m", "locust", "-f", "x.py"]) == (
+        "locust",
+        "locust",
+        ["-f", "x.py"],
+    )
+    assert warm_start.kind_of([python, "-mpytest", "-q"]) == ("pytest", "pytest", ["-q"])
+    assert warm_start.kind_of([python, "-m", "pytest_triton.cli.triton_tune"]) is None
+    assert warm_start.kind_of([python, "-c", "pass"]) is None
+    assert warm_start.kind_of(["ip", "netns", "exec", "h", python, "-m", "locust"]) is None
+
+
+def test_a_warm_interpreter_outlives_the_thread_that_started_it(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG would have killed it when that thread ended, and every later start
+    of its kind with it."""
+    warm_start.close_all()
+    started: list[Any] = []
+    thread = threading.Thread(target=lambda: started.append(start(tmp_path, "a", cold=False)))
+    thread.start()
+    thread.join()
+    assert started[0].wait(120) == 0
+    time.sleep(0.5)
+    later = start(tmp_path, "b", cold=False)
+    assert isinstance(later, warm_start.WarmProcess) and later.wait(120) == 0
