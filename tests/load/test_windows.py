@@ -129,6 +129,42 @@ def test_percentiles_of_a_known_distribution_are_exact_to_the_histograms_precisi
     ]
 
 
+def test_counts_percentiles_and_shares_are_hdrhistograms_own() -> None:
+    """The vectorized recording, percentiles and share within a bound give what
+    HdrHistogram's own record_value, get_percentile_to_value_dict and recorded iterator give:
+    the same counts array and the same figures, edge values of its buckets included."""
+    from hdrh.histogram import HdrHistogram
+
+    from pytest_triton.load.measure.latency_histogram import HIGHEST_US
+
+    rng = np.random.default_rng(7)
+    edges = [0, 1, 2047, 2048, 2049, 4095, 4096, 1_000_000, HIGHEST_US]
+    for sigma in (0.1, 1.0, 2.5):
+        values = [min(int(v), HIGHEST_US) for v in rng.lognormal(8, sigma, 3000)] + edges
+        theirs = HdrHistogram(1, HIGHEST_US, 3)
+        ours = LatencyHistogram()
+        for v in values:
+            theirs.record_value(v)
+            ours.record_us(v)
+        live = ours._live()
+        assert list(live.counts) == list(theirs.counts)
+        assert (live.total_count, live.min_value, live.max_value) == (
+            theirs.total_count,
+            theirs.min_value,
+            theirs.max_value,
+        )
+        percents = [0, 50, 90, 99, 99.9, 100]
+        expected = theirs.get_percentile_to_value_dict(percents)
+        assert ours.percentiles_ms(percents) == {p: expected[p] / 1e3 for p in percents}
+        for bound_ms in (0.001, 2.048, 3.0, 50.0):
+            within = sum(
+                item.count_at_value_iterated_to
+                for item in theirs.get_recorded_iterator()
+                if theirs.get_lowest_equivalent_value(item.value_iterated_to) <= bound_ms * 1e3
+            )
+            assert ours.share_within_ms(bound_ms) == within / len(values)
+
+
 def test_window_log_windows_hold_the_percentiles_of_their_requests() -> None:
     """A known latency distribution through the WindowLog: each window's percentiles and
     those of the merged stable windows are the exact ones of their requests, to within the
