@@ -42,7 +42,14 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def start(tmp_path: Path, tag: str, *, cold: bool, **env: str) -> Any:
+def start(
+    tmp_path: Path,
+    tag: str,
+    *,
+    cold: bool,
+    interpreter: warm_start.WarmInterpreter | None = None,
+    **env: str,
+) -> Any:
     (tmp_path / "test_probe.py").write_text(PROBE)
     environment = {
         **os.environ,
@@ -61,6 +68,7 @@ def start(tmp_path: Path, tag: str, *, cold: bool, **env: str) -> Any:
         text=True,
         start_new_session=True,
         cold=cold,
+        interpreter=interpreter,
     )
 
 
@@ -121,13 +129,19 @@ def test_only_known_modules_start_warm() -> None:
 
 def test_a_warm_interpreter_outlives_the_thread_that_started_it(tmp_path: Path) -> None:
     """PR_SET_PDEATHSIG would have killed it when that thread ended, and every later start
-    of its kind with it."""
-    warm_start.close_all()
-    started: list[Any] = []
-    thread = threading.Thread(target=lambda: started.append(start(tmp_path, "a", cold=False)))
+    of its kind with it (an interpreter of its own: this process's stay as they are)."""
+    made: list[warm_start.WarmInterpreter] = []
+    thread = threading.Thread(
+        target=lambda: made.append(warm_start.WarmInterpreter("pytest", dict(os.environ)))
+    )
     thread.start()
     thread.join()
-    assert started[0].wait(120) == 0
-    time.sleep(0.5)
-    later = start(tmp_path, "b", cold=False)
-    assert isinstance(later, warm_start.WarmProcess) and later.wait(120) == 0
+    (interpreter,) = made
+    try:
+        time.sleep(0.5)
+        child = start(tmp_path, "later", cold=False, interpreter=interpreter)
+        assert isinstance(child, warm_start.WarmProcess) and child.wait(120) == 0
+        assert interpreter.proc.poll() is None
+    finally:
+        interpreter.close()
+    assert interpreter.proc.poll() == 0  # closing its socket ends it (not a kill after 10 s)

@@ -133,7 +133,7 @@ class WarmProcess:
         self.wait()
 
 
-class _Warm:
+class WarmInterpreter:
     """One warm interpreter of this process: spawns children, hears their exits."""
 
     def __init__(self, kind: str, env: Mapping[str, str]) -> None:
@@ -216,7 +216,8 @@ class _Warm:
             child._exit(status)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # (the reader's makefile() keeps the fd open:
+            self.sock.shutdown(socket.SHUT_RDWR)  # close() alone sends no end of file)
             self.sock.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
@@ -225,16 +226,16 @@ class _Warm:
             self.proc.wait()
 
 
-_WARM: dict[tuple[int, str], _Warm] = {}
+_WARM: dict[tuple[int, str], WarmInterpreter] = {}
 _WARM_LOCK = threading.Lock()
 
 
-def _warm(kind: str, env: Mapping[str, str]) -> _Warm:
+def _warm(kind: str, env: Mapping[str, str]) -> WarmInterpreter:
     key = (os.getpid(), kind)
     with _WARM_LOCK:
         found = _WARM.get(key)
         if found is None or found.proc.poll() is not None:
-            found = _WARM[key] = _Warm(kind, env)
+            found = _WARM[key] = WarmInterpreter(kind, env)
         return found
 
 
@@ -258,10 +259,12 @@ def popen(
     text: bool = False,
     start_new_session: bool = False,
     cold: bool = False,
+    interpreter: WarmInterpreter | None = None,
     **popen_kw: Any,
 ) -> subprocess.Popen[Any] | WarmProcess:
     """subprocess.Popen(args, ...) for a process the suite starts: forked from a warm
-    interpreter where it can be (stdin is always at its end: /dev/null)."""
+    interpreter where it can be (this process's of the command's kind, or `interpreter`;
+    stdin is always at its end: /dev/null)."""
     found = None if cold else kind_of([str(a) for a in args])
     if found is None:
         return subprocess.Popen(
@@ -298,7 +301,8 @@ def popen(
     closing.append(stdin)
     out_fd, out = target(stdout, 1)
     err_fd, err = (out_fd, None) if stderr == subprocess.STDOUT else target(stderr, 2)
-    warm = _warm(kind, env)
+    warm = interpreter if interpreter is not None else _warm(kind, env)
+    assert warm.kind == kind, f"a {kind} command on a warm {warm.kind} interpreter"
     try:
         pid = warm.spawn(
             module, rest, env, os.fspath(cwd), (stdin, out_fd, err_fd), start_new_session
