@@ -140,10 +140,10 @@ class WarmInterpreter:
         self.kind = kind
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours
-        self.lock = threading.Lock()
+        # A child's exit always comes after its spawn reply: the reader makes the child's
+        # WarmProcess when it reads the reply, and finds it there when it reads the exit.
         self.spawned: dict[int, WarmProcess] = {}
-        self.early: dict[int, int] = {}  # exits heard before their spawn reply was read
-        self.replies: list[int] = []
+        self.replies: list[WarmProcess | None] = []  # None: the warm interpreter is gone
         self.reply_ready = threading.Condition()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.helpers.warm_start", kind, str(theirs.fileno())],
@@ -164,19 +164,15 @@ class WarmInterpreter:
         for line in stream:
             message = json.loads(line)
             if "spawned" in message:
+                pid = int(message["spawned"])
+                child = self.spawned[pid] = WarmProcess(pid, None, None)
                 with self.reply_ready:
-                    self.replies.append(int(message["spawned"]))
+                    self.replies.append(child)
                     self.reply_ready.notify_all()
             else:
-                pid, status = int(message["exited"]), int(message["status"])
-                with self.lock:
-                    child = self.spawned.pop(pid, None)
-                    if child is None:
-                        self.early[pid] = status
-                if child is not None:
-                    child._exit(status)
+                self.spawned.pop(int(message["exited"]))._exit(int(message["status"]))
         with self.reply_ready:  # the warm interpreter is gone
-            self.replies.append(-1)
+            self.replies.append(None)
             self.reply_ready.notify_all()
 
     def spawn(
@@ -187,7 +183,7 @@ class WarmInterpreter:
         cwd: str,
         fds: tuple[int, int, int],
         new_session: bool,
-    ) -> int:
+    ) -> WarmProcess:
         request = json.dumps(
             {
                 "module": module,
@@ -202,18 +198,10 @@ class WarmInterpreter:
             while not self.replies:
                 if not self.reply_ready.wait(60):
                     raise RuntimeError(f"the warm {self.kind} interpreter does not answer")
-            pid = self.replies.pop(0)
-        if pid < 0:
+            child = self.replies.pop(0)
+        if child is None:
             raise RuntimeError(f"the warm {self.kind} interpreter exited")
-        return pid
-
-    def adopt(self, pid: int, child: WarmProcess) -> None:
-        with self.lock:
-            status = self.early.pop(pid, None)
-            if status is None:
-                self.spawned[pid] = child
-        if status is not None:
-            child._exit(status)
+        return child
 
     def close(self) -> None:
         with contextlib.suppress(OSError):  # (the reader's makefile() keeps the fd open:
@@ -285,8 +273,7 @@ def popen(
         if spec == subprocess.PIPE:
             r, w = os.pipe()
             closing.append(w)
-            mode = "r" if text else "rb"
-            return w, open(r, mode, encoding="utf-8" if text else None) if text else open(r, mode)
+            return w, open(r, "r" if text else "rb", encoding="utf-8" if text else None)
         if spec is None:
             return fallback, None
         if spec == subprocess.DEVNULL:
@@ -304,14 +291,13 @@ def popen(
     warm = interpreter if interpreter is not None else _warm(kind, env)
     assert warm.kind == kind, f"a {kind} command on a warm {warm.kind} interpreter"
     try:
-        pid = warm.spawn(
+        child = warm.spawn(
             module, rest, env, os.fspath(cwd), (stdin, out_fd, err_fd), start_new_session
         )
     finally:
         for fd in closing:
             os.close(fd)
-    child = WarmProcess(pid, out, err)
-    warm.adopt(pid, child)
+    child.stdout, child.stderr = out, err
     return child
 
 
