@@ -337,6 +337,17 @@ class Search:
         before = float(current.point.get("server_avg_batch") or 0.0)
         return trial.status == "measured" and grown > BATCH_GROWTH * max(before, 1.0)
 
+    def _visit(
+        self, candidate: Candidate, measure: Measure
+    ) -> Generator[Trial, None, Trial | None]:
+        """The candidate's trial, yielded when it was measured just now (not when tried
+        before); None when the budget is spent."""
+        fresh = candidate not in self.trials
+        trial = self._try(candidate, measure)
+        if trial is not None and fresh:
+            yield trial
+        return trial
+
     def _under_more_load(self, trial: Trial, measure: Measure) -> Generator[Trial, None, Trial]:
         """A configuration's best trial at the current concurrency or above: raising the
         concurrency while this configuration gains from it. Batching gains only when
@@ -355,12 +366,9 @@ class Search:
             candidate = dataclasses.replace(best.candidate, concurrency=concurrency)
             if candidate.problem(self.request_batch):
                 continue
-            fresh = candidate not in self.trials
-            more = self._try(candidate, measure)
+            more = yield from self._visit(candidate, measure)
             if more is None:
                 break
-            if fresh:
-                yield more
             if not self._settles_better(more, best, measure):
                 break
             best = more
@@ -399,12 +407,9 @@ class Search:
                         if candidate.problem(self.request_batch):
                             continue
                         self.remaining = 2 * (len(DIMENSIONS) - position)
-                        fresh = candidate not in self.trials
-                        trial = self._try(candidate, measure)
+                        trial = yield from self._visit(candidate, measure)
                         if trial is None:
                             return
-                        if fresh:
-                            yield trial
                         if dimension != "concurrency" and not self._better(trial, current):
                             trial = yield from self._under_more_load(trial, measure)
                         if not self._settles_better(trial, current, measure):
