@@ -218,7 +218,7 @@ class LatencyHistogram:
         # the values the histogram keeps at or below the bound's own index are the ones it
         # cannot tell from a value within the bound
         (last,) = _indices(np.array([to_us(bound_ms)], np.int64))
-        within = int(np.cumsum(_counts(hdr))[min(int(last), hdr.counts_len - 1)])
+        within = int(_counts(hdr)[: int(last) + 1].sum())
         return float(within) / self.count
 
     def max_ms(self) -> float:
