@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import psutil
-from loadgen_vs_wrk import MODEL, write_trivial, wrk_files
+from loadgen_vs_wrk import MODEL, locust_command, write_trivial, wrk_command, wrk_files
 
 from pytest_triton import TritonClient
 from pytest_triton.client.stats import read_stats
@@ -53,7 +53,7 @@ def measure(
     name: str, cmd: list[str], client: TritonClient, args: argparse.Namespace
 ) -> dict[str, float]:
     """Run one generator and return its steady-state figures."""
-    env = dict(os.environ, TRITON_ALLOW_UNSTABLE="true")
+    env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(HERE), env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO
@@ -78,48 +78,14 @@ def measure(
 
 
 def commands(http: str, grpc: str, script: Path, args: argparse.Namespace) -> dict[str, list[str]]:
-    locust = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(HERE / "trivial_locustfile.py"),
-        "--headless",
-        "-u",
-        str(args.concurrency),
-        "-r",
-        str(args.concurrency),
-        "-t",
-        f"{args.duration}s",
-        "--host",
-        f"http://{http}",
-        "--triton-grpc-url",
-        f"grpc://{grpc}",
-        "--only-summary",
-    ]
     found = {
-        "locust-http": [*locust, "--triton-protocol", "http"],
-        "locust-grpc": [*locust, "--triton-protocol", "grpc"],
+        "locust-http": locust_command(f"http://{http}", args.concurrency, args.duration),
+        "locust-grpc": locust_command(f"grpc://{grpc}", args.concurrency, args.duration),
     }
-    if shutil.which("wrk"):
-        found = {
-            "wrk": [
-                "wrk",
-                "-t",
-                "1",
-                "-c",
-                str(args.concurrency),
-                "-d",
-                f"{args.duration}s",
-                "-s",
-                str(script),
-                f"http://{http}/v2/models/{MODEL}/infer",
-            ],
-            **found,
-        }
-    else:
+    if not shutil.which("wrk"):
         print("wrk not found (apt-get install wrk): Locust only", file=sys.stderr)
-    return found
+        return found
+    return {"wrk": wrk_command(http, script, args.concurrency, args.duration), **found}
 
 
 def main() -> int:

@@ -103,23 +103,52 @@ def stats_delta(client: TritonClient, before: ModelStats, expect: int) -> ModelS
     return delta
 
 
-def run_wrk(
-    url: str, script: Path, args: argparse.Namespace, client: TritonClient
-) -> dict[str, float]:
-    before = read_stats(client, MODEL)
-    cmd = [
+def wrk_command(url: str, script: Path, concurrency: int, duration: int) -> list[str]:
+    """wrk on one thread at `concurrency` connections, sending `script`'s request."""
+    return [
         "wrk",
         "-t",
         "1",
         "-c",
-        str(args.concurrency),
+        str(concurrency),
         "-d",
-        f"{args.duration}s",
+        f"{duration}s",
         "--latency",
         "-s",
         str(script),
         f"http://{url}/v2/models/{MODEL}/infer",
     ]
+
+
+def locust_command(host: str, concurrency: int, duration: int) -> list[str]:
+    """The benchmark's Locust users (trivial_locustfile.py) at `concurrency`, headless; the
+    protocol from the host's scheme (http:// or grpc://)."""
+    return [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(HERE / "trivial_locustfile.py"),
+        "--headless",
+        "-u",
+        str(concurrency),
+        "-r",
+        str(concurrency),
+        "-t",
+        f"{duration}s",
+        "--host",
+        host,
+        "--only-summary",
+        # a benchmark, not a gate: windows that disagree on a busy machine still count
+        "--triton-allow-unstable",
+    ]
+
+
+def run_wrk(
+    url: str, script: Path, args: argparse.Namespace, client: TritonClient
+) -> dict[str, float]:
+    before = read_stats(client, MODEL)
+    cmd = wrk_command(url, script, args.concurrency, args.duration)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()
@@ -204,23 +233,7 @@ def run_locust(host: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         ]
     cmd = [
         *profile,
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(HERE / "trivial_locustfile.py"),
-        "--headless",
-        "-u",
-        str(args.concurrency),
-        "-r",
-        str(args.concurrency),
-        "-t",
-        f"{args.duration}s",
-        "--host",
-        host,
-        "--only-summary",
-        # a benchmark, not a gate: windows that disagree on a busy machine still count
-        "--triton-allow-unstable",
+        *locust_command(host, args.concurrency, args.duration),
         "--triton-report-json",
         str(report),
     ]
