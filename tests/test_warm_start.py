@@ -3,7 +3,8 @@ interpreter must be what `python -m MODULE` would have started: the same argv, w
 directory, environment, sys.path, streams, fresh random state, exit codes and deaths by
 signal, its own session, what importing read from the environment (TMPDIR). Each is
 compared with a cold start of the same command. A warm interpreter started from a thread
-outlives that thread (the sessions of test_interrupted_sessions.py start from threads)."""
+outlives that thread (the sessions of test_interrupted_sessions.py start from threads), and
+starts from several threads at once each get their own child."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ PROBE = textwrap.dedent("""
     def test_probe():
         with open(os.environ["PROBE_OUT"], "w") as f:
             json.dump({
+                "pid": os.getpid(),
                 "argv": sys.argv[1:],
                 "cwd": os.getcwd(),
                 "path": sys.path[:2],
@@ -145,3 +147,32 @@ def test_a_warm_interpreter_outlives_the_thread_that_started_it(tmp_path: Path) 
     finally:
         interpreter.close()
     assert interpreter.proc.poll() == 0  # closing its socket ends it (not a kill after 10 s)
+
+
+def test_starts_from_several_threads_at_once_each_get_their_own_child(tmp_path: Path) -> None:
+    """Two lanes of test_interrupted_sessions.py start sessions at the same moment: a
+    session that held the other's child waited on the wrong process and read its own log
+    while its own pytest still wrote it (CI, stop 40)."""
+    interpreter = warm_start.WarmInterpreter("pytest", dict(os.environ))
+    threads = 6
+    together = threading.Barrier(threads)
+    started: dict[int, Any] = {}
+
+    def one(i: int) -> None:
+        folder = tmp_path / f"t{i}"
+        folder.mkdir()
+        together.wait()
+        started[i] = start(folder, "t", cold=False, interpreter=interpreter)
+
+    try:
+        workers = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        for i, proc in sorted(started.items()):
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, out + err
+            assert json.loads((tmp_path / f"t{i}" / "t.json").read_text())["pid"] == proc.pid
+    finally:
+        interpreter.close()

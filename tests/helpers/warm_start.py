@@ -145,6 +145,9 @@ class WarmInterpreter:
         self.spawned: dict[int, WarmProcess] = {}
         self.replies: list[WarmProcess | None] = []  # None: the warm interpreter is gone
         self.reply_ready = threading.Condition()
+        # one spawn at a time, request and reply: two threads waiting on replies at once
+        # could each take the other's (a session then waits on another session's child)
+        self.spawning = threading.Lock()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.helpers.warm_start", kind, str(theirs.fileno())],
             cwd=REPO,
@@ -193,7 +196,7 @@ class WarmInterpreter:
                 "new_session": new_session,
             }
         ).encode()
-        with self.reply_ready:
+        with self.spawning, self.reply_ready:
             socket.send_fds(self.sock, [_HEADER.pack(len(request)) + request], list(fds))
             while not self.replies:
                 if not self.reply_ready.wait(60):
