@@ -18,7 +18,7 @@ from pytest_triton import DynamicBatching, factories
 from pytest_triton.base.processes import reap_orphaned
 from pytest_triton.models import ZOO, zoo_spec
 from pytest_triton.repository import export_cache
-from tests.helpers import warm_start
+from tests.helpers import cpu_log, warm_start
 
 # The examples' serving settings, except: one instance each (a 2-core machine cannot host the
 # examples' five MNIST or two text-recognition instances per format) and a 20 ms queue delay.
@@ -43,7 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
     Locust, triton-perf and pytest processes its tests start, inherit the variable, so each
     module is exported to ONNX once a run instead of once a process (a Locust run's export
     is 4 s of CPU). Set by the controller before its workers start; a cache the person
-    running the suite set is used as it is."""
+    running the suite set is used as it is. PYTEST_TRITON_CPU_LOG=FILE logs each test's CPU
+    (tests/helpers/cpu_log.py)."""
+    cpu_log.register(config)
     if hasattr(config, "workerinput") or os.environ.get(export_cache.ENVIRONMENT):
         return
     reap_orphaned(tempfile.gettempdir(), EXPORT_CACHE_PREFIX, "-")

@@ -321,7 +321,13 @@ def test_a_setting_given_where_it_is_not_taken_is_refused_on_every_front_end(
 
 TESTS = PACKAGE.parent / "tests"
 # Tests of the whole project rather than of one layer, and the suites that cut across layers.
-PROJECT_TESTS = {"test_architecture.py", "test_ci_files.py", "test_docs.py", "test_warm_start.py"}
+PROJECT_TESTS = {  # the suite's own tools and the project's files
+    "test_architecture.py",
+    "test_ci_files.py",
+    "test_cpu_log.py",
+    "test_docs.py",
+    "test_warm_start.py",
+}
 CROSS_CUTTING = {"helpers", "reliability"}
 
 

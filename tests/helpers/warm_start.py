@@ -118,10 +118,19 @@ class WarmProcess:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
+        """Both pipes read at once, as Popen does: a child that fills one while the other is
+        read would wait forever."""
+        err: list[Any] = [None]
+        reader = None
+        if self.stderr is not None:
+            stderr = self.stderr
+            reader = threading.Thread(target=lambda: err.__setitem__(0, stderr.read()))
+            reader.start()
         out = self.stdout.read() if self.stdout is not None else None
-        err = self.stderr.read() if self.stderr is not None else None
+        if reader is not None:
+            reader.join()
         self.wait(timeout)
-        return out, err
+        return out, err[0]
 
     def __enter__(self) -> WarmProcess:
         return self
@@ -228,6 +237,12 @@ def _warm(kind: str, env: Mapping[str, str]) -> WarmInterpreter:
         if found is None or found.proc.poll() is not None:
             found = _WARM[key] = WarmInterpreter(kind, env)
         return found
+
+
+def warm_interpreters() -> list[WarmInterpreter]:
+    """This process's warm interpreters (cpu_log.py counts their children's CPU)."""
+    with _WARM_LOCK:
+        return [warm for (pid, _), warm in _WARM.items() if pid == os.getpid()]
 
 
 @atexit.register

@@ -38,6 +38,7 @@ from pytest_triton.load.tune.trials import check_launcher
 from pytest_triton.load.tune.tuner import TuneOptions
 from pytest_triton.load.tune.tuner import tune as run_tune
 from pytest_triton.server.gpu import visible_gpus
+from tests.helpers import warm_start
 from tests.helpers.locust_runs import Locust, subprocess_env
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -450,15 +451,16 @@ def test_tuning_gate_example_runs_from_pytest(tmp_path: Path) -> None:
     example = str(REPO / "examples" / "test_tune_gate.py")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        proc = warm_start.popen(  # a pytest session like any other, without its imports' cost
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", example, "-v", *args],
             cwd=REPO,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=240,
             env=subprocess_env(TRITON_MEASUREMENT_INTERVAL="500", TRITON_LOAD_WARMUP="200"),
-            stdin=subprocess.DEVNULL,
         )
+        out, _ = proc.communicate(timeout=240)
+        return subprocess.CompletedProcess([example, *args], proc.wait(), out, "")
 
     skipped = run("-rs")
     assert skipped.returncode == 0 and "run it with --tune-gate" in skipped.stdout, skipped.stdout
