@@ -44,11 +44,12 @@ gate: $(STAMP)
 # The suite, after the Debian packages it drives (test-deps: chromium for the web UI test,
 # nginx for the replica tests) and perf_analyzer (the CSV compatibility test). Two xdist
 # workers, each test file on one worker (its module's servers start once; the files that
-# share the zoo server run together). Three overloaded two cores: model loads inside timed
+# share the zoo server run together), in the order of tests/helpers/schedule.py (measured costs:
+# long files first, a computing file beside a waiting one). Three overloaded two cores: model loads inside timed
 # Locust runs (the update tests) outlasted their runs.
 TEST_WORKERS ?= 2
 test: $(STAMP) test-deps perf-analyzer
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The edit loop's tier, under 3 minutes: the unit tests and one real server (the local
 # launcher's own tests), on two workers.
@@ -56,7 +57,7 @@ FAST_TESTS := tests/test_architecture.py tests/repository tests/parity/test_pari
 	tests/load/test_windows.py tests/load/test_load_units.py tests/load/test_web_units.py \
 	tests/load/test_stream_log.py tests/gate tests/server/test_local_launcher.py
 test-fast: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadgroup $(FAST_TESTS)
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder $(FAST_TESTS)
 
 # The suite without Docker (part of make test)
 test-cpu: $(STAMP) perf-analyzer

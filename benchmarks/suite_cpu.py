@@ -1,11 +1,12 @@
 """Where the suite's CPU went: tables from a PYTEST_TRITON_CPU_LOG file.
 
     PYTEST_TRITON_CPU_LOG=cpu.jsonl make test
-    python benchmarks/suite_cpu.py cpu.jsonl [--top 20]
+    python benchmarks/suite_cpu.py cpu.jsonl [--top 20] [--write-costs COSTS_JSON]
 
 Prints the machine's busy and idle CPU over the run, the CPU and wall seconds each test file
 spent (files by CPU), and the tests that spent the most. How each test's CPU is counted:
-tests/helpers/cpu_log.py.
+tests/helpers/cpu_log.py. --write-costs stores each file's wall and CPU seconds for the order
+in which `make test` hands out its files (tests/helpers/schedule.py).
 """
 
 from __future__ import annotations
@@ -70,12 +71,29 @@ def table(rows: list[tuple[str, Spent]]) -> list[str]:
     return lines
 
 
+def costs_document(files: dict[str, Spent]) -> dict[str, Any]:
+    return {
+        "how": "PYTEST_TRITON_CPU_LOG=FILE make test; python benchmarks/suite_cpu.py FILE "
+        "--write-costs tests/helpers/suite_costs.json (2-core machine, 2 workers)",
+        "files": {
+            name: {"wall_s": round(s.wall_s, 1), "cpu_s": round(s.cpu_s, 1)}
+            for name, s in sorted(files.items())
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", type=Path)
     parser.add_argument("--top", type=int, default=20, help="how many files and tests to list")
+    parser.add_argument(
+        "--write-costs", type=Path, metavar="JSON", help="store each file's wall and CPU seconds"
+    )
     args = parser.parse_args()
     tests, machine = read(args.log)
+    if args.write_costs:
+        document = costs_document(by_file(tests))
+        args.write_costs.write_text(json.dumps(document, indent=1) + "\n")
     total = sum(float(r["cpu_s"]) for r in tests)
     print("\n".join(machine_lines(machine, total)))
     files = sorted(by_file(tests).items(), key=lambda item: -item[1].cpu_s)

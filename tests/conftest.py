@@ -18,7 +18,7 @@ from pytest_triton import DynamicBatching, factories
 from pytest_triton.base.processes import reap_orphaned
 from pytest_triton.models import ZOO, zoo_spec
 from pytest_triton.repository import export_cache
-from tests.helpers import cpu_log, warm_start
+from tests.helpers import cpu_log, schedule, warm_start
 
 # The examples' serving settings, except: one instance each (a 2-core machine cannot host the
 # examples' five MNIST or two text-recognition instances per format) and a 20 ms queue delay.
@@ -82,16 +82,28 @@ ZOO_SERVER_FILES = (
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With `-n N --dist loadgroup` (make test) each test file runs on one worker, so its
-    module-scoped servers start once, and the zoo server's files share one worker."""
+    module-scoped servers start once, and the zoo server's files share one worker; the
+    groups come in the order of tests/helpers/schedule.py (with xdist's
+    --no-loadscope-reorder, the workers take them in that order)."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     tests = Path(__file__).parent
+    group_of: dict[str, str] = {}
     for item in items:
-        if any(True for _ in item.iter_markers("xdist_group")):
+        marked = [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
+        if marked:
+            group_of[item.nodeid] = marked[0]
             continue
         path = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
         group = "zoo-server" if path in ZOO_SERVER_FILES else (path or item.nodeid)
         item.add_marker(pytest.mark.xdist_group(group))
+        group_of[item.nodeid] = group
+    files: dict[str, list[str]] = {}
+    for item in items:
+        files.setdefault(group_of[item.nodeid], []).append(item.nodeid.split("::")[0])
+    costs = schedule.group_costs(files, schedule.read_costs())
+    rank = {group: i for i, group in enumerate(schedule.order(costs))}
+    items.sort(key=lambda item: rank[group_of[item.nodeid]])
 
 
 @pytest.fixture

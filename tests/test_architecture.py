@@ -326,6 +326,7 @@ PROJECT_TESTS = {  # the suite's own tools and the project's files
     "test_ci_files.py",
     "test_cpu_log.py",
     "test_docs.py",
+    "test_schedule.py",
     "test_warm_start.py",
 }
 CROSS_CUTTING = {"helpers", "reliability"}
