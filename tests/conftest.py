@@ -69,41 +69,26 @@ def numpy2_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_numpy2_venv(tmp_path_factory.mktemp("interpreters"))
 
 
-# Files whose tests share the session's zoo server: under xdist they run on one worker, which
-# exports the zoo and starts its server once.
-ZOO_SERVER_FILES = (
-    "client/test_shared_memory.py",
-    "load/test_batching_gates.py",
-    "models/test_zoo_accuracy.py",
-    "models/test_zoo_served.py",
-)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test`'s `--dist loadgroup`: whole files to a worker (tests/helpers/schedule.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return schedule.file_scheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With `-n N --dist loadgroup` (make test) each test file runs on one worker, so its
-    module-scoped servers start once, and the zoo server's files share one worker; the
-    groups come in the order of tests/helpers/schedule.py (with xdist's
-    --no-loadscope-reorder, the workers take them in that order)."""
+    """The groups (whole files) in the order of tests/helpers/schedule.py: the workers take
+    them in collection order (`--no-loadscope-reorder`)."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    tests = Path(__file__).parent
-    group_of: dict[str, str] = {}
-    for item in items:
-        marked = [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
-        if marked:
-            group_of[item.nodeid] = marked[0]
-            continue
-        path = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
-        group = "zoo-server" if path in ZOO_SERVER_FILES else (path or item.nodeid)
-        item.add_marker(pytest.mark.xdist_group(group))
-        group_of[item.nodeid] = group
     files: dict[str, list[str]] = {}
     for item in items:
-        files.setdefault(group_of[item.nodeid], []).append(item.nodeid.split("::")[0])
+        files.setdefault(schedule.group_of(item.nodeid), []).append(item.nodeid.split("::")[0])
     costs = schedule.group_costs(files, schedule.read_costs())
     rank = {group: i for i, group in enumerate(schedule.order(costs))}
-    items.sort(key=lambda item: rank[group_of[item.nodeid]])
+    items.sort(key=lambda item: rank[schedule.group_of(item.nodeid)])
 
 
 @pytest.fixture

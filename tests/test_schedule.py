@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from benchmarks.suite_cpu import Spent, costs_document
 from tests.helpers import schedule
 from tests.helpers.schedule import Cost
@@ -44,3 +46,40 @@ def test_the_costs_the_benchmark_writes_are_the_costs_the_schedule_reads(tmp_pat
     path.write_text(json.dumps(costs_document({"tests/x.py": Spent(4.5, 12.25, 3)})))
     assert schedule.read_costs(path) == {"tests/x.py": Cost(12.2, 4.5)}
     assert schedule.read_costs(tmp_path / "none.json") == {}
+
+
+def test_a_worker_takes_a_whole_file_and_the_zoo_servers_files_together() -> None:
+    assert schedule.group_of("tests/load/test_x.py::test_a[http]") == "tests/load/test_x.py"
+    assert schedule.group_of("tests/client/test_shared_memory.py::t") == "zoo-server"
+    assert schedule.group_of("tests/models/test_zoo_served.py::t[x]") == "zoo-server"
+    assert schedule.group_of("examples/test_gate.py::test_b") == "examples/test_gate.py::test_b"
+
+
+def test_xdist_hands_out_whole_files(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files of a session with two workers: none runs on both (with pytest 9, xdist's
+    own loadgroup sent every test its own way)."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    pytester.makeconftest(
+        "from tests.helpers import schedule\n"
+        "def pytest_xdist_make_scheduler(config, log):\n"
+        "    return schedule.file_scheduling(config, log)\n"
+    )
+    tests = pytester.mkdir("tests")
+    for name in ("test_one", "test_two", "test_three"):
+        (tests / f"{name}.py").write_text(
+            "import os\n"
+            "import pytest\n"
+            "@pytest.mark.parametrize('i', range(6))\n"
+            "def test_it(i):\n"
+            "    print(os.environ['PYTEST_XDIST_WORKER'])\n"
+        )
+    result = pytester.runpytest_subprocess("-n", "2", "-v", "-p", "no:cacheprovider", "tests")
+    result.assert_outcomes(passed=18)
+    workers: dict[str, set[str]] = {}
+    for line in result.outlines:
+        if "PASSED" in line and line.startswith("[gw"):
+            worker, test = line.split()[0], line.split()[-1]
+            workers.setdefault(test.split("::")[0], set()).add(worker)
+    assert len(workers) == 3 and all(len(w) == 1 for w in workers.values()), workers

@@ -1,4 +1,12 @@
-"""The order in which `make test` hands its test files to the xdist workers.
+"""How `make test` hands its tests to the xdist workers: whole files, in a measured order.
+
+Each test file goes to one worker, so that its module-scoped servers start once, and the
+files that share the session's zoo server (ZOO_SERVER_FILES) go to one worker together, which
+exports the zoo and starts its server once. xdist's `--dist loadgroup` was meant to do this
+from `xdist_group` marks, but with pytest 9 its way of grouping (a suffix written into each
+item's private `_nodeid`) no longer reaches the node ids, and every test went its own way:
+51 of 68 files ran on both workers, each starting the file's servers. `file_scheduling`
+groups by the node id itself (`group_of`).
 
 Two workers on two cores finish soonest when, at every moment, the CPU is busy: the suite's
 load tests mostly wait (timed Locust runs, a server asked to time out), others compute
@@ -21,8 +29,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 COSTS = Path(__file__).with_name("suite_costs.json")
+# Files whose tests share the session's zoo server (tests/conftest.py): one worker runs them.
+ZOO_SERVER_FILES = (
+    "tests/client/test_shared_memory.py",
+    "tests/load/test_batching_gates.py",
+    "tests/models/test_zoo_accuracy.py",
+    "tests/models/test_zoo_served.py",
+)
 
 
 @dataclass(frozen=True)
@@ -84,3 +100,24 @@ def order(groups: Mapping[str, Cost | None], workers: int = 2) -> list[str]:
         taken.append(group)
         running.append((now + cost.wall_s, cost))
     return unknown + taken
+
+
+def group_of(nodeid: str) -> str:
+    """The unit a worker takes whole: a test's file under tests/ (the zoo server's files
+    together), any other test (the examples') on its own."""
+    path = nodeid.split("::")[0]
+    if path in ZOO_SERVER_FILES:
+        return "zoo-server"
+    return path if path.startswith("tests/") else nodeid
+
+
+def file_scheduling(config: Any, log: Any) -> Any:
+    """xdist's scope scheduling with group_of as the scope: the workers take whole groups,
+    in the order the collection has them (tests/conftest.py sorts it by `order`)."""
+    from xdist.scheduler import LoadScopeScheduling  # xdist only where it schedules
+
+    class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return FileScheduling(config, log)
