@@ -180,7 +180,9 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
     time: 43 req/s measured here, less on a slower runner): constant arrivals at 15 and 25
     req/s are answered in ~25 ms, at 70 req/s the queue grows without end. (Windows of 1 s
     hold 15 to 25 requests, whose p99 is their slowest: stability is asked within 50% here,
-    the subject being the bound.)"""
+    the subject being the bound. One burst of CPU beside the run doubles one window's p99
+    (seen in a full run: "p99 latency 97.1% apart" with 4 trials): with 6 trials three
+    agreeing windows still follow it, where perf_analyzer's default gives 10.)"""
     out = tmp_path / "perf.json"
     run = Locust(
         [
@@ -198,7 +200,7 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
             "--triton-stability-percentage",
             "50",
             "--max-trials",
-            "4",
+            "6",
             "--latency-bound",
             "100",
             "--json",
