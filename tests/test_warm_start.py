@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from tests.helpers import warm_start
 
@@ -184,3 +185,26 @@ def test_starts_from_several_threads_at_once_each_get_their_own_child(tmp_path: 
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, out + err
         assert json.loads((tmp_path / f"t{i}" / "t.json").read_text())["pid"] == proc.pid
+
+
+def test_communicate_gives_up_after_its_timeout_as_popen_does(tmp_path: Path) -> None:
+    """Reading included: a child that never closes its pipes raises TimeoutExpired."""
+    (tmp_path / "test_sleep.py").write_text("import time\ndef test_sleep():\n    time.sleep(60)\n")
+    proc = warm_start.popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:triton"],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert isinstance(proc, warm_start.WarmProcess)
+    started = time.monotonic()
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.communicate(timeout=2)
+        assert time.monotonic() - started < 10
+        assert proc.poll() is None  # left running, as Popen leaves it
+    finally:
+        proc.kill()
+    assert proc.wait(30) == -signal.SIGKILL

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -118,19 +119,24 @@ class WarmProcess:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
-        """Both pipes read at once, as Popen does: a child that fills one while the other is
-        read would wait forever."""
-        err: list[Any] = [None]
-        reader = None
-        if self.stderr is not None:
-            stderr = self.stderr
-            reader = threading.Thread(target=lambda: err.__setitem__(0, stderr.read()))
+        """Both pipes read at once, as Popen does (a child that fills one while the other is
+        read would wait forever), and TimeoutExpired after `timeout`, reading included (the
+        child is left running, as Popen leaves it)."""
+        read: dict[str, Any] = {}
+        readers = [
+            threading.Thread(target=lambda n=name, s=stream: read.__setitem__(n, s.read()))
+            for name, stream in (("out", self.stdout), ("err", self.stderr))
+            if stream is not None
+        ]
+        for reader in readers:
             reader.start()
-        out = self.stdout.read() if self.stdout is not None else None
-        if reader is not None:
-            reader.join()
-        self.wait(timeout)
-        return out, err[0]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return read.get("out"), read.get("err")
 
     def __enter__(self) -> WarmProcess:
         return self

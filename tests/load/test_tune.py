@@ -459,7 +459,11 @@ def test_tuning_gate_example_runs_from_pytest(tmp_path: Path) -> None:
             text=True,
             env=subprocess_env(TRITON_MEASUREMENT_INTERVAL="500", TRITON_LOAD_WARMUP="200"),
         )
-        out, _ = proc.communicate(timeout=240)
+        try:
+            out, _ = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # as subprocess.run does
+            raise
         return subprocess.CompletedProcess([example, *args], proc.wait(), out, "")
 
     skipped = run("-rs")
