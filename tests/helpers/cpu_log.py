@@ -21,34 +21,32 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.helpers import warm_start
 
 LOG = "PYTEST_TRITON_CPU_LOG"
 _CONTROLLER = "PYTEST_TRITON_CPU_LOG_CONTROLLER"  # the suite's controller's pid
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def process_cpu_s(pid: int) -> float:
-    """A process's CPU seconds with its reaped children's (utime, stime, cutime, cstime);
-    0 for one that is gone."""
+    """A process's CPU seconds with its reaped children's; 0 for one that is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return 0.0
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return sum(int(f) for f in fields[11:15]) / _TICKS
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def machine_cpu_s() -> tuple[float, float]:
-    """The machine's (busy, idle) CPU seconds since boot, all cores summed."""
-    ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = ticks[3] + ticks[4]  # idle, iowait
-    return (sum(ticks) - idle) / _TICKS, idle / _TICKS
+    """The machine's (busy, idle) CPU seconds since boot, all cores summed (guest time is
+    part of user time already)."""
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+    return busy, t.idle + t.iowait
 
 
 def worker_cpu_s() -> float:
