@@ -87,7 +87,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         files.setdefault(schedule.group_of(item.nodeid), []).append(item.nodeid.split("::")[0])
     costs = schedule.group_costs(files, schedule.read_costs())
-    rank = {group: i for i, group in enumerate(schedule.order(costs))}
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "2"))
+    rank = {group: i for i, group in enumerate(schedule.order(costs, workers))}
     items.sort(key=lambda item: rank[schedule.group_of(item.nodeid)])
 
 
