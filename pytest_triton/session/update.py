@@ -268,6 +268,8 @@ def update_under_load(
     before_s: float = 1.0,
     settle_s: float = 0.5,
     after_s: float = 1.0,
+    after_answers: int = 16,
+    after_timeout_s: float = 30.0,
     distinct_inputs: int = 4,
     poll_timeout_s: float = 60.0,
 ) -> UpdateReport:
@@ -276,7 +278,12 @@ def update_under_load(
     loaded beside it and the served version retired: by loads in explicit model control, by
     changing the repository on disk for a server in poll mode. Every answer is checked
     against both versions' PyTorch references. The report says what was seen; assert_ok()
-    gates."""
+    gates.
+
+    After the retirement the load goes on for `after_s` and until `after_answers` requests
+    sent after it have been answered (at most `after_timeout_s` more): on a busy machine a
+    request can take longer than `after_s`, and a load that stopped on the clock alone had
+    no answer after the switch to judge."""
     deployment = served.deployment
     old = served.variant
     staged: Path | None = None
@@ -331,6 +338,10 @@ def update_under_load(
             with lock:
                 report.answers.append(answered)
 
+    def answered_after(end: float) -> int:
+        with lock:
+            return sum(1 for a in report.answers if a.sent >= end)
+
     def retired() -> None:
         for check in checks:
             check.allowed = (labels[1],)
@@ -361,6 +372,11 @@ def update_under_load(
         except Exception as exc:  # the update's failure is the report's first problem
             report.error = str(exc)
         time.sleep(after_s)
+        if report.switch is not None:
+            deadline = time.monotonic() + after_timeout_s
+            end = report.switch.finished
+            while answered_after(end) < after_answers and time.monotonic() < deadline:
+                time.sleep(0.05)
     finally:
         stop.set()
         for thread in threads:

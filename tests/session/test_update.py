@@ -98,3 +98,16 @@ def test_an_update_to_a_version_serving_wrong_answers_fails_the_gate(
     message = str(failed.value)
     assert "wrong answers, the first: wrong answer: model 'probe_onnx'" in message, message
     assert "no answer of version 2 after the switch" in message, message
+
+
+def test_the_load_goes_on_until_answers_sent_after_the_switch_come_back(
+    deployment: Deployment,
+) -> None:
+    """No time at all after the retirement (after_s=0, as when every request takes longer
+    than after_s on a busy machine: a full run saw 1.1-s requests and no answer after the
+    switch): the load still goes on until 16 requests sent after it are answered."""
+    served = deployment.model("probe_onnx")
+    report = update_under_load(served, probe_v2_spec(), deployment.client("http"), after_s=0.0)
+    report.assert_ok()
+    after = report.by_version(after_switch=True)
+    assert set(after) == {"2"} and after["2"] >= 16, report.describe()
