@@ -53,10 +53,14 @@ def test_metadata_reads_the_same_on_both_protocols(server: RunningServer) -> Non
     assert http["inputs"] == [{"name": "X", "datatype": "FP32", "shape": [-1, 4]}]
     assert http["versions"] == ["1"]
     client(server, "http").infer("add_one", {"X": np.zeros((2, 4), np.float32)})
-    deadline = time.monotonic() + 5  # statistics lag the responses: read until both agree
+    # Statistics lag the responses: read until both protocols agree on counts that include
+    # this request (agreeing alone is not enough: both read 0 before the count lands, seen
+    # on a busy machine).
+    deadline = time.monotonic() + 5
     while True:
         stats = [client(server, p).statistics("add_one")["model_stats"][0] for p in PROTOCOLS]
-        if stats[0] == stats[1] or time.monotonic() > deadline:
+        counted = stats[0].get("inference_count", 0) >= 2
+        if (stats[0] == stats[1] and counted) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     assert stats[0] == stats[1]  # every counter an int on both protocols, names strings
