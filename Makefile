@@ -42,13 +42,14 @@ gate: $(STAMP)
 		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
 # The suite, after the Debian packages it drives (test-deps: chromium for the web UI test,
-# nginx for the replica tests) and perf_analyzer (the CSV compatibility test). Three xdist
-# workers on two cores: with two, the machine idled 16% of the run while both waited on timed
-# Locust runs and containers (4% with three). Each test file stays on one worker (its
+# nginx for the replica tests) and perf_analyzer (the CSV compatibility test). Two xdist
+# workers: three finish in 10.5-12.1 min instead of 14 (two leave the cores 16% idle, three
+# 4%), but their contention still fails a timing-bound test in some runs (the latency-bound
+# sweep's p99 windows), so three stay opt-in: TEST_WORKERS=3. Each test file stays on one worker (its
 # module's servers start once; the files that share the zoo server run together), in the
 # order of tests/helpers/schedule.py (measured costs: long files first, a computing file
 # beside a waiting one).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test: $(STAMP) test-deps perf-analyzer
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
