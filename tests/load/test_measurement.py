@@ -172,7 +172,9 @@ def test_a_steady_model_gives_a_stable_measurement(models: Endpoints, tmp_path: 
     assert run["code"] == 0, run["output"][-3000:]
     assert run["stability"]["stable"] is True, run["stability"]
     measured = run["stability"]["measurement"]
-    assert measured["throughput"] == pytest.approx(50, rel=0.3)
+    # 20 ms of sleep caps one user at 50 req/s; a busy machine's backend overhead took a
+    # full run down to 34 (43 on a quiet one): a floor of half the cap
+    assert 25 <= measured["throughput"] <= 51, measured
     assert measured["p99_ms"] >= 20
 
 
