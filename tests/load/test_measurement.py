@@ -94,13 +94,15 @@ def test_an_open_loop_sees_the_stall_a_closed_loop_hides(models: Endpoints, tmp_
     assert "open loop" in opened["output"] and "100 req/s" in opened["output"]
 
 
+# The slowing model doubles its time every second, so three consecutive 1-s windows lie ~70%
+# apart in theory; in the last windows, which hold 2 to 6 requests, rounding brings that down
+# (53.6% and 63.8% measured here, under 50% once in CI). Judged at the default 10%, as
+# perf_analyzer's, the margin is five-fold.
 UNSETTLED = (
     "--triton-measurement-interval",
     "1000",
     "--triton-load-warmup",
     "500",
-    "--triton-stability-percentage",
-    "50",
 )
 
 
@@ -185,9 +187,11 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
     time: 43 req/s measured here, less on a slower runner): constant arrivals at 15 and 25
     req/s are answered in ~25 ms, at 70 req/s the queue grows without end. (Windows of 1 s
     hold 15 to 25 requests, whose p99 is their slowest: stability is asked within 50% here,
-    the subject being the bound. One burst of CPU beside the run doubles one window's p99
-    (seen in a full run: "p99 latency 97.1% apart" with 4 trials): with 6 trials three
-    agreeing windows still follow it, where perf_analyzer's default gives 10.)"""
+    the subject being the bound. One burst of CPU beside the run doubles one window's p99:
+    seen in full runs, "p99 latency 97.1% apart" with 4 trials, "68.2% apart" with 6 on three
+    workers. With perf_analyzer's default of 10 trials, three agreeing windows still follow
+    two such bursts; a stable point stops at its first three, so only the overloaded point
+    pays the 10.)"""
     out = tmp_path / "perf.json"
     run = Locust(
         [
@@ -205,7 +209,7 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
             "--triton-stability-percentage",
             "50",
             "--max-trials",
-            "6",
+            "10",
             "--latency-bound",
             "100",
             "--json",
