@@ -79,11 +79,12 @@ def test_a_perf_analyzer_csv_reader_reads_triton_perfs_csv(
     (tp,) = read_perf_csv(tp_csv, columns)
     assert tp["Concurrency"] == 2
     # Same server, same load: the same magnitudes. A unit slip (ms for usec) is a factor of
-    # 1000; the tools' own overheads are far below a factor of 3. A p99 of a few hundred
-    # requests is their few slowest: one stall of the CPU beside a run (a full suite's other
-    # workers) moved perf_analyzer's 4x (92.9 vs 24.0 ms), so it is held to a factor of 30,
-    # still far from a unit's 1000.
-    within = {"Inferences/Second": 3, "p50 latency": 3, "Server Compute Infer": 3}
+    # 1000; the tools' own overheads are far below a factor of 3, but the two runs follow
+    # each other on a machine the suite's other worker shares: its CPU bursts moved
+    # perf_analyzer's p99 4x (92.9 vs 24.0 ms) and its server compute 3.1x (2,887 vs 927 us,
+    # the hosted model waiting for a core). So rates, medians and compute are held to a factor
+    # of 10, a p99 (a run's few slowest requests) to 30: both far from a unit's 1000.
+    within = {"Inferences/Second": 10, "p50 latency": 10, "Server Compute Infer": 10}
     for column, factor in {**within, "p99 latency": 30}.items():
         ratio = tp[column] / pa[column] if pa[column] else math.inf
         assert 1 / factor <= ratio <= factor, f"{column}: triton-perf {tp[column]} vs {pa[column]}"
