@@ -46,12 +46,28 @@ def pytest_configure(config: pytest.Config) -> None:
     running the suite set is used as it is. PYTEST_TRITON_CPU_LOG=FILE logs each test's CPU
     (tests/helpers/cpu_log.py)."""
     cpu_log.register(config)
-    if hasattr(config, "workerinput") or os.environ.get(export_cache.ENVIRONMENT):
+    if hasattr(config, "workerinput"):
+        return
+    _share_the_cores(config)
+    if os.environ.get(export_cache.ENVIRONMENT):
         return
     reap_orphaned(tempfile.gettempdir(), EXPORT_CACHE_PREFIX, "-")
     made = Path(tempfile.mkdtemp(prefix=f"{EXPORT_CACHE_PREFIX}{os.getpid()}-"))
     _export_cache.append(made)
     os.environ[export_cache.ENVIRONMENT] = str(made)
+
+
+def _share_the_cores(config: pytest.Config) -> None:
+    """xdist's workers divide the cores among them: each, and every process it starts (Locust,
+    servers and their stubs), runs torch's and OpenMP's operators on cores / workers threads.
+    With torch's default, a thread a core in each, a worker exporting or computing a
+    reference asks for both cores of the 2-core machine while the other runs a timed load
+    test beside it, whose figures then measure the contention. A setting the person running
+    the suite made is kept."""
+    workers = config.getoption("numprocesses", None)  # xdist's -n, once resolved an int
+    if not isinstance(workers, int) or workers < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
