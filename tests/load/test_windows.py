@@ -12,8 +12,10 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from pytest_triton.base.config_resolution import resolve
 from pytest_triton.load.measure.arrivals import Lag, rate_warning, schedule
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram, ms_text
+from pytest_triton.load.measure.run_figures import RunRecord, stability_of, warmup_of
 from pytest_triton.load.measure.window_log import SLICE_S, WindowLog
 from pytest_triton.load.measure.windows import PERCENTILES, Criterion, Window, assess, merge
 from tests.helpers.known_latencies import assert_within_precision, exact_percentile
@@ -238,6 +240,41 @@ def test_the_warmup_lasts_until_the_request_rate_settles() -> None:
         for j in range(round(40 * 0.97**k)):  # 11% slower every second
             slowing.record(T0 + k * SLICE_S + j * 0.001, "m", 2.0, ok=True, samples=1)
     assert slowing.settled_after(T0, T0 + 20, minimum_s=1.0, latest_s=5.0, tolerance_pct=10) is None
+
+
+def falling_then_steady(begun: float, seconds: float) -> WindowLog:
+    """A load that starts off the slices' grid and slows for 3 s (100, 80, 60 req/s), then
+    holds 30 req/s."""
+    log = WindowLog()
+    for second in range(math.ceil(seconds)):
+        rate = (100, 80, 60)[second] if second < 3 else 30
+        for j in range(rate):
+            if second + j / rate < seconds:
+                log.record(begun + second + j / rate, "m", 2.0, ok=True, samples=1)
+    return log
+
+
+def test_a_warmup_off_the_slices_grid_settles() -> None:
+    """Steps measured from a start off the grid took a partial slice at both ends (5 slices
+    against 4.5: 11% apart at a steady rate), so a steady rate never settled within 10%."""
+    begun = T0 + 0.3
+    log = falling_then_steady(begun, 8.0)
+    assert log.settled_after(begun, begun + 8, minimum_s=1.0, latest_s=5.0, tolerance_pct=10) == 3
+
+
+def test_a_warmup_that_settles_late_leaves_the_windows_stability_needs() -> None:
+    """Three windows of 2 s after a warm-up of 3 s fit a 9.1-s run on paper, but the windows
+    are whole slices: from 3.3 s, rounded up to 3.5, they would end at 9.5, past the last
+    whole slice (9.25), and only two fit (a full suite's gate run reported "only 2 complete
+    measurement windows"). The warm-up may only go on while the windows still fit."""
+    begun = T0 + 0.3
+    log = falling_then_steady(begun, 9.1)
+    config = resolve(load_warmup=1000.0, measurement_interval=2000.0)
+    record = RunRecord(config, None, 0, 0, 0, 9.1, log, begun, begun + 9.1)
+    warmup = warmup_of(record)
+    assert warmup is not None and warmup.seconds == 1.0 and not warmup.settled, warmup
+    stability = stability_of(record, warmup)
+    assert stability is not None and len(stability.windows) == 3, stability
 
 
 def test_window_log_cuts_count_windows_for_slow_models() -> None:

@@ -178,7 +178,9 @@ def warmup_of(record: RunRecord) -> Warmup | None:
     if c.fixed_warmup or record.stages is not None:
         return Warmup(begun, minimum, None)
     end = record.stopped_at
-    room = end - begun - c.stability_windows * c.measurement_interval / 1e3
+    # The windows are cut on whole slices (the warm-up's end rounded up to one, the run's end
+    # down): up to two slices of the room are not measured.
+    room = end - begun - c.stability_windows * c.measurement_interval / 1e3 - 2 * log.slice_s
     if c.measurement_mode != "time_windows":
         room = end - begun - 3.0
     settled = log.settled_after(
