@@ -43,9 +43,9 @@ gate: $(STAMP)
 
 # The suite, after the Debian packages it drives (test-deps: chromium for the web UI test,
 # nginx for the replica tests) and perf_analyzer (the CSV compatibility test). Two xdist
-# workers: three finish in 10.5-12.1 min instead of 14 (two leave the cores 16% idle, three
-# 4%), but their contention still fails a timing-bound test in some runs (the latency-bound
-# sweep's p99 windows), so three stay opt-in: TEST_WORKERS=3. Each test file stays on one
+# workers: three finish in 10.5-12.3 min instead of 14 (two leave the cores 16% idle, three
+# 4%), but their contention has found a timing-bound test to fix in some runs, so three stay
+# opt-in until they run green for longer: TEST_WORKERS=3. Each test file stays on one
 # worker (its module's servers start once; the files that share the zoo server run
 # together), in the order of tests/helpers/schedule.py (measured costs: long files first, a
 # computing file beside a waiting one).

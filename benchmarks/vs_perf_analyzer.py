@@ -183,6 +183,7 @@ class Result:
     server_rate: float = 0.0  # the server's inferences/s, steady part
     queue_us: float = 0.0
     compute_us: float = 0.0  # input + infer + output per request
+    avg_batch: float = 0.0  # the server's rows per execution: how requests reached it together
     request_us: float = 0.0  # the server's average request latency
     wall_s: float = 0.0
     csv: str = ""
@@ -201,6 +202,7 @@ class Result:
         self.queue_us = b["queue"]
         self.compute_us = b["compute_input"] + b["compute_infer"] + b["compute_output"]
         self.request_us = b["request"]
+        self.avg_batch = steady.avg_batch_size
 
 
 def median_result(results: list[Result]) -> Result:
@@ -409,14 +411,14 @@ def fmt(value: float, digits: int = 0) -> str:
 def tables(results: list[Result]) -> str:
     lines = [
         "| tool | client infer/s | p50 | p99 | server requests | server infer/s | "
-        "avg queue | avg compute |",
-        "|---|---|---|---|---|---|---|---|",
+        "avg queue | avg compute | rows per execution |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.tool} | {fmt(r.throughput, 1)} | {fmt(r.p50_us)} µs | {fmt(r.p99_us)} µs | "
             f"{r.requests:,} | {fmt(r.server_rate, 1)} | {fmt(r.queue_us)} µs | "
-            f"{fmt(r.compute_us)} µs |"
+            f"{fmt(r.compute_us)} µs | {fmt(r.avg_batch, 1)} |"
         )
     lines += [
         "",
