@@ -43,7 +43,7 @@ gate: $(STAMP)
 
 # The suite, after the Debian packages it drives (test-deps: chromium for the web UI test,
 # nginx for the replica tests) and perf_analyzer (the CSV compatibility test). Two xdist
-# workers: three finish in 10.5-12.3 min instead of 14 (two leave the cores 16% idle, three
+# workers: three finish in 10.5-12.6 min instead of 14 (two leave the cores 16% idle, three
 # 4%), but their contention has found a timing-bound test to fix in some runs, so three stay
 # opt-in until they run green for longer: TEST_WORKERS=3. Each test file stays on one
 # worker (its module's servers start once; the files that share the zoo server run
