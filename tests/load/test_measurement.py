@@ -238,8 +238,9 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
 def test_the_warmup_lasts_until_the_rate_settles(
     models: Endpoints, tmp_path: Path, model: str, fixed: bool, window_ms: int
 ) -> None:
-    """A first short run of a warming backend (200 ms a request for 1.1 s, then 20 ms):
-    measured from the end of a fixed 0.5 s warm-up, its first window holds the slow second;
+    """A first short run of a warming backend (200 ms an execution for its first 7, the
+    preflight's and ~1.2 s of the load's, then 20 ms): measured from the end of a fixed 0.5 s
+    warm-up, its first window holds the slow second;
     by default the warm-up goes on, in whole seconds, until the rate settles (1.5 s here),
     and every window is measured warm. (Windows of 1 s there, 7 of them: a window's p99 is
     its slowest request, and with only 3 windows of 2 s one request delayed by a CPU burst
