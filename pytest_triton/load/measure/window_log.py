@@ -247,23 +247,38 @@ class WindowLog:
         # Whole slices, as windows() cuts them: from a start off the slices' grid, times
         # would take a partial slice at both ends of each step (5 slices against 4.5, 11%
         # apart at a steady rate: never within 10%).
-        per = max(1, round(step_s / self.slice_s))
-        last = math.floor(end / self.slice_s + 1e-9)
+        per = self._slices_of(step_s)
         at = minimum_s
         while at <= latest_s + 1e-9:
-            first = math.ceil((start + at) / self.slice_s - 1e-9)
-            if first + 3 * per > last:
+            keys = self._whole_slices(start + at, end)
+            if len(keys) < 3 * per:
                 break
-            now = self._requests(first, first + per)
-            then = self._requests(first + per, first + 3 * per) / 2
+            first = keys.start
+            now = self._requests(range(first, first + per))
+            then = self._requests(range(first + per, first + 3 * per)) / 2
             if now and then and 100 * abs(now - then) <= tolerance_pct * then:
                 return at
             at += step_s
         return None
 
-    def _requests(self, first: int, last: int) -> int:
-        """Requests completed in the slices [first, last)."""
-        return sum(e.requests for k in range(first, last) for e in self.slices.get(k, {}).values())
+    def _whole_slices(self, since: float, until: float) -> range:
+        """The keys of the slices wholly between two wall-clock times."""
+        return range(
+            math.ceil(since / self.slice_s - 1e-9), math.floor(until / self.slice_s + 1e-9)
+        )
+
+    def _slices_of(self, seconds: float) -> int:
+        """How many slices make `seconds` (at least one)."""
+        return max(1, round(seconds / self.slice_s))
+
+    def _requests(self, keys: range, name: str | None = None) -> int:
+        """Requests completed in the slices `keys` (of every name, or of one)."""
+        return sum(
+            e.requests
+            for k in keys
+            for n, e in self.slices.get(k, {}).items()
+            if name is None or n == name
+        )
 
     # -- samples ---------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -331,8 +346,8 @@ class WindowLog:
     ) -> list[Window]:
         """Complete windows between `start` + warm-up and `end` (wall clock): slices cut by the
         warm-up or the end are not measured. Every request name together, or one."""
-        first = math.ceil((start + warmup_s) / self.slice_s - 1e-9)
-        last = math.floor(end / self.slice_s + 1e-9)  # slices [first, last) are complete
+        complete = self._whole_slices(start + warmup_s, end)
+        first, last = complete.start, complete.stop
         origin = first * self.slice_s
         if self._touched:  # windows cut before over slices that changed since are stale
             self._cut = {
@@ -343,7 +358,7 @@ class WindowLog:
             self._touched.clear()
             self._hot = None  # the next request marks its slice touched again
         if mode == "time_windows":
-            per = max(1, round(interval_s / self.slice_s))
+            per = self._slices_of(interval_s)
             groups: Iterator[range] = (range(k, k + per) for k in range(first, last - per + 1, per))
         else:
             groups = self._by_count(first, last, request_count, name)
@@ -352,9 +367,7 @@ class WindowLog:
     def _by_count(self, first: int, last: int, count: int, name: str | None) -> Iterator[range]:
         begin, seen = first, 0
         for key in range(first, last):
-            seen += sum(
-                e.requests for n, e in self.slices.get(key, {}).items() if name is None or n == name
-            )
+            seen += self._requests(range(key, key + 1), name)
             if seen >= count:
                 yield range(begin, key + 1)
                 begin, seen = key + 1, 0
