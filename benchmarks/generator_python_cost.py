@@ -5,7 +5,8 @@ contention); this one times the Python alone, in one process, in a loop: the mul
 turn for one answer (read it, send the next request, report it) on lanes whose sockets replay
 an answer recorded from the trivial model's server (loadgen_vs_wrk.py's), with no syscall;
 and Locust's request event with pytest-triton's listeners on it (Locust's statistics, the
-window log). CPU time (time.process_time) per request, the best of 3 repeats of N.
+window log), or the same entered in bulk, as a multiplexed user's successful answers are.
+CPU time (time.process_time) per request, the best of 3 repeats of N.
 
     python benchmarks/generator_python_cost.py              # N = 20000
     python benchmarks/generator_python_cost.py -n 50000
@@ -32,6 +33,7 @@ from locust.event import Events
 
 from pytest_triton.client.triton_client import TritonClient
 from pytest_triton.load.runner import multiplexer, recording
+from pytest_triton.load.runner.bulk_requests import bulk_requests
 from pytest_triton.server import LocalLauncher, ServerArgs
 
 LANES = 8
@@ -88,20 +90,15 @@ def per_request(step: Callable[[], None], n: int) -> float:
     return best
 
 
-def lane_turns(url: str, protocol: str, fire: Callable[..., None] | None, n: int) -> float:
-    """µs of Python per answer handled by the multiplexer (and its event, with `fire`)."""
-    context = {"batch_size": 1, "protocol": protocol}
+Report = Callable[[float, int], None]
+
+
+def lane_turns(url: str, protocol: str, report: Report | None, n: int) -> float:
+    """µs of Python per answer handled by the multiplexer (and reported, with `report`)."""
 
     def record(latency_s: float, size: int, error: Exception | None, _: Any) -> None:
-        if fire is not None:
-            fire(
-                request_type=protocol,
-                name=MODEL,
-                response_time=latency_s * 1e3,
-                response_length=size,
-                exception=error,
-                context=context,
-            )
+        if report is not None:
+            report(latency_s * 1e3, size)
 
     driver = multiplexer.Multiplexer()
     slots = []
@@ -152,6 +149,22 @@ def main() -> int:
     environment.create_local_runner()
     fire = environment.events.request.fire
     context = {"batch_size": 1, "protocol": "http"}
+    bulk = bulk_requests(environment)
+    assert bulk is not None
+
+    def event(latency_ms: float, size: int) -> None:
+        fire(
+            request_type="http",
+            name=MODEL,
+            response_time=latency_ms,
+            response_length=size,
+            exception=None,
+            context=context,
+        )
+
+    def in_bulk(latency_ms: float, size: int) -> None:
+        bulk.add("http", MODEL, context, latency_ms, size)
+
     rows = [
         (
             "Locust's request event (its statistics, the window log)",
@@ -166,7 +179,11 @@ def main() -> int:
                 ),
                 args.n,
             ),
-        )
+        ),
+        (
+            "the same, in bulk (bulk_requests.py)",
+            per_request(lambda: in_bulk(1.234, 120), args.n),
+        ),
     ]
     workdir = Path(tempfile.mkdtemp(prefix="pytest-triton-pycost-"))
     try:
@@ -179,7 +196,8 @@ def main() -> int:
                 rows.append(
                     (f"{protocol}: multiplexer + lane", lane_turns(url, protocol, None, args.n))
                 )
-                rows.append((f"{protocol}: + the event", lane_turns(url, protocol, fire, args.n)))
+                rows.append((f"{protocol}: + the event", lane_turns(url, protocol, event, args.n)))
+                rows.append((f"{protocol}: + in bulk", lane_turns(url, protocol, in_bulk, args.n)))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\nPython per request, best of 3 x {args.n:,} (µs of CPU, no syscalls)\n")

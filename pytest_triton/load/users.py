@@ -37,6 +37,7 @@ from pytest_triton.client.triton_client import PreparedRequest, Protocol, Triton
 from pytest_triton.client.wire.lane import Lane
 from pytest_triton.client.wire.request import RawAnswer, answer_size
 from pytest_triton.load.runner import grpc_gevent, listeners, multiplexer
+from pytest_triton.load.runner.bulk_requests import BulkRequests, bulk_requests
 from pytest_triton.load.runner.checking import Reference, update_label, user_answer_check
 from pytest_triton.load.runner.embedded import EmbeddedModel, zoo_model
 from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
@@ -109,6 +110,7 @@ class TritonUser(User):
     def on_start(self) -> None:
         cls = type(self)
         number = next(_user_numbers)
+        self._bulk: BulkRequests | None = None
         try:
             host, config = user_host_and_config(self)
             self._model = user_model(cls, config)
@@ -162,6 +164,8 @@ class TritonUser(User):
             self._update_label = update_label(config) if self._check is not None else None
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
             self._lane = self._multiplexed(prepared)
+            # a multiplexed user's answers come faster than events are worth their CPU
+            self._bulk = bulk_requests(self.environment) if self._lane is not None else None
         except (ConfigError, SharedMemoryError, InferenceError, SpecError) as exc:
             refuse_user(self.environment, exc)
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
@@ -223,6 +227,11 @@ class TritonUser(User):
                 after = sent_after_retirement(self.environment, latency_s)
                 self._check.allowed = (self._update_label,) if after else None
             error = self._check.check(*answer).wrong
+        if error is None and self._bulk is not None and context is None:
+            self._bulk.add(
+                self._request_type, self._model, self._context, latency_s * 1e3, answered
+            )
+            return
         self.environment.events.request.fire(
             request_type=self._request_type,
             name=self._model,
@@ -238,6 +247,9 @@ class TritonUser(User):
         lane = getattr(self, "_lane", None)
         if lane is not None:
             lane.close()
+        bulk = getattr(self, "_bulk", None)
+        if bulk is not None:  # the last answers, before Locust's last figures
+            bulk.flush()
         client = getattr(self, "_client", None)
         if client is not None:
             with contextlib.suppress(Exception):  # closing a connection to a stopped server

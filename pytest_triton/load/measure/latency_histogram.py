@@ -116,6 +116,13 @@ class LatencyHistogram:
         pending[latency_us] = pending.get(latency_us, 0) + count
         self.count += count
 
+    def record_many_us(self, latencies_us: list[int]) -> None:
+        """record_us() for each of `latencies_us`."""
+        pending = self._pending
+        for value in latencies_us:
+            pending[value] = pending.get(value, 0) + 1
+        self.count += len(latencies_us)
+
     def add(self, other: LatencyHistogram) -> None:
         """Add another histogram's counts (exact: both have the same buckets)."""
         if other.count == 0:

@@ -32,6 +32,7 @@ from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
 from pytest_triton.load.perf.kind_users import kind_config, sweep_user
 from pytest_triton.load.perf.kinds import Kind, KindTally, kind_figures, perf_source
 from pytest_triton.load.runner import recording, stream_recording
+from pytest_triton.load.runner.bulk_requests import flush_requests
 from pytest_triton.load.runner.embedded import Served, model_source
 from pytest_triton.load.runner.options import attach_config
 
@@ -143,6 +144,7 @@ class Generator:
         gevent.sleep(c.measurement.load_warmup / 1e3)
         before = self.read_stats()
         cpu0 = sum(self.process.cpu_times()[:2])
+        flush_requests(env)  # the warm-up's last answers are cleared with it
         self.log.clear()
         if self.streams is not None:
             self.streams.clear()
@@ -156,6 +158,7 @@ class Generator:
         windows: list[Window] = []
         while time.monotonic() < give_up:
             gevent.sleep(0.1)
+            flush_requests(env)  # the last FLUSH_S of answers belong in the windows cut now
             now = self.log.windows(
                 start,
                 time.time(),
