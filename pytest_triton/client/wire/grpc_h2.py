@@ -39,6 +39,7 @@ from tritonclient.utils import InferenceServerException
 from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.client.wire.grpc_call import MODEL_INFER
 from pytest_triton.client.wire.idle import IdleConnections
+from pytest_triton.client.wire.raw_socket import raw_socket, send_some
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 (
@@ -206,6 +207,7 @@ class Http2Connection:
         sock = socket.create_connection((host.strip("[]"), int(port)), timeout=server.timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = server.security.wrap(sock, host.strip("[]"), alpn=("h2",))
+        self.raw = raw_socket(self.sock, server.security)
         self.decoder = Decoder()
         self.buffer = bytearray(RECV_BYTES)
         self.start = self.end = 0  # unread bytes: buffer[start:end]
@@ -256,16 +258,17 @@ class Http2Connection:
             self.preface = None
             self.send_window -= size
             self.stream_window -= size
-            sent = self.sock.send(data)  # one send() takes a small request whole
+            sent = send_some(self.raw, data)  # one send() takes a small request whole
             if sent < len(data):
                 self.sock.sendall(memoryview(data)[sent:])
         else:
             self._send_in_windows(headers, frames, sid)
 
-    def advance(self) -> bool:
-        """One receive; whether the answer is whole."""
+    def advance(self, ready: bool = False) -> bool:
+        """One receive; whether the answer is whole. `ready`: the caller's epoll saw the socket
+        readable, so it is read without gevent's wait."""
         if not self.answer.ended:
-            self._read()
+            self._read(ready)
         return self.answer.ended
 
     def result(self) -> bytes:
@@ -321,7 +324,7 @@ class Http2Connection:
         return body[5:]
 
     # -- reading frames -------------------------------------------------------------------
-    def _read(self) -> None:
+    def _read(self, ready: bool = False) -> None:
         """Receive what has arrived and handle every whole frame in it."""
         buffer = self.buffer
         if self.start == self.end:
@@ -333,7 +336,11 @@ class Http2Connection:
                 self.buffer = buffer = bytearray(need)
             buffer[: len(unread)] = unread
             self.start, self.end = 0, len(unread)
-        n = self.sock.recv_into(memoryview(buffer)[self.end :])
+        recv_into = self.raw.recv_into if ready else self.sock.recv_into
+        try:
+            n = recv_into(memoryview(buffer)[self.end :])
+        except BlockingIOError:  # readiness that was not (ready only)
+            return
         if n == 0:
             raise ConnectionResetError(
                 "the server closed the connection "

@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.client.wire.idle import IdleConnections
+from pytest_triton.client.wire.raw_socket import raw_socket, send_some
 
 HEADER_END = b"\r\n\r\n"
 RECV_BYTES = 65536
@@ -113,6 +114,7 @@ class HttpConnection:
         sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = security.wrap(sock, host.strip("[]"))
+        self.raw = raw_socket(self.sock, security)
         self.buffer = bytearray(RECV_BYTES)  # reused: what a reply's first reads land in
         self.view = memoryview(self.buffer)
         self.reused = False  # came back from the idle list: the server may have closed it
@@ -137,20 +139,25 @@ class HttpConnection:
         self.body = None
         # One send() takes a small request whole; gevent's sendall() would first ask the
         # kernel for the send buffer size (one more syscall per request).
-        sent = sock.send(data)
+        sent = send_some(self.raw, data)
         if sent < len(data):
             sock.sendall(memoryview(data)[sent:])
 
-    def advance(self) -> bool:
-        """One receive; whether the reply is whole."""
+    def advance(self, ready: bool = False) -> bool:
+        """One receive; whether the reply is whole. `ready`: the caller's epoll saw the socket
+        readable, so it is read without gevent's wait."""
+        recv_into = self.raw.recv_into if ready else self.sock.recv_into
         body = self.body
-        if body is not None:
-            n = self.sock.recv_into(memoryview(body)[self.got :])
-            if n == 0:
-                raise ConnectionResetError("the server closed the connection mid-reply")
-            self.got += n
-            return self.got >= len(body)
-        n = self.sock.recv_into(self.view[self.filled :])
+        try:
+            if body is not None:
+                n = recv_into(memoryview(body)[self.got :])
+                if n == 0:
+                    raise ConnectionResetError("the server closed the connection mid-reply")
+                self.got += n
+                return self.got >= len(body)
+            n = recv_into(self.view[self.filled :])
+        except BlockingIOError:  # readiness that was not (ready only)
+            return False
         if n == 0:
             raise ConnectionResetError("the server closed the connection")
         self.answered = True

@@ -25,7 +25,7 @@ Failure = Callable[[PreparedRequest, Exception], Exception]
 
 
 class Stepped(Protocol):
-    def advance(self) -> bool: ...
+    def advance(self, ready: bool = False) -> bool: ...
 
     def fileno(self) -> int: ...
 
@@ -71,7 +71,7 @@ class Lane(ABC, Generic[C]):
         connection, request = self._connection, self._request
         assert connection is not None and request is not None, "readable() before send()"
         try:
-            if not connection.advance():
+            if not connection.advance(ready=True):
                 return None
             raw = self._finish(connection)
         except Exception as exc:

@@ -140,7 +140,7 @@ class WindowLog:
             while end < len(completed) and int(completed[end][0] // self.slice_s) == key:
                 end += 1
             latencies_ms = [latency for _, latency in completed[start:end]]
-            latencies_us = [to_us(latency) for latency in latencies_ms]
+            latencies_us = list(map(to_us, latencies_ms))
             entry, total = self._entries(key, name)
             entry.record_many(latencies_ms, latencies_us, samples)
             total.record_many(latencies_ms, latencies_us, samples)

@@ -69,8 +69,7 @@ class BulkRequests:
             return
         offset = self._log.clock() - time.time()  # a worker's log keeps the master's clock
         for (request_type, name, samples), completed in pending.items():
-            _enter(runner.stats.total, completed)
-            _enter(runner.stats.get(name, request_type), completed)
+            _enter((runner.stats.total, runner.stats.get(name, request_type)), completed)
             self._log.record_many(
                 name, [(at + offset, latency) for at, latency, _ in completed], samples
             )
@@ -80,37 +79,41 @@ class BulkRequests:
         self._pending = {}
 
 
-def _enter(entry: StatsEntry, completed: list[Completed]) -> None:
-    """StatsEntry.log() for each of `completed` (in completion order), in one pass."""
-    second = int(completed[0][0])
+def _enter(entries: tuple[StatsEntry, ...], completed: list[Completed]) -> None:
+    """StatsEntry.log() for each of `completed` (in completion order) into each of `entries`,
+    a second at a time (Locust keeps a copy of its buckets as each second begins)."""
     start = 0
-    for i, (at, _, _) in enumerate(completed):  # Locust keeps a copy of its buckets a second
+    second = int(completed[0][0])
+    for i, (at, _, _) in enumerate(completed):
         if int(at) != second:
-            _enter_second(entry, completed[start:i])
+            _enter_second(entries, completed[start:i])
             second, start = int(at), i
-    _enter_second(entry, completed[start:])
+    _enter_second(entries, completed[start:])
 
 
-def _enter_second(stats: StatsEntry, completed: list[Completed]) -> None:
-    entry: Any = stats  # typed int where Locust keeps the float latencies its events pass
+def _enter_second(entries: tuple[StatsEntry, ...], completed: list[Completed]) -> None:
     at = completed[-1][0]
     second = int(at)
-    last = entry.last_request_timestamp
-    if entry.use_response_times_cache and last and second > int(last):
-        entry._cache_response_times(second - 1)
     latencies = [latency for _, latency, _ in completed]
-    entry.num_requests += len(completed)
-    entry.num_reqs_per_sec[second] += len(completed)
-    entry.last_request_timestamp = at
-    entry.total_response_time += sum(latencies)
-    low = min(latencies)
-    entry.min_response_time = (
-        low if entry.min_response_time is None else min(entry.min_response_time, low)
-    )
-    entry.max_response_time = max(entry.max_response_time, max(latencies))
-    for bucket, count in Counter(map(bucket_response_time, latencies)).items():
-        entry.response_times[bucket] += count
-    entry.total_content_length += sum(size for _, _, size in completed)
+    count, total, low, high = len(latencies), sum(latencies), min(latencies), max(latencies)
+    buckets = Counter(map(bucket_response_time, latencies))
+    size = sum(size for _, _, size in completed)
+    for stats in entries:
+        entry: Any = stats  # typed int where Locust keeps the float latencies events pass
+        last = entry.last_request_timestamp
+        if entry.use_response_times_cache and last and second > int(last):
+            entry._cache_response_times(second - 1)
+        entry.num_requests += count
+        entry.num_reqs_per_sec[second] += count
+        entry.last_request_timestamp = at
+        entry.total_response_time += total
+        least = entry.min_response_time
+        entry.min_response_time = low if least is None else min(least, low)
+        entry.max_response_time = max(entry.max_response_time, high)
+        times = entry.response_times
+        for bucket, n in buckets.items():
+            times[bucket] += n
+        entry.total_content_length += size
 
 
 def _fire(
