@@ -42,14 +42,13 @@ gate: $(STAMP)
 		$(if $(SAVE_BASELINE),--triton-save-baseline $(SAVE_BASELINE)) $(GATE_ARGS)
 
 # The suite, after the Debian packages it drives (test-deps: chromium for the web UI test,
-# nginx for the replica tests) and perf_analyzer (the CSV compatibility test). Two xdist
-# workers: three finish in 10.5-12.6 min instead of 14 (two leave the cores 16% idle, three
-# 4%), but their contention has found a timing-bound test to fix in some runs, so three stay
-# opt-in until they run green for longer: TEST_WORKERS=3. Each test file stays on one
-# worker (its module's servers start once; the files that share the zoo server run
-# together), in the order of tests/helpers/schedule.py (measured costs: long files first, a
-# computing file beside a waiting one).
-TEST_WORKERS ?= 2
+# nginx for the replica tests) and perf_analyzer (the CSV compatibility test). Three xdist
+# workers on the two cores: 11-12 min, where two take 13.5-14.5 (they leave the cores 16%
+# idle, three 4-5%); TEST_WORKERS=2 for two. Each test file stays on one worker (its
+# module's servers start once; the files that share the zoo server run together), in the
+# order of tests/helpers/schedule.py (measured costs: long files first, a computing file
+# beside a waiting one).
+TEST_WORKERS ?= 3
 test: $(STAMP) test-deps perf-analyzer
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
