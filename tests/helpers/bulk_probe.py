@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 from locust.env import Environment  # noqa: E402
 from locust.event import Events  # noqa: E402
 
-from pytest_triton.load.runner import bulk_requests as bulk  # noqa: E402
+from pytest_triton.load.runner.bulk_requests import bulk_requests  # noqa: E402
 from pytest_triton.load.runner.recording import attach_window_log, window_log  # noqa: E402
 
 T0 = 1_000_000.9  # a tenth of a second before a whole second: the requests cross seconds
@@ -49,7 +49,7 @@ def feed(env: Environment, one_by_one: bool) -> None:
     log = window_log(env)
     assert log is not None
     log.clock = lambda: now[0]
-    entry = bulk.bulk_requests(env)
+    entry = bulk_requests(env)
     assert entry is not None, "only Locust's statistics and the window log listen"
     try:
         for at, latency, size in requests():
@@ -107,7 +107,7 @@ def figures(env: Environment) -> dict[str, Any]:
 
 def another_listener() -> dict[str, Any]:
     env = environment()
-    entry = bulk.bulk_requests(env)
+    entry = bulk_requests(env)
     assert entry is not None
     entry.add("HTTP", "m", CONTEXT, 1.0, 10)  # the first is entered at once
     entry.add("HTTP", "m", CONTEXT, 1.5, 10)  # kept
@@ -115,7 +115,7 @@ def another_listener() -> dict[str, Any]:
     env.events.request.add_listener(
         lambda name, response_time, context, **_: heard.append([name, response_time, context])
     )
-    later = bulk.bulk_requests(env)
+    later = bulk_requests(env)
     entry.add("HTTP", "m", CONTEXT, 2.5, 10)
     entry.flush()
     assert env.runner is not None
@@ -128,7 +128,7 @@ def another_listener() -> dict[str, Any]:
 
 def reset() -> list[int]:
     env = environment()
-    entry = bulk.bulk_requests(env)
+    entry = bulk_requests(env)
     assert entry is not None and env.runner is not None
     entry.add("HTTP", "m", CONTEXT, 1.0, 10)  # the first is entered at once
     entry.add("HTTP", "m", CONTEXT, 1.5, 10)
