@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 from perf_analyzer_tool import MISSING, find_perf_analyzer, run_perf_analyzer, unstable_figures
 
@@ -60,6 +61,7 @@ THROUGHPUT_TOLERANCE = 0.05
 P99_TOLERANCE = 0.10
 SAMPLE_S = 0.25
 SETTLE_S = 1.0  # load before this much time into a run is warm-up for the referee
+COUNT_EVERY = 8  # samples between two counts of the tool's connections (a /proc scan each)
 
 
 def trivial_spec() -> ModelSpec:
@@ -129,7 +131,9 @@ class Referee:
 
     url: str
     model: str
+    port: int  # where the load goes: the tool's connections to it are counted
     samples: list[tuple[float, ModelStats]] = field(default_factory=list)
+    connections: int = 0  # the most the tool had open at once
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -141,6 +145,8 @@ class Referee:
             try:
                 while not self._stop.wait(SAMPLE_S):
                     self.samples.append((time.monotonic(), read_stats(client, self.model)))
+                    if len(self.samples) % COUNT_EVERY == 0:
+                        self.connections = max(self.connections, self.count_connections())
             finally:
                 client.close()
 
@@ -153,6 +159,19 @@ class Referee:
         self._stop.set()
         assert self._thread is not None
         self._thread.join()
+
+    def count_connections(self) -> int:
+        """Established connections to the load's port from other processes than this one
+        (its own statistics requests): how the tool spreads its requests over the wire (one
+        HTTP/2 connection carries many streams)."""
+        return sum(
+            1
+            for c in psutil.net_connections(kind="tcp")
+            if c.raddr
+            and c.raddr.port == self.port
+            and c.status == psutil.CONN_ESTABLISHED
+            and c.pid != os.getpid()
+        )
 
     @property
     def whole(self) -> ModelStats:
@@ -184,6 +203,7 @@ class Result:
     queue_us: float = 0.0
     compute_us: float = 0.0  # input + infer + output per request
     avg_batch: float = 0.0  # the server's rows per execution: how requests reached it together
+    connections: float = 0.0  # the tool's connections to the server (the most at once)
     request_us: float = 0.0  # the server's average request latency
     wall_s: float = 0.0
     csv: str = ""
@@ -203,6 +223,7 @@ class Result:
         self.compute_us = b["compute_input"] + b["compute_infer"] + b["compute_output"]
         self.request_us = b["request"]
         self.avg_batch = steady.avg_batch_size
+        self.connections = referee.connections
 
 
 def median_result(results: list[Result]) -> Result:
@@ -218,6 +239,10 @@ def median_result(results: list[Result]) -> Result:
     }
     notes = "; ".join(r.note for r in results)
     return replace(first, **numbers, breakdown=breakdown, note=notes)
+
+
+def load_port(served: Served, args: argparse.Namespace) -> int:
+    return int(served.endpoints.url(args.protocol).rsplit(":", 1)[1])
 
 
 def load_args(args: argparse.Namespace) -> list[str]:
@@ -248,7 +273,7 @@ def run_pa(executable: Path, served: Served, args: argparse.Namespace, workdir: 
     cmd += [*load_args(args), *window_args(args), "--verbose-csv", "-v"]
     cmd += ["--input-data", str(input_data(served, args.batch, workdir / "input.json"))]
     csv_path = workdir / "perf_analyzer.csv"
-    with Referee(served.endpoints.http, served.model) as referee:
+    with Referee(served.endpoints.http, served.model, load_port(served, args)) as referee:
         done = run_perf_analyzer(executable, cmd, csv_path, timeout_s=args.timeout)
     if done.returncode != 0 or not done.rows:
         unstable = unstable_passes(done.output)
@@ -316,7 +341,7 @@ def run_triton_perf(served: Served, args: argparse.Namespace, workdir: Path) -> 
         ),
     }
     start = time.monotonic()
-    with Referee(served.endpoints.http, served.model) as referee:
+    with Referee(served.endpoints.http, served.model, load_port(served, args)) as referee:
         done = subprocess.run(
             cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO, env=env
         )
@@ -411,14 +436,14 @@ def fmt(value: float, digits: int = 0) -> str:
 def tables(results: list[Result]) -> str:
     lines = [
         "| tool | client infer/s | p50 | p99 | server requests | server infer/s | "
-        "avg queue | avg compute | rows per execution |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "avg queue | avg compute | rows per execution | connections |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.tool} | {fmt(r.throughput, 1)} | {fmt(r.p50_us)} µs | {fmt(r.p99_us)} µs | "
             f"{r.requests:,} | {fmt(r.server_rate, 1)} | {fmt(r.queue_us)} µs | "
-            f"{fmt(r.compute_us)} µs | {fmt(r.avg_batch, 1)} |"
+            f"{fmt(r.compute_us)} µs | {fmt(r.avg_batch, 1)} | {fmt(r.connections)} |"
         )
     lines += [
         "",
