@@ -49,6 +49,7 @@ ModelControl = Literal["explicit", "none", "poll"]
 Numerics = Literal["strict", "production"]
 Distribution = Literal["constant", "poisson"]
 MeasurementMode = Literal["time_windows", "count_windows"]
+GrpcConnections = Literal["shared", "per-user"]
 ShapeName = Literal["none", "ramp", "steps", "spike", "replay"]
 
 Front = Literal["pytest", "locust", "perf", "tune", "deploy"]
@@ -461,6 +462,15 @@ class LoadSettings:
         frozenset({"locust"}),
         parse=parse_optional,
         internal=True,
+    )
+    grpc_connections: GrpcConnections = _setting(
+        "shared",
+        "gRPC users of one process: shared sends their requests as streams of one HTTP/2 "
+        "connection per server, as a gRPC client's channel does (perf_analyzer's concurrency "
+        "contexts share one); per-user gives each user a connection of its own",
+        LOAD,
+        choices=get_args(GrpcConnections),
+        aliases=("--grpc-connections",),
     )
     request_rate: float | None = _setting(
         None,

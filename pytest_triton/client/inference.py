@@ -23,7 +23,7 @@ from pytest_triton.client.memory_regions import MemoryRegions
 from pytest_triton.client.wire import grpc_h2
 from pytest_triton.client.wire.grpc_call import rpc_error
 from pytest_triton.client.wire.http_conn import raise_for_status
-from pytest_triton.client.wire.lane import GrpcLane, HttpLane, Lane
+from pytest_triton.client.wire.lane import GrpcLane, HttpLane, Lane, SharedGrpcLane
 from pytest_triton.client.wire.request import (
     PreparedRequest,
     RawAnswer,
@@ -132,11 +132,12 @@ class Inference(MemoryRegions):
             request.model, lambda: self._grpc_exchange(request), request.version, request
         )
 
-    def lane(self) -> Lane[Any] | None:
+    def lane(self, shared: bool = False) -> Lane[Any] | None:
         """A connection of its own for a driver that waits on many sockets at once (the load
         multiplexer), sending prepared requests as send_status() does and failing as it
         does; None where that path is not available (gRPC without `hpack`, or over CUDA
-        shared memory: those go through the gRPC channel). The caller closes it."""
+        shared memory: those go through the gRPC channel). `shared`: a gRPC lane is a stream
+        on the process's one connection to the server instead. The caller closes it."""
 
         def failure(request: PreparedRequest, exc: Exception) -> Exception:
             return self._failure(request.model, exc, request.version, request)
@@ -146,7 +147,9 @@ class Inference(MemoryRegions):
         if self._http is not None:
             return HttpLane(self.url, self.timeout_s, failure)
         lean = self._lean_grpc()
-        return GrpcLane(lean, failure) if lean is not None else None
+        if lean is None:
+            return None
+        return SharedGrpcLane(lean, failure) if shared else GrpcLane(lean, failure)
 
     def _grpc_exchange(self, request: PreparedRequest) -> bytes:
         """The answer's message: over HTTP/2 spoken directly (grpc_h2, a third of grpcio's CPU

@@ -163,7 +163,7 @@ class TritonUser(User):
             )
             self._update_label = update_label(config) if self._check is not None else None
             self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
-            self._lane = self._multiplexed(prepared)
+            self._lane = self._multiplexed(prepared, config.load.grpc_connections == "shared")
             # a multiplexed user's answers come faster than events are worth their CPU
             self._bulk = bulk_requests(self.environment) if self._lane is not None else None
         except (ConfigError, SharedMemoryError, InferenceError, SpecError) as exc:
@@ -171,11 +171,12 @@ class TritonUser(User):
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
         self._context = {"batch_size": self._batch, "protocol": self._protocol}
 
-    def _multiplexed(self, prepared: Sequence[PreparedRequest]) -> Lane[Any] | None:
+    def _multiplexed(self, prepared: Sequence[PreparedRequest], shared: bool) -> Lane[Any] | None:
         """A lane for this process's multiplexer (see multiplexer.py) where the user is a
         closed loop of small requests without a wait (its class keeps TritonUser's
         wait_time and single task), else None: the user sends from its own greenlet, through
-        Locust's task loop."""
+        Locust's task loop. `shared`: gRPC users share one connection
+        (--triton-grpc-connections)."""
         cls = type(self)
         if (
             self._open_loop is not None
@@ -185,7 +186,7 @@ class TritonUser(User):
             or any(len(r.wire) > multiplexer.MAX_REQUEST_BYTES for r in prepared)
         ):
             return None
-        return self._client.lane()
+        return self._client.lane(shared=shared)
 
     @task
     def infer(self) -> None:

@@ -70,7 +70,7 @@ RECV_BYTES = 65536
 ) = 1, 2, 4, 5
 STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 KNOWN_BLOCKS = 64  # distinct error-free header blocks remembered per client
-REFUSED_STREAM = 7
+REFUSED_STREAM, CANCEL = 7, 8  # RST_STREAM error codes
 FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits), type, flags, stream id
 _DATA_END_STREAM = bytes((DATA, END_STREAM))
 _PLAIN_BLOCK = END_HEADERS | PADDED | PRIORITY_FLAG
@@ -165,9 +165,10 @@ class _Unprocessed(ConnectionResetError):
 class _Answer:
     """What one stream has received so far."""
 
-    __slots__ = ("ended", "headers", "parts", "received", "trailers")
+    __slots__ = ("ended", "error", "headers", "parts", "received", "trailers")
 
     def __init__(self) -> None:
+        self.error: Exception | None = None  # the stream's own failure (a shared connection)
         self.parts: list[bytes] = []
         self.headers: dict[str, str] | None = None
         self.trailers: dict[str, str] | None = None
@@ -356,8 +357,16 @@ class Http2Connection:
             return 9
         return 9 + int.from_bytes(self.buffer[self.start : self.start + 3], "big")
 
+    def _answer_for(self, sid: int) -> _Answer | None:
+        """The answer a frame of stream `sid` belongs to, if it is one in flight."""
+        return self.answer if sid == self.stream else None
+
+    def _failed_stream(self, answer: _Answer, error: Exception) -> None:
+        """A stream reset or not taken: here it fails the request being read."""
+        raise error
+
     def _handle_frames(self) -> None:
-        buffer, start, end, stream = self.buffer, self.start, self.end, self.stream
+        buffer, start, end = self.buffer, self.start, self.end
         while end - start >= 9:
             high, low, kind, flags, sid = FRAME_HEAD.unpack_from(buffer, start)
             length = high << 16 | low
@@ -369,20 +378,21 @@ class Http2Connection:
             start = stop
             if kind == DATA:
                 self._consumed(length)
-                if sid == stream:
+                answer = self._answer_for(sid)
+                if answer is not None:
                     if flags & PADDED:
                         stop -= buffer[at]
                         at += 1
-                    self.answer.parts.append(bytes(buffer[at:stop]))
+                    answer.parts.append(bytes(buffer[at:stop]))
                     if flags & END_STREAM:
-                        self.answer.ended = True
+                        answer.ended = True
             elif kind in (HEADERS, CONTINUATION):
-                if sid != stream:
+                answer = self._answer_for(sid)
+                if answer is None:
                     continue
                 if kind == HEADERS and flags & _PLAIN_BLOCK == END_HEADERS and not self.block:
                     # a whole header block in one plain frame (every answer's, from Triton)
                     fields = self._decode(bytes(buffer[at:stop]))
-                    answer = self.answer
                     if flags & END_STREAM:
                         answer.trailers = fields
                         answer.ended = True
@@ -391,7 +401,7 @@ class Http2Connection:
                     else:
                         answer.trailers = fields
                 else:
-                    self._header_fragment(kind, flags, bytes(buffer[at:stop]))
+                    self._header_fragment(answer, kind, flags, bytes(buffer[at:stop]))
             else:
                 self._control(kind, flags, sid, bytes(buffer[at:stop]))
         self.start = start
@@ -405,7 +415,7 @@ class Http2Connection:
             )
             self.recv_window = MAX_WINDOW
 
-    def _header_fragment(self, kind: int, flags: int, payload: bytes) -> None:
+    def _header_fragment(self, answer: _Answer, kind: int, flags: int, payload: bytes) -> None:
         if kind == HEADERS:
             if flags & PADDED:
                 payload = payload[1 : len(payload) - payload[0]]
@@ -420,7 +430,6 @@ class Http2Connection:
         block = self.block[0] if len(self.block) == 1 else b"".join(self.block)
         self.block = []
         fields = self._decode(block)
-        answer = self.answer
         if answer.headers is None and not self.block_ends_stream:
             answer.headers = fields
         else:
@@ -468,11 +477,18 @@ class Http2Connection:
             if not flags & ACK:
                 self.sock.sendall(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
-            if sid == self.stream and not self.answer.ended:
+            answer = self._answer_for(sid)
+            if answer is not None and not answer.ended:
                 code = int.from_bytes(payload[:4], "big")
                 if code == REFUSED_STREAM:
-                    raise _Unprocessed("the server refused the stream (REFUSED_STREAM)")
-                raise ConnectionResetError(f"the server reset the stream (HTTP/2 error {code})")
+                    error: Exception = _Unprocessed(
+                        "the server refused the stream (REFUSED_STREAM)"
+                    )
+                else:
+                    error = ConnectionResetError(
+                        f"the server reset the stream (HTTP/2 error {code})"
+                    )
+                self._failed_stream(answer, error)
         elif kind == GOAWAY:
             self.going_away = True
             last = int.from_bytes(payload[:4], "big") & MAX_STREAM_ID
@@ -503,6 +519,52 @@ def grpc_status_error(code: str, message: str, hostport: str) -> InferenceServer
         status=str(status),
         debug_details=f"grpc-status {code} from {hostport}: {details}",
     )
+
+
+class SharedHttp2Connection(Http2Connection):
+    """One HTTP/2 connection that carries a stream of each of several users at once, as a
+    gRPC client's shared channel does (perf_analyzer's contexts share one): the requests of
+    a round reach the server on one connection. Answers are kept by stream id until their
+    user takes them; a reset stream fails only its own request."""
+
+    def __init__(self, server: _Server) -> None:
+        super().__init__(server)
+        self.answers: dict[int, _Answer] = {}
+
+    def open_stream(self, frames: GrpcFrames) -> int:
+        """Send a request on a new stream; its id."""
+        self.begin(frames)
+        self.answers[self.stream] = self.answer
+        return self.stream
+
+    def advance(self, ready: bool = False) -> bool:
+        """Read what arrived for every stream; whether any answer is whole."""
+        self._read(ready)
+        return any(answer.ended for answer in self.answers.values())
+
+    def ended(self, stream: int) -> bool:
+        answer = self.answers.get(stream)
+        return answer is None or answer.ended
+
+    def take(self, stream: int) -> bytes:
+        """The stream's answer (its message, or its failure raised), forgotten here."""
+        answer = self.answers.pop(stream)
+        if answer.error is not None:
+            raise answer.error
+        return self._result(answer)
+
+    def cancel(self, stream: int) -> None:
+        """Give up a stream (its request timed out): RST_STREAM CANCEL, its answer dropped."""
+        if self.answers.pop(stream, None) is not None:
+            with contextlib.suppress(OSError):
+                self.sock.sendall(frame(RST_STREAM, 0, stream, CANCEL.to_bytes(4, "big")))
+
+    def _answer_for(self, sid: int) -> _Answer | None:
+        return self.answers.get(sid)
+
+    def _failed_stream(self, answer: _Answer, error: Exception) -> None:
+        answer.error = error
+        answer.ended = True
 
 
 class GrpcConnections(IdleConnections[Http2Connection]):

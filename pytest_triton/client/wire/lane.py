@@ -11,13 +11,20 @@ and the next send() opens a new one.
 
 from __future__ import annotations
 
+import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from tritonclient.utils import InferenceServerException
 
-from pytest_triton.client.wire.grpc_h2 import GrpcConnections, Http2Connection
+from pytest_triton.client.wire.grpc_h2 import (
+    GrpcConnections,
+    Http2Connection,
+    SharedHttp2Connection,
+    _Server,
+)
 from pytest_triton.client.wire.http_conn import HttpConnection, raise_for_status
 from pytest_triton.client.wire.request import PreparedRequest, RawAnswer, answer_size
 
@@ -64,6 +71,12 @@ class Lane(ABC, Generic[C]):
         assert self._connection is not None, "no connection before the first send()"
         return self._connection.fileno()
 
+    @property
+    def broken(self) -> bool:
+        """Whether the request in flight failed with a connection another lane read (its
+        driver then calls readable() to take the failure)."""
+        return False
+
     def readable(self) -> int | None:
         """Take what arrived; None while the answer is incomplete, else its size in bytes as it
         came over the wire. A rejection or a failed connection raises as the client's send
@@ -71,7 +84,7 @@ class Lane(ABC, Generic[C]):
         connection, request = self._connection, self._request
         assert connection is not None and request is not None, "readable() before send()"
         try:
-            if not connection.advance(ready=True):
+            if not self._advance(connection):
                 return None
             raw = self._finish(connection)
         except Exception as exc:
@@ -96,6 +109,10 @@ class Lane(ABC, Generic[C]):
             connection.close()
 
     # -- what differs between the protocols ------------------------------------------------
+    def _advance(self, connection: C) -> bool:
+        """Take what arrived; whether this lane's answer is whole."""
+        return connection.advance(ready=True)
+
     @abstractmethod
     def _connect(self) -> C: ...
 
@@ -150,3 +167,115 @@ class GrpcLane(Lane[Http2Connection]):
         if not connection.usable:  # GOAWAY, or out of stream ids
             self.close()
         return connection.result()
+
+
+class SharedGrpcLane(Lane[SharedHttp2Connection]):
+    """A user's stream on its process's one HTTP/2 connection to the server, which every
+    such lane to that server shares (as a gRPC client's cached channel: perf_analyzer's
+    contexts share one). A reset stream fails its own request; a failed connection fails
+    every request on it, and the next send opens a new one."""
+
+    def __init__(self, connections: GrpcConnections, failure: Failure) -> None:
+        super().__init__(failure)
+        self._shared = shared_connections(connections.server)
+        self._stream = 0
+
+    @property
+    def broken(self) -> bool:
+        connection = self._connection
+        return connection is not None and self._shared.failure_of(connection) is not None
+
+    def expire(self) -> Exception:
+        """Only this lane's stream is given up: the connection carries the others'."""
+        request, connection = self._request, self._connection
+        assert request is not None
+        if connection is not None:
+            connection.cancel(self._stream)
+        return self._failure(request, TimeoutError("timed out"))
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.cancel(self._stream)
+            self._shared.detach(connection)
+
+    def _connect(self) -> SharedHttp2Connection:
+        return self._shared.attach()
+
+    def _begin(self, connection: C, request: PreparedRequest) -> None:
+        assert isinstance(connection, SharedHttp2Connection) and request.frames is not None
+        try:
+            self._stream = connection.open_stream(request.frames)
+        except Exception as exc:  # the connection is gone for every lane on it
+            self._shared.fail(connection, exc)
+            raise
+
+    def _advance(self, connection: SharedHttp2Connection) -> bool:
+        failure = self._shared.failure_of(connection)
+        if failure is not None:  # another lane read the connection's failure
+            raise failure
+        try:
+            connection.advance(ready=True)
+        except Exception as exc:
+            self._shared.fail(connection, exc)
+            raise
+        return connection.ended(self._stream)
+
+    def _finish(self, connection: SharedHttp2Connection) -> RawAnswer:
+        if not connection.usable:  # GOAWAY, or out of stream ids: new streams go elsewhere
+            self._shared.retire(connection)
+        return connection.take(self._stream)
+
+
+class SharedConnections:
+    """One process's shared HTTP/2 connection to one server, and the lanes on each."""
+
+    def __init__(self, server: _Server) -> None:
+        self.server = server
+        self.current: SharedHttp2Connection | None = None
+        self.lanes: dict[SharedHttp2Connection, int] = {}
+        self.failures: dict[SharedHttp2Connection, Exception] = {}
+        self._connecting = threading.Lock()  # gevent's, where Locust patched it in
+
+    def attach(self) -> SharedHttp2Connection:
+        with self._connecting:  # connecting waits in gevent: other lanes wait for it
+            connection = self.current
+            if connection is None:
+                connection = self.current = SharedHttp2Connection(self.server)
+        self.lanes[connection] = self.lanes.get(connection, 0) + 1
+        return connection
+
+    def detach(self, connection: SharedHttp2Connection) -> None:
+        left = self.lanes.get(connection, 1) - 1
+        if left > 0:
+            self.lanes[connection] = left
+            return
+        self.lanes.pop(connection, None)
+        self.failures.pop(connection, None)
+        self.retire(connection)
+        connection.close()
+
+    def retire(self, connection: SharedHttp2Connection) -> None:
+        """No new streams on `connection`; those on it finish."""
+        if self.current is connection:
+            self.current = None
+
+    def fail(self, connection: SharedHttp2Connection, error: Exception) -> None:
+        self.failures[connection] = error
+        self.retire(connection)
+
+    def failure_of(self, connection: SharedHttp2Connection) -> Exception | None:
+        return self.failures.get(connection)
+
+
+_SHARED: dict[tuple[int, str, bytes, bool], SharedConnections] = {}
+
+
+def shared_connections(server: _Server) -> SharedConnections:
+    """This process's shared connections to `server` (the same address, headers and TLS;
+    a forked process makes its own)."""
+    key = (os.getpid(), server.hostport, server.headers_block, server.security.tls)
+    found = _SHARED.get(key)
+    if found is None:
+        found = _SHARED[key] = SharedConnections(server)
+    return found

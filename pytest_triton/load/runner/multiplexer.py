@@ -93,7 +93,7 @@ class Multiplexer:
         if epoll is None:
             raise RuntimeError("the multiplexer needs select.epoll (Linux)")
         self._epoll = epoll()
-        self._by_fd: dict[int, _Slot] = {}
+        self._by_fd: dict[int, list[_Slot]] = {}  # lanes of a shared connection share its fd
         self._slots: list[_Slot] = []
         self._driver: gevent.Greenlet | None = None
         self._failed = _Failed()
@@ -142,9 +142,9 @@ class Multiplexer:
         done: list[tuple[_Slot, float, int, Exception | None, Answered | None]] = []
         while self._slots:
             for fd, _ in self._epoll.poll(POLL_S):
-                slot = self._by_fd.get(fd)
-                if slot is not None and slot.in_flight:
-                    self._readable(slot, done)
+                for slot in list(self._by_fd.get(fd, ())):  # a send may watch a new fd
+                    if slot.in_flight:
+                        self._readable(slot, done)
             # Answers of one batch arrive together: every next request is out before the
             # first answer is reported, so the last one's send does not wait for the events.
             for slot, latency_s, size, error, answer in done:
@@ -205,20 +205,38 @@ class Multiplexer:
             self._watch(slot, slot.lane.fileno())
 
     def _watch(self, slot: _Slot, fd: int) -> None:
-        """A lane's new connection; its old one was closed, which took it out of epoll."""
-        if self._by_fd.get(slot.fd) is slot:
-            del self._by_fd[slot.fd]
+        """A lane's new connection (perhaps one other lanes share); its old one was closed,
+        which took it out of epoll."""
+        self._unwatch(slot, unregister=False)  # a closed socket left epoll by itself
         slot.fd = fd
-        self._by_fd[fd] = slot
+        self._by_fd.setdefault(fd, []).append(slot)
         try:
             self._epoll.register(fd, select.EPOLLIN)
         except FileExistsError:
             self._epoll.modify(fd, select.EPOLLIN)
 
+    def _unwatch(self, slot: _Slot, unregister: bool) -> None:
+        """The slot's fd no longer read for it; with `unregister`, out of epoll once no lane
+        is on it (a shared connection's fd stays while another lane uses it)."""
+        on_fd = self._by_fd.get(slot.fd)
+        if on_fd is None or slot not in on_fd:
+            return
+        on_fd.remove(slot)
+        if not on_fd:
+            del self._by_fd[slot.fd]
+            if unregister:
+                with contextlib.suppress(OSError, ValueError):
+                    self._epoll.unregister(slot.fd)
+
     def _expire(self, now: float) -> None:
         """Fail requests past their timeout, and send again where a send failed."""
         for slot in list(self._slots):
-            if slot.in_flight and now - slot.started > slot.timeout_s:
+            if slot.in_flight and slot.lane.broken:  # another lane read its failure
+                done: list[tuple[_Slot, float, int, Exception | None, Answered | None]] = []
+                self._readable(slot, done)
+                for s, latency_s, size, error, answer in done:
+                    s.record(latency_s, size, error, answer)
+            elif slot.in_flight and now - slot.started > slot.timeout_s:
                 self._time_out(slot)
             elif not slot.in_flight and not slot.sending and slot.active:
                 self._send(slot)
@@ -234,10 +252,7 @@ class Multiplexer:
         slot.active = False
         with contextlib.suppress(ValueError):
             self._slots.remove(slot)
-        if self._by_fd.get(slot.fd) is slot:
-            del self._by_fd[slot.fd]
-            with contextlib.suppress(OSError, ValueError):
-                self._epoll.unregister(slot.fd)
+        self._unwatch(slot, unregister=True)
         slot.lane.close()
 
 
