@@ -77,14 +77,14 @@ class Lane(ABC, Generic[C]):
         driver then calls readable() to take the failure)."""
         return False
 
-    def readable(self) -> int | None:
+    def readable(self, read: bool = True) -> int | None:
         """Take what arrived; None while the answer is incomplete, else its size in bytes as it
         came over the wire. A rejection or a failed connection raises as the client's send
-        would."""
+        would. `read=False`: another lane on the same connection has just read it."""
         connection, request = self._connection, self._request
         assert connection is not None and request is not None, "readable() before send()"
         try:
-            if not self._advance(connection):
+            if not self._advance(connection, read):
                 return None
             raw = self._finish(connection)
         except Exception as exc:
@@ -109,7 +109,7 @@ class Lane(ABC, Generic[C]):
             connection.close()
 
     # -- what differs between the protocols ------------------------------------------------
-    def _advance(self, connection: C) -> bool:
+    def _advance(self, connection: C, read: bool) -> bool:
         """Take what arrived; whether this lane's answer is whole."""
         return connection.advance(ready=True)
 
@@ -210,15 +210,16 @@ class SharedGrpcLane(Lane[SharedHttp2Connection]):
             self._shared.fail(connection, exc)
             raise
 
-    def _advance(self, connection: SharedHttp2Connection) -> bool:
+    def _advance(self, connection: SharedHttp2Connection, read: bool) -> bool:
         failure = self._shared.failure_of(connection)
         if failure is not None:  # another lane read the connection's failure
             raise failure
-        try:
-            connection.advance(ready=True)
-        except Exception as exc:
-            self._shared.fail(connection, exc)
-            raise
+        if read:
+            try:
+                connection.advance(ready=True)
+            except Exception as exc:
+                self._shared.fail(connection, exc)
+                raise
         return connection.ended(self._stream)
 
     def _finish(self, connection: SharedHttp2Connection) -> RawAnswer:

@@ -142,9 +142,10 @@ class Multiplexer:
         done: list[tuple[_Slot, float, int, Exception | None, Answered | None]] = []
         while self._slots:
             for fd, _ in self._epoll.poll(POLL_S):
+                read = True  # once per event: the lanes of a shared connection share its reads
                 for slot in list(self._by_fd.get(fd, ())):  # a send may watch a new fd
-                    if slot.in_flight:
-                        self._readable(slot, done)
+                    if slot.in_flight and self._readable(slot, done, read):
+                        read = False
             # Answers of one batch arrive together: every next request is out before the
             # first answer is reported, so the last one's send does not wait for the events.
             for slot, latency_s, size, error, answer in done:
@@ -165,26 +166,29 @@ class Multiplexer:
         self,
         slot: _Slot,
         done: list[tuple[_Slot, float, int, Exception | None, Answered | None]],
-    ) -> None:
-        """Read what arrived; once the answer is whole, send the next request and add the
-        answer to `done`."""
+        read: bool = True,
+    ) -> bool:
+        """Read what arrived (with `read`; else take what another lane of its connection
+        read); once the answer is whole, send the next request and add the answer to `done`.
+        Whether the socket was read."""
         if time.perf_counter() - slot.started > slot.timeout_s:  # answered too late
             self._time_out(slot)
-            return
+            return False
         try:
-            size = slot.lane.readable()
+            size = slot.lane.readable(read)
         except Exception as exc:  # the client's own error: a failed request
             error: Exception | None = exc
             size = 0
         else:
             if size is None:
-                return
+                return read
             error = None
         slot.in_flight = False
         answer = slot.lane.answered if error is None else None  # before the next send
         done.append((slot, time.perf_counter() - slot.started, size, error, answer))
         if slot.active:  # (reading may have waited in gevent, and its user been stopped)
             self._send(slot)
+        return read
 
     def _send(self, slot: _Slot) -> None:
         # A new connection's connect() waits in gevent: meanwhile no other send on this slot.
