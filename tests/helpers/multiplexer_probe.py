@@ -2,6 +2,7 @@
 patching must not reach pytest's), and prints what test_multiplexer.py checks, as JSON.
 
     python -m tests.helpers.multiplexer_probe HTTP_HOSTPORT GRPC_HOSTPORT
+    python -m tests.helpers.multiplexer_probe --death GRPC_HOSTPORT   # the test kills the server
 """
 
 from gevent import monkey
@@ -110,7 +111,47 @@ def drive(
     }
 
 
+def through_a_death(grpc: str, lanes: int = 4) -> dict[str, Any]:
+    """`lanes` users' streams on one shared connection while the test kills the server
+    (it does so once this prints "loading"): when each user's first failure came."""
+    failed_at: dict[int, float] = {}
+    errors: collections.Counter[str] = collections.Counter()
+
+    def recorder(user: int) -> Callable[[float, int, Exception | None, Any], None]:
+        def record(latency_s: float, size: int, error: Exception | None, answer: Any) -> None:
+            if error is not None:
+                failed_at.setdefault(user, time.monotonic())
+                errors[type(error).__name__] += 1
+
+        return record
+
+    users = []
+    for user in range(lanes):
+        client = TritonClient(grpc, "grpc", timeout_s=30)
+        lane = client.lane(shared=True)
+        assert lane is not None
+        requests = itertools.cycle(client.prepare_all(MODEL, [GOOD], ["y"]))
+        record = recorder(user)
+        users.append(gevent.spawn(multiplexer().serve, lane, requests, record, 30.0))
+    gevent.sleep(0.5)
+    print("loading", flush=True)
+    deadline = time.monotonic() + 10
+    while len(failed_at) < lanes and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    gevent.killall(users)
+    times = sorted(failed_at.values())
+    return {
+        "users failed": len(failed_at),
+        "spread_s": times[-1] - times[0] if times else None,
+        "errors": dict(errors),
+        "lanes_after": multiplexer().lanes,
+    }
+
+
 def main() -> None:
+    if sys.argv[1] == "--death":
+        print(json.dumps(through_a_death(sys.argv[2])))
+        return
     http, grpc = sys.argv[1:3]
     report = {}
     # The mixed runs first: each timeout run leaves the one-instance model a backlog of

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.local import LocalServer
 from tests.helpers.locust_runs import REPO, subprocess_env
 from tests.helpers.probe_models import write_sleepy
 
@@ -96,3 +97,41 @@ def test_the_rest_of_the_process_keeps_running(report: dict[str, Any], run_name:
     run = report[run_name]
     assert run["ticks"] >= 50, run  # 2 s of 10 ms sleeps: ~200 on a quiet machine
     assert run["max_tick_gap_s"] < 0.5, run
+
+
+def test_a_dropped_shared_connection_fails_every_stream_at_once(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Four users' streams on one gRPC connection, and the server killed: every user's request
+    fails within a second of the first (the lane that read the failure tells the others; not
+    at their 30-s timeout), and the users go on."""
+    root = tmp_path_factory.mktemp("repo")
+    write_sleepy(root)
+    with LocalLauncher().start(ServerArgs(Path(root), model_control_mode="none")) as server:
+        assert isinstance(server, LocalServer)
+        probe = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.helpers.multiplexer_probe",
+                "--death",
+                server.endpoints.grpc,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=subprocess_env(),
+        )
+        try:
+            assert probe.stdout is not None
+            assert probe.stdout.readline().strip() == "loading", probe.stderr
+            server.process.kill()
+            out, err = probe.communicate(timeout=60)
+        finally:
+            probe.kill()
+    assert probe.returncode == 0, err[-3000:]
+    run = json.loads(out.strip().splitlines()[-1])
+    assert run["users failed"] == 4, run
+    assert run["spread_s"] < 1.0, run
+    assert run["lanes_after"] == 0, run
