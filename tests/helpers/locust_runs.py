@@ -59,6 +59,22 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def probe_report(module: str, *args: str, timeout: float = 120) -> dict[str, Any]:
+    """Run a probe (`python -m tests.helpers.X ARGS`: gevent-patched work kept out of
+    pytest's process) and read the JSON it prints last."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=subprocess_env(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
 @dataclass
 class Finished:
     code: int

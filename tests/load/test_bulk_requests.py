@@ -4,14 +4,11 @@ request. The feeding runs in tests/helpers/bulk_probe.py (locust patches gevent 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from tests.helpers.locust_runs import REPO, subprocess_env
+from tests.helpers.locust_runs import probe_report
 
 pytestmark = pytest.mark.load
 CONTEXT = {"batch_size": 4, "protocol": "http"}  # bulk_probe.py's (importing it patches gevent)
@@ -19,17 +16,7 @@ CONTEXT = {"batch_size": 4, "protocol": "http"}  # bulk_probe.py's (importing it
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.bulk_probe"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env=subprocess_env(),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
+    return probe_report("tests.helpers.bulk_probe")
 
 
 def test_bulk_entry_gives_what_one_event_per_request_gives(report: dict[str, Any]) -> None:

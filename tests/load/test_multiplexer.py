@@ -16,7 +16,7 @@ import pytest
 
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.local import LocalServer
-from tests.helpers.locust_runs import REPO, subprocess_env
+from tests.helpers.locust_runs import REPO, probe_report, subprocess_env
 from tests.helpers.probe_models import write_sleepy
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
@@ -28,22 +28,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     root = tmp_path_factory.mktemp("repo")
     write_sleepy(root)
     with LocalLauncher().start(ServerArgs(Path(root), model_control_mode="none")) as server:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tests.helpers.multiplexer_probe",
-                server.endpoints.http,
-                server.endpoints.grpc,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=REPO,
-            env=subprocess_env(),
+        yield probe_report(
+            "tests.helpers.multiplexer_probe", server.endpoints.http, server.endpoints.grpc
         )
-        assert done.returncode == 0, done.stderr[-3000:]
-        yield json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import socket
 import struct
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
@@ -537,10 +539,14 @@ class SharedHttp2Connection(Http2Connection):
         self.answers[self.stream] = self.answer
         return self.stream
 
-    def advance(self, ready: bool = False) -> bool:
-        """Read what arrived for every stream; whether any answer is whole."""
+    def receive(self, ready: bool = False) -> None:
+        """Read what arrived, for every stream (each user then asks ended() of its own)."""
         self._read(ready)
-        return any(answer.ended for answer in self.answers.values())
+
+    def advance(self, ready: bool = False) -> bool:
+        """One receive; whether the last opened stream's answer is whole."""
+        self.receive(ready)
+        return self.ended(self.stream)
 
     def ended(self, stream: int) -> bool:
         answer = self.answers.get(stream)
@@ -565,6 +571,60 @@ class SharedHttp2Connection(Http2Connection):
     def _failed_stream(self, answer: _Answer, error: Exception) -> None:
         answer.error = error
         answer.ended = True
+
+
+class SharedConnections:
+    """One process's shared HTTP/2 connection to one server, and the lanes on each."""
+
+    def __init__(self, server: _Server) -> None:
+        self.server = server
+        self.current: SharedHttp2Connection | None = None
+        self.lanes: dict[SharedHttp2Connection, int] = {}
+        self.failures: dict[SharedHttp2Connection, Exception] = {}
+        self._connecting = threading.Lock()  # gevent's, where Locust patched it in
+
+    def attach(self) -> SharedHttp2Connection:
+        with self._connecting:  # connecting waits in gevent: other lanes wait for it
+            connection = self.current
+            if connection is None:
+                connection = self.current = SharedHttp2Connection(self.server)
+        self.lanes[connection] = self.lanes.get(connection, 0) + 1
+        return connection
+
+    def detach(self, connection: SharedHttp2Connection) -> None:
+        left = self.lanes.get(connection, 1) - 1
+        if left > 0:
+            self.lanes[connection] = left
+            return
+        self.lanes.pop(connection, None)
+        self.failures.pop(connection, None)
+        self.retire(connection)
+        connection.close()
+
+    def retire(self, connection: SharedHttp2Connection) -> None:
+        """No new streams on `connection`; those on it finish."""
+        if self.current is connection:
+            self.current = None
+
+    def fail(self, connection: SharedHttp2Connection, error: Exception) -> None:
+        self.failures[connection] = error
+        self.retire(connection)
+
+    def failure_of(self, connection: SharedHttp2Connection) -> Exception | None:
+        return self.failures.get(connection)
+
+
+_SHARED: dict[tuple[int, str, bytes, bool], SharedConnections] = {}
+
+
+def shared_connections(server: _Server) -> SharedConnections:
+    """This process's shared connections to `server` (the same address, headers and TLS;
+    a forked process makes its own)."""
+    key = (os.getpid(), server.hostport, server.headers_block, server.security.tls)
+    found = _SHARED.get(key)
+    if found is None:
+        found = _SHARED[key] = SharedConnections(server)
+    return found
 
 
 class GrpcConnections(IdleConnections[Http2Connection]):

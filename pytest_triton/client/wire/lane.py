@@ -11,8 +11,6 @@ and the next send() opens a new one.
 
 from __future__ import annotations
 
-import os
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
@@ -23,7 +21,7 @@ from pytest_triton.client.wire.grpc_h2 import (
     GrpcConnections,
     Http2Connection,
     SharedHttp2Connection,
-    _Server,
+    shared_connections,
 )
 from pytest_triton.client.wire.http_conn import HttpConnection, raise_for_status
 from pytest_triton.client.wire.request import PreparedRequest, RawAnswer, answer_size
@@ -216,7 +214,7 @@ class SharedGrpcLane(Lane[SharedHttp2Connection]):
             raise failure
         if read:
             try:
-                connection.advance(ready=True)
+                connection.receive(ready=True)
             except Exception as exc:
                 self._shared.fail(connection, exc)
                 raise
@@ -226,57 +224,3 @@ class SharedGrpcLane(Lane[SharedHttp2Connection]):
         if not connection.usable:  # GOAWAY, or out of stream ids: new streams go elsewhere
             self._shared.retire(connection)
         return connection.take(self._stream)
-
-
-class SharedConnections:
-    """One process's shared HTTP/2 connection to one server, and the lanes on each."""
-
-    def __init__(self, server: _Server) -> None:
-        self.server = server
-        self.current: SharedHttp2Connection | None = None
-        self.lanes: dict[SharedHttp2Connection, int] = {}
-        self.failures: dict[SharedHttp2Connection, Exception] = {}
-        self._connecting = threading.Lock()  # gevent's, where Locust patched it in
-
-    def attach(self) -> SharedHttp2Connection:
-        with self._connecting:  # connecting waits in gevent: other lanes wait for it
-            connection = self.current
-            if connection is None:
-                connection = self.current = SharedHttp2Connection(self.server)
-        self.lanes[connection] = self.lanes.get(connection, 0) + 1
-        return connection
-
-    def detach(self, connection: SharedHttp2Connection) -> None:
-        left = self.lanes.get(connection, 1) - 1
-        if left > 0:
-            self.lanes[connection] = left
-            return
-        self.lanes.pop(connection, None)
-        self.failures.pop(connection, None)
-        self.retire(connection)
-        connection.close()
-
-    def retire(self, connection: SharedHttp2Connection) -> None:
-        """No new streams on `connection`; those on it finish."""
-        if self.current is connection:
-            self.current = None
-
-    def fail(self, connection: SharedHttp2Connection, error: Exception) -> None:
-        self.failures[connection] = error
-        self.retire(connection)
-
-    def failure_of(self, connection: SharedHttp2Connection) -> Exception | None:
-        return self.failures.get(connection)
-
-
-_SHARED: dict[tuple[int, str, bytes, bool], SharedConnections] = {}
-
-
-def shared_connections(server: _Server) -> SharedConnections:
-    """This process's shared connections to `server` (the same address, headers and TLS;
-    a forked process makes its own)."""
-    key = (os.getpid(), server.hostport, server.headers_block, server.security.tls)
-    found = _SHARED.get(key)
-    if found is None:
-        found = _SHARED[key] = SharedConnections(server)
-    return found

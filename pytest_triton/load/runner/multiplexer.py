@@ -47,6 +47,8 @@ EXPIRY_CHECK_S = 0.1  # how often requests in flight are checked against their t
 # lanes whose send failed (a refused connection) try again
 MAX_REQUEST_BYTES = 1024 * 1024  # larger requests keep a greenlet per user
 Answered = tuple[PreparedRequest, RawAnswer]
+Done = list[tuple["_Slot", float, int, "Exception | None", "Answered | None"]]
+"""Answers read in one turn, reported after every next request went out."""
 Record = Callable[[float, int, "Exception | None", "Answered | None"], None]
 """Reports one request: (its latency in seconds, its answer's size, its failure, and the
 request with its answer as it came back, not decoded: for a user that checks answers)."""
@@ -139,7 +141,7 @@ class Multiplexer:
     def _loop(self) -> None:
         clock = time.perf_counter
         turn = check = clock()
-        done: list[tuple[_Slot, float, int, Exception | None, Answered | None]] = []
+        done: Done = []
         while self._slots:
             for fd, _ in self._epoll.poll(POLL_S):
                 read = True  # once per event: the lanes of a shared connection share its reads
@@ -148,9 +150,7 @@ class Multiplexer:
                         read = False
             # Answers of one batch arrive together: every next request is out before the
             # first answer is reported, so the last one's send does not wait for the events.
-            for slot, latency_s, size, error, answer in done:
-                slot.record(latency_s, size, error, answer)
-            done.clear()
+            _report(done)
             now = clock()
             if now >= check:
                 check = now + EXPIRY_CHECK_S
@@ -165,7 +165,7 @@ class Multiplexer:
     def _readable(
         self,
         slot: _Slot,
-        done: list[tuple[_Slot, float, int, Exception | None, Answered | None]],
+        done: Done,
         read: bool = True,
     ) -> bool:
         """Read what arrived (with `read`; else take what another lane of its connection
@@ -236,10 +236,9 @@ class Multiplexer:
         """Fail requests past their timeout, and send again where a send failed."""
         for slot in list(self._slots):
             if slot.in_flight and slot.lane.broken:  # another lane read its failure
-                done: list[tuple[_Slot, float, int, Exception | None, Answered | None]] = []
+                done: Done = []
                 self._readable(slot, done)
-                for s, latency_s, size, error, answer in done:
-                    s.record(latency_s, size, error, answer)
+                _report(done)
             elif slot.in_flight and now - slot.started > slot.timeout_s:
                 self._time_out(slot)
             elif not slot.in_flight and not slot.sending and slot.active:
@@ -258,6 +257,13 @@ class Multiplexer:
             self._slots.remove(slot)
         self._unwatch(slot, unregister=True)
         slot.lane.close()
+
+
+def _report(done: Done) -> None:
+    """Each answer to its user, and the list emptied for the next turn."""
+    for slot, latency_s, size, error, answer in done:
+        slot.record(latency_s, size, error, answer)
+    done.clear()
 
 
 _PER_PROCESS: dict[int, Multiplexer] = {}
