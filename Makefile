@@ -22,8 +22,11 @@ TOOL_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 	bench-serving bench-perf-analyzer chromium screenshots perf-analyzer gpu-proof
 
 # An editable install leaves out setup.py's pytest_triton_locust.pth (it puts our options into
-# `locust --help`), so it is copied into the environment's site-packages here.
-$(STAMP): pyproject.toml constraints.txt setup.py pytest_triton_locust.pth
+# `locust --help`), so it is copied into the environment's site-packages here. It builds the
+# load multiplexer's C pump in place (optional: without gcc and the Python headers the
+# multiplexer reads HTTP answers in Python), again when its source changes.
+$(STAMP): pyproject.toml constraints.txt setup.py pytest_triton_locust.pth \
+		pytest_triton/client/wire/_http_pump.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[all]'

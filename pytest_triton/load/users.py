@@ -194,7 +194,11 @@ class TritonUser(User):
             self._open_loop.run(self._send)  # until the user is stopped
         elif self._lane is not None:  # until the user is stopped
             multiplexer.multiplexer().serve(
-                self._lane, self._requests, self._record, self.timeout_s
+                self._lane,
+                self._requests,
+                self._record,
+                self.timeout_s,
+                answers=self._check is not None,
             )
         else:
             self._send(time.perf_counter())

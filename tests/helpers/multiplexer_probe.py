@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient  # noqa: E402
-from pytest_triton.load.runner.multiplexer import multiplexer  # noqa: E402
+from pytest_triton.load.runner.multiplexer import multiplexer, pump_available  # noqa: E402
 
 MODEL = "sleepy"  # tests/helpers/probe_models.py: x FP32 [8] -> y FP32 [4], 20 ms a request
 GOOD = {"x": np.ones((1, 8), np.float32)}
@@ -46,9 +46,14 @@ def drive(
     seconds: float,
     timeout_s: float,
     shared: bool = False,
+    pump: bool = True,
 ) -> dict[str, Any]:
     """`lanes` users, each cycling through `batches`, for `seconds`; then stopped as Locust
-    stops users (their greenlets killed). `shared`: gRPC streams on one connection."""
+    stops users (their greenlets killed). `shared`: gRPC streams on one connection.
+    `pump=False`: HTTP answers read in Python even where the C pump is built."""
+    driver = multiplexer()
+    driver.use_pump = pump and pump_available()
+    pumped_before = driver.pumped
     outcomes: collections.Counter[str] = collections.Counter()
     sizes: set[int] = set()
 
@@ -106,6 +111,7 @@ def drive(
         "connections_opened": opened[0],
         "connections_after": connections_to(hostport),
         "lanes_after": multiplexer().lanes,
+        "pumped": driver.pumped - pumped_before,
         "max_tick_gap_s": max(gaps) if gaps else None,
         "ticks": len(gaps),
     }
@@ -157,11 +163,17 @@ def main() -> None:
     # The mixed runs first: each timeout run leaves the one-instance model a backlog of
     # seconds of requests nobody waits for.
     report["mixed-http"] = drive(http, "http", [GOOD, BAD], lanes=4, seconds=2, timeout_s=30)
+    report["mixed-http-python"] = drive(
+        http, "http", [GOOD, BAD], lanes=4, seconds=2, timeout_s=30, pump=False
+    )
     report["mixed-grpc"] = drive(grpc, "grpc", [GOOD, BAD], lanes=4, seconds=2, timeout_s=30)
     report["mixed-grpc-shared"] = drive(
         grpc, "grpc", [GOOD, BAD], lanes=4, seconds=2, timeout_s=30, shared=True
     )
     report["timeout-http"] = drive(http, "http", [GOOD], lanes=2, seconds=1, timeout_s=0.005)
+    report["timeout-http-python"] = drive(
+        http, "http", [GOOD], lanes=2, seconds=1, timeout_s=0.005, pump=False
+    )
     report["timeout-grpc"] = drive(grpc, "grpc", [GOOD], lanes=2, seconds=1, timeout_s=0.005)
     report["timeout-grpc-shared"] = drive(
         grpc, "grpc", [GOOD], lanes=2, seconds=1, timeout_s=0.005, shared=True

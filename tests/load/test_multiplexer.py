@@ -5,6 +5,7 @@ timeout, Locust's other greenlets keep running, and stopped users leave no conne
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -20,7 +21,9 @@ from tests.helpers.locust_runs import REPO, probe_report, subprocess_env
 from tests.helpers.probe_models import write_sleepy
 
 pytestmark = [pytest.mark.load, pytest.mark.triton]
-PROTOCOLS = ("http", "grpc", "grpc-shared")  # grpc-shared: gRPC users' streams on one connection
+# http-python: answers read in Python where the C pump is built; grpc-shared: gRPC users' streams
+# on one connection
+PROTOCOLS = ("http", "http-python", "grpc", "grpc-shared")
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,22 @@ def test_a_request_past_its_timeout_fails_as_a_timeout(
     assert run["connections_after"] == 0 and run["lanes_after"] == 0, run
 
 
-@pytest.mark.parametrize("run_name", ["mixed-http", "mixed-grpc", "mixed-grpc-shared"])
+@pytest.mark.skipif(
+    importlib.util.find_spec("pytest_triton.client.wire._http_pump") is None,
+    reason="the C pump was not built at install (it needs gcc and the Python headers: "
+    "pip install -e . builds it where they are)",
+)
+@pytest.mark.parametrize("run_name", ["mixed-http", "timeout-http"])
+def test_plain_http_answers_are_read_by_the_c_pump(report: dict[str, Any], run_name: str) -> None:
+    """The runs above over HTTP went through the pump (its successes and, handed back, its
+    rejections and timeouts), and their -python twins did not."""
+    assert report[run_name]["pumped"] > 0, report[run_name]
+    assert report[f"{run_name}-python"]["pumped"] == 0, report[f"{run_name}-python"]
+
+
+@pytest.mark.parametrize(
+    "run_name", ["mixed-http", "mixed-http-python", "mixed-grpc", "mixed-grpc-shared"]
+)
 def test_the_rest_of_the_process_keeps_running(report: dict[str, Any], run_name: str) -> None:
     """The driver waits in epoll with gevent's hub stopped, briefly: a greenlet ticking every
     10 ms (as Locust's statistics, web UI and run monitor do, more slowly) still runs."""

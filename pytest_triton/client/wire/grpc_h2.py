@@ -227,6 +227,7 @@ class Http2Connection:
         self.going_away = False
         self.reused = False
         self.preface: bytes | None = client_preface()  # sent with the first request
+        self.held: list[bytes] | None = None  # frames kept for one send (hold())
 
     @property
     def usable(self) -> bool:
@@ -261,11 +262,33 @@ class Http2Connection:
             self.preface = None
             self.send_window -= size
             self.stream_window -= size
-            sent = send_some(self.raw, data)  # one send() takes a small request whole
-            if sent < len(data):
-                self.sock.sendall(memoryview(data)[sent:])
+            self._write(data)
         else:
             self._send_in_windows(headers, frames, sid)
+
+    def hold(self) -> None:
+        """Keep what is sent from now on until release(): the requests a load driver sends
+        after one read's answers go out in one send(), as a C++ client's writes on a
+        connection do (one system call, and one TCP segment for the server to read, where
+        each request took its own)."""
+        if self.held is None:
+            self.held = []
+
+    def release(self) -> None:
+        """Send what hold() kept, in order."""
+        held, self.held = self.held, None
+        if held:
+            self._write(held[0] if len(held) == 1 else b"".join(held))
+
+    def _write(self, data: bytes) -> None:
+        """Send `data` whole (one send() takes a small one; more waits in sendall), or keep
+        it while held."""
+        if self.held is not None:
+            self.held.append(data)
+            return
+        sent = send_some(self.raw, data)
+        if sent < len(data):
+            self.sock.sendall(memoryview(data)[sent:])
 
     def advance(self, ready: bool = False) -> bool:
         """One receive; whether the answer is whole. `ready`: the caller's epoll saw the socket
@@ -284,6 +307,7 @@ class Http2Connection:
     def _send_in_windows(self, headers: bytes, frames: GrpcFrames, sid: bytes) -> None:
         """DATA no larger than the server's frame size and windows allow, waiting for its
         WINDOW_UPDATEs; stops early when the server answers before the request is all out."""
+        self.release()  # what was held goes first
         self.sock.sendall((self.preface or b"") + headers)
         self.preface = None
         pieces = [memoryview(frames.prefix), memoryview(frames.message)]
@@ -412,7 +436,7 @@ class Http2Connection:
         """Give the connection window back once half of it is used (every gigabyte)."""
         self.recv_window -= length
         if self.recv_window < MAX_WINDOW // 2:
-            self.sock.sendall(
+            self._write(
                 frame(WINDOW_UPDATE, 0, 0, (MAX_WINDOW - self.recv_window).to_bytes(4, "big"))
             )
             self.recv_window = MAX_WINDOW
@@ -468,7 +492,7 @@ class Http2Connection:
                     self.stream_window_initial = value
                 elif key == SETTINGS_MAX_FRAME_SIZE:
                     self.max_frame = value
-            self.sock.sendall(frame(SETTINGS, ACK, 0))
+            self._write(frame(SETTINGS, ACK, 0))
         elif kind == WINDOW_UPDATE:
             increment = int.from_bytes(payload[:4], "big") & MAX_WINDOW
             if sid == 0:
@@ -477,7 +501,7 @@ class Http2Connection:
                 self.stream_window += increment
         elif kind == PING:
             if not flags & ACK:
-                self.sock.sendall(frame(PING, ACK, 0, payload))
+                self._write(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
             answer = self._answer_for(sid)
             if answer is not None and not answer.ended:
@@ -563,7 +587,7 @@ class SharedHttp2Connection(Http2Connection):
         """Give up a stream (its request timed out): RST_STREAM CANCEL, its answer dropped."""
         if self.answers.pop(stream, None) is not None:
             with contextlib.suppress(OSError):
-                self.sock.sendall(frame(RST_STREAM, 0, stream, CANCEL.to_bytes(4, "big")))
+                self._write(frame(RST_STREAM, 0, stream, CANCEL.to_bytes(4, "big")))
 
     def _answer_for(self, sid: int) -> _Answer | None:
         return self.answers.get(sid)

@@ -104,6 +104,15 @@ def parse_head(head: bytes) -> Head:
     )
 
 
+def reply_of(head: bytes, body: bytes | bytearray) -> tuple[HttpReply, bool]:
+    """A reply read whole elsewhere (the load multiplexer's C pump): (reply, whether the
+    server keeps the connection open)."""
+    parsed = parse_head(head)
+    if len(body) > parsed.size:
+        raise ConnectionError("HTTP reply longer than its Content-Length")
+    return HttpReply(parsed.status, body, parsed.json_size, parsed.encoding), parsed.keep_alive
+
+
 class HttpConnection:
     """One keep-alive connection, one request at a time: begin() sends, advance() takes what
     has arrived, reply() reads the whole answer. exchange() runs the three in a row; a load

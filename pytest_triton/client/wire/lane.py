@@ -23,7 +23,12 @@ from pytest_triton.client.wire.grpc_h2 import (
     SharedHttp2Connection,
     shared_connections,
 )
-from pytest_triton.client.wire.http_conn import HttpConnection, raise_for_status
+from pytest_triton.client.wire.http_conn import (
+    HttpConnection,
+    HttpReply,
+    raise_for_status,
+    reply_of,
+)
 from pytest_triton.client.wire.request import PreparedRequest, RawAnswer, answer_size
 
 Failure = Callable[[PreparedRequest, Exception], Exception]
@@ -86,12 +91,26 @@ class Lane(ABC, Generic[C]):
                 return None
             raw = self._finish(connection)
         except Exception as exc:
-            # a rejection leaves the connection as good as it was
-            if not (isinstance(exc, InferenceServerException) and self._keeps(connection)):
-                self.close()
-            raise self._failure(request, exc) from None
+            raise self._failed(connection, request, exc) from None
         self.answered = (request, raw)
         return answer_size(raw)
+
+    def _failed(self, connection: C, request: PreparedRequest, exc: Exception) -> Exception:
+        """The client's failure for `exc`; a rejection leaves the connection as good as it
+        was, anything else closes it."""
+        if not (isinstance(exc, InferenceServerException) and self._keeps(connection)):
+            self.close()
+        return self._failure(request, exc)
+
+    def ready(self) -> bool:
+        """Whether readable(read=False) may find something: on a shared connection another
+        lane has just read, only lanes whose answer came (or whose connection failed)."""
+        return True
+
+    def hold(self) -> Callable[[], None] | None:
+        """For a connection other lanes share: keep its sends until the returned release()
+        (the driver's one send for the next requests after one read). None elsewhere."""
+        return None
 
     def expire(self) -> Exception:
         """The request in flight took longer than the client's timeout: drop its connection
@@ -129,10 +148,38 @@ class Lane(ABC, Generic[C]):
 
 
 class HttpLane(Lane[HttpConnection]):
+    """A plain HTTP connection: its answers may also be read by the multiplexer's C pump
+    (_http_pump.c), which hands what it does not handle itself to take() and fail()."""
+
     def __init__(self, hostport: str, timeout_s: float, failure: Failure) -> None:
         super().__init__(failure)
         self.hostport = hostport
         self.timeout_s = timeout_s
+
+    def take(self, request: PreparedRequest, head: bytes, body: bytes) -> HttpReply:
+        """An answer the pump read whole, as readable() would take it: the reply, or the
+        client's failure raised (a rejection, a malformed head)."""
+        connection = self._connection
+        assert connection is not None, "take() without a connection"
+        try:
+            reply, keep = reply_of(head, body)
+            if not keep:
+                self.close()
+            raise_for_status(reply)
+        except Exception as exc:
+            raise self._failed(connection, request, exc) from None
+        self.answered = (request, reply)
+        return reply
+
+    def fail(self, request: PreparedRequest, exc: Exception) -> Exception:
+        """The client's failure for what the pump met (a closed or failed socket)."""
+        self.close()
+        return self._failure(request, exc)
+
+    def send_rest(self, data: bytes, sent: int) -> None:
+        """What of a request the pump's one send() left (a full socket buffer), waiting."""
+        assert self._connection is not None, "send_rest() without a connection"
+        self._connection.sock.sendall(memoryview(data)[sent:])
 
     def _connect(self) -> HttpConnection:
         return HttpConnection(self.hostport, self.timeout_s)
@@ -182,6 +229,28 @@ class SharedGrpcLane(Lane[SharedHttp2Connection]):
     def broken(self) -> bool:
         connection = self._connection
         return connection is not None and self._shared.failure_of(connection) is not None
+
+    def ready(self) -> bool:
+        connection = self._connection
+        return (
+            connection is None
+            or connection.ended(self._stream)
+            or self._shared.failure_of(connection) is not None
+        )
+
+    def hold(self) -> Callable[[], None] | None:
+        connection = self._connection
+        if connection is None:
+            return None
+        connection.hold()
+
+        def release() -> None:
+            try:
+                connection.release()
+            except Exception as exc:  # the connection is gone for every lane on it
+                self._shared.fail(connection, exc)
+
+        return release
 
     def expire(self) -> Exception:
         """Only this lane's stream is given up: the connection carries the others'."""

@@ -14,6 +14,11 @@ fails within EXPIRY_CHECK_S of it.
 While the driver waits in epoll the gevent hub does not run, so it waits at most POLL_S and
 yields to the hub at least every YIELD_S: Locust's own greenlets (statistics, the web UI,
 spawning and stopping users, pytest-triton's run monitor) wait no longer than that.
+Over plain HTTP the steady state runs in C where the pump is built (client/wire/_http_pump.c,
+an optional extension): one call per wake reads every ready connection, and for a whole 200
+answer sends that user's next request; the rest (errors, timeouts, new connections) stays
+here. That takes the Python glue around the two system calls of a request out of the loop.
+
 Requests larger than MAX_REQUEST_BYTES keep a greenlet of their own (users.py): their sends
 take turns with the server's reads, and one driver would send them one after another. Up to
 that size (a DLRM batch of 256 is 67 kB) a request goes out in one send, and the driver's
@@ -38,8 +43,13 @@ import gevent
 import gevent.event
 from gevent import monkey
 
-from pytest_triton.client.wire.lane import Lane
+from pytest_triton.client.wire.lane import HttpLane, Lane
 from pytest_triton.client.wire.request import PreparedRequest, RawAnswer
+
+try:
+    from pytest_triton.client.wire import _http_pump
+except ImportError:  # built without a C compiler: every answer is read in Python
+    _http_pump = None  # type: ignore[assignment]
 
 POLL_S = 0.002  # longest wait in epoll, with the hub stopped
 YIELD_S = 0.002  # longest time between turns of the hub
@@ -68,17 +78,24 @@ def _original_epoll() -> type | None:
         return None
 
 
+def pump_available() -> bool:
+    """Whether plain HTTP lanes are read by the C pump (the extension was built)."""
+    return _http_pump is not None
+
+
 @dataclass(eq=False)
 class _Slot:
     lane: Lane[Any]
     requests: Iterator[PreparedRequest]
     record: Record
     timeout_s: float
+    answers: bool = True  # whether record() wants each answer (a user checking them)
     started: float = 0.0
     in_flight: bool = False
     sending: bool = False
     active: bool = True
     fd: int = -1
+    pump: Any = None  # _http_pump.Pump reading this plain HTTP lane's answers
 
 
 @dataclass
@@ -96,6 +113,9 @@ class Multiplexer:
             raise RuntimeError("the multiplexer needs select.epoll (Linux)")
         self._epoll = epoll()
         self._by_fd: dict[int, list[_Slot]] = {}  # lanes of a shared connection share its fd
+        self._pumps: dict[int, Any] = {}  # fd -> the C pump of a plain HTTP lane
+        self.use_pump = pump_available()  # (a test compares both ways)
+        self.pumped = 0  # answers the pumps read
         self._slots: list[_Slot] = []
         self._driver: gevent.Greenlet | None = None
         self._failed = _Failed()
@@ -105,12 +125,18 @@ class Multiplexer:
         return len(self._slots)
 
     def serve(
-        self, lane: Lane[Any], requests: Iterator[PreparedRequest], record: Record, timeout_s: float
+        self,
+        lane: Lane[Any],
+        requests: Iterator[PreparedRequest],
+        record: Record,
+        timeout_s: float,
+        answers: bool = True,
     ) -> None:
         """Keep one of `requests` in flight on `lane` after another, reporting each to
         `record`, until the calling greenlet is killed (Locust stopping its user). Raises
-        what stopped the driver if it failed."""
-        slot = _Slot(lane, requests, record, timeout_s)
+        what stopped the driver if it failed. `answers=False`: record() gets None for the
+        answer of a success (a user that does not check them)."""
+        slot = _Slot(lane, requests, record, timeout_s, answers)
         self._slots.append(slot)
         try:
             if self._driver is None or self._driver.dead:
@@ -142,12 +168,31 @@ class Multiplexer:
         clock = time.perf_counter
         turn = check = clock()
         done: Done = []
+        pumped: list[Any] = []
         while self._slots:
-            for fd, _ in self._epoll.poll(POLL_S):
-                read = True  # once per event: the lanes of a shared connection share its reads
-                for slot in list(self._by_fd.get(fd, ())):  # a send may watch a new fd
-                    if slot.in_flight and self._readable(slot, done, read):
+            events = self._epoll.poll(POLL_S)
+            if self._pumps:  # the pumps' answers read in C; the other fds here
+                ready = _http_pump.turn(events, self._pumps, pumped)
+                if pumped:
+                    self.pumped += len(pumped)
+                    self._pumped(pumped, done)
+            else:
+                ready = [fd for fd, _ in events]
+            for fd in ready:
+                on_fd = self._by_fd.get(fd)
+                if not on_fd:
+                    continue
+                # the lanes of a shared connection: one read, and their next requests in one
+                # send once every answer of that read is taken
+                release = on_fd[0].lane.hold() if len(on_fd) > 1 else None
+                read = True  # once per event
+                for slot in list(on_fd):  # a send may watch a new fd
+                    if not slot.in_flight or not (read or slot.lane.ready()):
+                        continue
+                    if self._readable(slot, done, read):
                         read = False
+                if release is not None:
+                    release()
             # Answers of one batch arrive together: every next request is out before the
             # first answer is reported, so the last one's send does not wait for the events.
             _report(done)
@@ -190,12 +235,43 @@ class Multiplexer:
             self._send(slot)
         return read
 
+    def _pumped(self, pumped: list[Any], done: Done) -> None:
+        """The pumps' whole answers: a 200 whose next request the pump sent (`sent` >= 0:
+        its bytes, the rest sent here) is a success; anything else is read as
+        _readable() reads it, and the next request sent from here."""
+        for slot, latency_s, head, body, request, sent, failure in pumped:
+            if sent >= 0:
+                wire = slot.pump.request.wire
+                if sent < len(wire):  # the socket's buffer was full
+                    slot.lane.send_rest(wire, sent)
+                answer = (request, slot.lane.take(request, head, body)) if slot.answers else None
+                done.append((slot, latency_s, len(body), None, answer))
+                continue
+            slot.in_flight = False
+            if latency_s > slot.timeout_s:  # answered too late
+                self._time_out(slot)
+                continue
+            error: Exception | None = None
+            answer = None
+            if failure is not None:
+                error = slot.lane.fail(request, OSError(*failure))
+            else:
+                try:
+                    answer = (request, slot.lane.take(request, head, body))
+                except Exception as exc:  # the client's own error: a failed request
+                    error = exc
+            done.append((slot, latency_s, len(body or b""), error, answer))
+            if slot.active:
+                self._send(slot)
+        pumped.clear()
+
     def _send(self, slot: _Slot) -> None:
         # A new connection's connect() waits in gevent: meanwhile no other send on this slot.
         slot.sending = True
         slot.started = time.perf_counter()
+        request = next(slot.requests)
         try:
-            fresh = slot.lane.send(next(slot.requests))
+            fresh = slot.lane.send(request)
         except Exception as exc:  # refused or dropped at once: fails, tried at the next check
             slot.record(time.perf_counter() - slot.started, 0, exc, None)
             return
@@ -207,6 +283,8 @@ class Multiplexer:
         slot.in_flight = True
         if fresh:
             self._watch(slot, slot.lane.fileno())
+        if slot.pump is not None:
+            slot.pump.arm(request)
 
     def _watch(self, slot: _Slot, fd: int) -> None:
         """A lane's new connection (perhaps one other lanes share); its old one was closed,
@@ -214,6 +292,8 @@ class Multiplexer:
         self._unwatch(slot, unregister=False)  # a closed socket left epoll by itself
         slot.fd = fd
         self._by_fd.setdefault(fd, []).append(slot)
+        if self.use_pump and isinstance(slot.lane, HttpLane):
+            slot.pump = self._pumps[fd] = _http_pump.Pump(fd, slot)
         try:
             self._epoll.register(fd, select.EPOLLIN)
         except FileExistsError:
@@ -222,6 +302,11 @@ class Multiplexer:
     def _unwatch(self, slot: _Slot, unregister: bool) -> None:
         """The slot's fd no longer read for it; with `unregister`, out of epoll once no lane
         is on it (a shared connection's fd stays while another lane uses it)."""
+        pump, slot.pump = slot.pump, None
+        if pump is not None:
+            pump.disarm()
+            if self._pumps.get(slot.fd) is pump:  # (a closed fd's number may be reused)
+                del self._pumps[slot.fd]
         on_fd = self._by_fd.get(slot.fd)
         if on_fd is None or slot not in on_fd:
             return
@@ -247,6 +332,8 @@ class Multiplexer:
     def _time_out(self, slot: _Slot) -> None:
         """As a blocking send's socket timeout: a failure, and the connection dropped."""
         slot.in_flight = False
+        if slot.pump is not None:
+            slot.pump.disarm()
         slot.record(time.perf_counter() - slot.started, 0, slot.lane.expire(), None)
         if slot.active:  # record() may have stopped the run, and this user with it
             self._send(slot)
