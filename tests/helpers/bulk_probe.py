@@ -9,16 +9,21 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import collections  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
+import locust.stats  # noqa: E402
 import numpy as np  # noqa: E402
 from locust.env import Environment  # noqa: E402
 from locust.event import Events  # noqa: E402
 
-from pytest_triton.load.runner.bulk_requests import bulk_requests  # noqa: E402
+from pytest_triton.load.runner.bulk_requests import (  # noqa: E402
+    bulk_requests,
+    response_time_buckets,
+)
 from pytest_triton.load.runner.recording import attach_window_log, window_log  # noqa: E402
 
 T0 = 1_000_000.9  # a tenth of a second before a whole second: the requests cross seconds
@@ -141,6 +146,31 @@ def reset() -> list[int]:
     return [after_reset, env.runner.stats.total.num_requests]
 
 
+def buckets() -> dict[str, bool]:
+    """Locust's response-time buckets counted at once against its own function, over every
+    band and on half-way points; and a locustfile's replacement of that function obeyed."""
+    generator = np.random.default_rng(11)
+    latencies = np.concatenate(
+        [
+            generator.uniform(low, high, 2_000)
+            for low, high in ((0, 100), (100, 1_000), (1_000, 10_000), (10_000, 200_000))
+        ]
+        + [np.array([0.5, 1.5, 2.5, 99.5, 145.0, 155.0, 1_250.0, 12_500.0, 99_999.9])]
+    )
+
+    def by_locust() -> dict[int, int]:
+        return dict(collections.Counter(map(locust.stats.bucket_response_time, latencies)))
+
+    same = response_time_buckets(latencies) == by_locust()
+    original = locust.stats.bucket_response_time
+    locust.stats.bucket_response_time = lambda ms: int(ms // 7)
+    try:
+        replaced = response_time_buckets(latencies) == by_locust()
+    finally:
+        locust.stats.bucket_response_time = original
+    return {"as Locust's": same, "as a replacement's": replaced}
+
+
 def main() -> None:
     by_event, in_bulk = environment(), environment()
     feed(by_event, one_by_one=True)
@@ -150,6 +180,7 @@ def main() -> None:
         "in bulk": figures(in_bulk),
         "another listener": another_listener(),
         "reset": reset(),
+        "buckets": buckets(),
     }
     print(json.dumps(report))
 

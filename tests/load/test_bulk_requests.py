@@ -38,3 +38,11 @@ def test_requests_kept_across_a_statistics_reset_belong_to_before_it(
     report: dict[str, Any],
 ) -> None:
     assert report["reset"] == [0, 1]
+
+
+def test_locusts_buckets_are_counted_at_once_as_its_function_counts_them(
+    report: dict[str, Any],
+) -> None:
+    """Every band of locust.stats.bucket_response_time, half-way points included; a
+    locustfile that replaces the function gets its own buckets."""
+    assert report["buckets"] == {"as Locust's": True, "as a replacement's": True}

@@ -80,6 +80,17 @@ def to_us(latency_ms: float) -> int:
     return min(round(latency_ms * 1e3), HIGHEST_US)
 
 
+Counts = tuple[list[int], list[int]]
+"""Distinct whole-microsecond latencies and how many of each."""
+
+
+def counts_us(latencies_ms: npt.NDArray[np.float64]) -> Counts:
+    """to_us() of each latency, counted by value: what record_counts_us() takes."""
+    us = np.where(latencies_ms > 0, np.minimum(np.rint(latencies_ms * 1e3), HIGHEST_US), 0)
+    values, counts = np.unique(us.astype(np.int64), return_counts=True)
+    return values.tolist(), counts.tolist()
+
+
 class LatencyHistogram:
     """Latencies of some requests; `count` of them. Record in ms (as Locust's request events
     report them), read percentiles in ms with microsecond resolution.
@@ -116,12 +127,12 @@ class LatencyHistogram:
         pending[latency_us] = pending.get(latency_us, 0) + count
         self.count += count
 
-    def record_many_us(self, latencies_us: list[int]) -> None:
-        """record_us() for each of `latencies_us`."""
+    def record_counts_us(self, values_us: list[int], counts: list[int]) -> None:
+        """record_us(value, count) for each value and its count (counts_us)."""
         pending = self._pending
-        for value in latencies_us:
-            pending[value] = pending.get(value, 0) + 1
-        self.count += len(latencies_us)
+        for value, count in zip(values_us, counts, strict=True):
+            pending[value] = pending.get(value, 0) + count
+        self.count += sum(counts)
 
     def add(self, other: LatencyHistogram) -> None:
         """Add another histogram's counts (exact: both have the same buckets)."""

@@ -15,14 +15,18 @@ No locust import.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from pytest_triton.base.config import MeasurementMode
-from pytest_triton.load.measure.latency_histogram import LatencyHistogram, to_us
+from pytest_triton.load.measure.latency_histogram import Counts, LatencyHistogram, counts_us, to_us
 from pytest_triton.load.measure.windows import PERCENTILES, Window
 
 SLICE_S = 0.25
@@ -52,11 +56,14 @@ class Slice:
         else:
             self.failures += 1
 
-    def record_many(self, latencies_ms: list[float], latencies_us: list[int], samples: int) -> None:
-        """Successful requests at once, `samples` rows each (what record() counts of each)."""
+    def record_many(
+        self, latencies_ms: npt.NDArray[np.float64], latencies_us: Counts, samples: int
+    ) -> None:
+        """Successful requests at once, `samples` rows each (what record() counts of each);
+        `latencies_us`: their whole microseconds, counted (counts_us)."""
         self.requests += len(latencies_ms)
-        self.latency_sum_ms += sum(latencies_ms)
-        self.histogram.record_many_us(latencies_us)
+        self.latency_sum_ms += float(latencies_ms.sum())
+        self.histogram.record_counts_us(*latencies_us)
         self.samples += samples * len(latencies_ms)
 
     def add(self, other: Slice) -> None:
@@ -91,6 +98,12 @@ class Slice:
             float(latency_sum),
             LatencyHistogram.decode(histogram, int(requests)),  # each request has a latency
         )
+
+
+def runs(keys: npt.NDArray[np.int64]) -> Iterator[tuple[int, int]]:
+    """(start, stop) of each run of equal keys in `keys` (sorted ones: a slice's, a second's)."""
+    cuts = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), len(keys)]
+    return itertools.pairwise(cuts)
 
 
 @dataclass
@@ -130,21 +143,22 @@ class WindowLog:
         entry.record(latency_ms, us, ok, samples)
         total.record(latency_ms, us, ok, samples)
 
-    def record_many(self, name: str, completed: list[tuple[float, float]], samples: int) -> None:
-        """Successful requests of `name` at once, each (completion time.time(), latency in
-        ms) in completion order: the same counts as record() one at a time."""
-        start = 0
-        while start < len(completed):
-            key = int(completed[start][0] // self.slice_s)
-            end = start + 1
-            while end < len(completed) and int(completed[end][0] // self.slice_s) == key:
-                end += 1
-            latencies_ms = [latency for _, latency in completed[start:end]]
-            latencies_us = list(map(to_us, latencies_ms))
-            entry, total = self._entries(key, name)
-            entry.record_many(latencies_ms, latencies_us, samples)
-            total.record_many(latencies_ms, latencies_us, samples)
-            start = end
+    def record_many(
+        self,
+        name: str,
+        at: npt.NDArray[np.float64],
+        latencies_ms: npt.NDArray[np.float64],
+        samples: int,
+    ) -> None:
+        """Successful requests of `name` at once, completed at `at` (time.time(), in order)
+        after `latencies_ms`: the same counts as record() one at a time."""
+        keys = np.floor_divide(at, self.slice_s).astype(np.int64)
+        for start, stop in runs(keys):
+            part = latencies_ms[start:stop]
+            counted = counts_us(part)
+            entry, total = self._entries(int(keys[start]), name)
+            entry.record_many(part, counted, samples)
+            total.record_many(part, counted, samples)
 
     def _entries(self, key: int, name: str) -> tuple[Slice, Slice]:
         """The slice and total a request of `name` in slice `key` goes to, marked unsent and

@@ -14,21 +14,35 @@ and every later request fires one.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from typing import Any
 
+import locust.stats
+import numpy as np
+import numpy.typing as npt
 from locust.env import Environment
-from locust.stats import StatsEntry, bucket_response_time
+from locust.stats import StatsEntry
 
-from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.measure.window_log import WindowLog, runs
 from pytest_triton.load.runner.recording import window_log
 
 FLUSH_S = 0.05
 ATTRIBUTE = "pytest_triton_bulk_requests"
-Completed = tuple[float, float, int]
-"""One successful request: (completion time.time(), latency in ms, answer bytes)."""
 Key = tuple[str, str, int]
 """(request type, name, rows each)."""
+_LOCUSTS_BUCKETS = locust.stats.bucket_response_time
+Floats = npt.NDArray[np.float64]
+
+
+class _Kept:
+    """Successful requests of one key not yet entered, as columns (three appends a request,
+    arrays at the flush)."""
+
+    __slots__ = ("at", "latency_ms", "size")
+
+    def __init__(self) -> None:
+        self.at: list[float] = []  # completion time.time()
+        self.latency_ms: list[float] = []
+        self.size: list[int] = []  # answer bytes
 
 
 class BulkRequests:
@@ -37,7 +51,7 @@ class BulkRequests:
     def __init__(self, environment: Environment, log: WindowLog) -> None:
         self._environment = environment
         self._log = log
-        self._pending: dict[Key, list[Completed]] = {}
+        self._pending: dict[Key, _Kept] = {}
         self._contexts: dict[Key, dict[str, Any]] = {}
         self._flush_at = 0.0
 
@@ -47,11 +61,13 @@ class BulkRequests:
         """One successful request; `context` as its event's (rows in "batch_size")."""
         now = time.time()
         key = (request_type, name, int(context.get("batch_size") or 0))
-        pending = self._pending.get(key)
-        if pending is None:
-            pending = self._pending[key] = []
+        kept = self._pending.get(key)
+        if kept is None:
+            kept = self._pending[key] = _Kept()
             self._contexts[key] = context
-        pending.append((now, latency_ms, size))
+        kept.at.append(now)
+        kept.latency_ms.append(latency_ms)
+        kept.size.append(size)
         if now >= self._flush_at:
             self.flush()
 
@@ -68,36 +84,35 @@ class BulkRequests:
             _fire(self._environment, pending, self._contexts)
             return
         offset = self._log.clock() - time.time()  # a worker's log keeps the master's clock
-        for (request_type, name, samples), completed in pending.items():
-            _enter((runner.stats.total, runner.stats.get(name, request_type)), completed)
-            self._log.record_many(
-                name, [(at + offset, latency) for at, latency, _ in completed], samples
-            )
+        for (request_type, name, samples), kept in pending.items():
+            at, latency_ms = np.array(kept.at), np.array(kept.latency_ms)
+            sizes = np.array(kept.size, dtype=np.int64)
+            entries = (runner.stats.total, runner.stats.get(name, request_type))
+            _enter(entries, at, latency_ms, sizes)
+            self._log.record_many(name, at + offset, latency_ms, samples)
 
     def drop(self, **_: Any) -> None:
         """Locust's statistics started over: what is kept belongs to before."""
         self._pending = {}
 
 
-def _enter(entries: tuple[StatsEntry, ...], completed: list[Completed]) -> None:
-    """StatsEntry.log() for each of `completed` (in completion order) into each of `entries`,
-    a second at a time (Locust keeps a copy of its buckets as each second begins)."""
-    start = 0
-    second = int(completed[0][0])
-    for i, (at, _, _) in enumerate(completed):
-        if int(at) != second:
-            _enter_second(entries, completed[start:i])
-            second, start = int(at), i
-    _enter_second(entries, completed[start:])
+def _enter(
+    entries: tuple[StatsEntry, ...], at: Floats, latency_ms: Floats, sizes: npt.NDArray[np.int64]
+) -> None:
+    """StatsEntry.log() for each request (in completion order) into each of `entries`, a
+    second at a time (Locust keeps a copy of its buckets as each second begins)."""
+    for start, stop in runs(at.astype(np.int64)):
+        _enter_second(entries, float(at[stop - 1]), latency_ms[start:stop], sizes[start:stop])
 
 
-def _enter_second(entries: tuple[StatsEntry, ...], completed: list[Completed]) -> None:
-    at = completed[-1][0]
+def _enter_second(
+    entries: tuple[StatsEntry, ...], at: float, latency_ms: Floats, sizes: npt.NDArray[np.int64]
+) -> None:
     second = int(at)
-    latencies = [latency for _, latency, _ in completed]
-    count, total, low, high = len(latencies), sum(latencies), min(latencies), max(latencies)
-    buckets = Counter(map(bucket_response_time, latencies))
-    size = sum(size for _, _, size in completed)
+    count, total = len(latency_ms), float(latency_ms.sum())
+    low, high = float(latency_ms.min()), float(latency_ms.max())
+    buckets = response_time_buckets(latency_ms)
+    size = int(sizes.sum())
     for stats in entries:
         entry: Any = stats  # typed int where Locust keeps the float latencies events pass
         last = entry.last_request_timestamp
@@ -116,15 +131,36 @@ def _enter_second(entries: tuple[StatsEntry, ...], completed: list[Completed]) -
         entry.total_content_length += size
 
 
+def response_time_buckets(latency_ms: Floats) -> dict[int, int]:
+    """How many latencies fall in each of Locust's response-time buckets
+    (locust.stats.bucket_response_time: whole ms below 100, then two significant digits):
+    with Locust's own rounding at once, else one call of a replacement each."""
+    bucket = locust.stats.bucket_response_time
+    if bucket is not _LOCUSTS_BUCKETS:
+        found: dict[int, int] = {}
+        for latency in latency_ms.tolist():
+            key = bucket(latency)
+            found[key] = found.get(key, 0) + 1
+        return found
+    # round(x, -n) as Locust rounds: half to even (numpy's rint) at the band's power of 10 (a
+    # latency within a float's rounding error of a half-way point may take the next bucket)
+    scale = np.select(
+        [latency_ms < 100, latency_ms < 1000, latency_ms < 10000], [1.0, 10.0, 100.0], 1000.0
+    )
+    rounded = (np.rint(latency_ms / scale) * scale).astype(np.int64)
+    values, counts = np.unique(rounded, return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist(), strict=True))
+
+
 def _fire(
     environment: Environment,
-    pending: dict[Key, list[Completed]],
+    pending: dict[Key, _Kept],
     contexts: dict[Key, dict[str, Any]],
 ) -> None:
-    for key, completed in pending.items():
+    for key, kept in pending.items():
         request_type, name, _ = key
         context = contexts[key]
-        for _, latency, size in completed:
+        for latency, size in zip(kept.latency_ms, kept.size, strict=True):
             environment.events.request.fire(
                 request_type=request_type,
                 name=name,
