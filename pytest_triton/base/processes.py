@@ -7,7 +7,9 @@ import ctypes
 import os
 import shutil
 import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
@@ -93,3 +95,21 @@ def reap_orphaned(root: str | Path, prefix: str, separator: str) -> list[Path]:
                 path.unlink()
             removed.append(path)
     return removed
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C (SIGINT) waits until the block is done, then acts as it would have: cleanup
+    that must not stop half-way (a stopped server's work directory and shared-memory
+    regions) finishes first. Only the main thread receives signals; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            signal.raise_signal(signal.SIGINT)

@@ -23,6 +23,7 @@ from testcontainers.core.waiting_utils import WaitStrategy, WaitStrategyTarget
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import ModelLoadError, ServerError
+from pytest_triton.base.processes import interrupts_deferred
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.server import tensorrt
@@ -322,13 +323,14 @@ class ContainerServer(RunningServer):
         with self._stop_lock:
             if self._final_log is None:
                 log = self.log_text()
-                with contextlib.suppress(Exception):  # already gone, or never created
-                    self.container.stop(force=True, delete_volume=True)
-                self._final_log = log
-                if self.settings.host_shm:
-                    for region in Path(HOST_SHM).glob(f"{self.shm_prefix}*"):
-                        with contextlib.suppress(OSError):
-                            region.unlink()
+                with interrupts_deferred():  # a Ctrl-C here would leave regions behind
+                    with contextlib.suppress(Exception):  # already gone, or never created
+                        self.container.stop(force=True, delete_volume=True)
+                    if self.settings.host_shm:
+                        for region in Path(HOST_SHM).glob(f"{self.shm_prefix}*"):
+                            with contextlib.suppress(OSError):
+                                region.unlink()
+                    self._final_log = log
             LIVE_SERVERS.discard(self)
 
 

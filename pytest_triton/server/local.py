@@ -28,6 +28,7 @@ import psutil
 from pytest_triton.base.errors import ConfigError, ServerError
 from pytest_triton.base.processes import (
     die_with_parent,
+    interrupts_deferred,
     kill_group,
     process_alive,
     reap_orphaned,
@@ -269,12 +270,15 @@ class LocalServer(RunningServer):
                     self.process.kill()
                     self.process.wait()
         finally:
-            kill_group(self.process.pid)  # stubs left in the group
-            self._final_log = self.log_text()
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
-                with contextlib.suppress(OSError):
-                    region.unlink()
+            # A Ctrl-C in the middle would leave files no later stop() removes: it waits.
+            with interrupts_deferred():
+                kill_group(self.process.pid)  # stubs left in the group
+                log = self.log_text()
+                shutil.rmtree(self.workdir, ignore_errors=True)
+                for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+                    with contextlib.suppress(OSError):
+                        region.unlink()
+                self._final_log = log  # stopped: only once all of it is gone
 
     def _log_size(self) -> int:
         try:
