@@ -23,6 +23,11 @@ client overheads (each case is printed; exit 1 when neither holds).
 
 Models: `trivial` (loadgen_vs_wrk.py's python-backend Y = X, the client-bound case) or a zoo
 model (small size), served as ONNX by the embedded server (the python backend hosts it).
+
+`--pin`: the server with its python stubs on the first CPU, the tools (and this script) on
+the others. On two shared cores the tools' own CPU is a share the server loses: perf_analyzer
+spends about twice triton-perf's CPU a request, and the server then computes slower for it;
+pinned, both tools meet the same server and what differs is the load they send.
 """
 
 from __future__ import annotations
@@ -253,6 +258,22 @@ def load_args(args: argparse.Namespace) -> list[str]:
 
 def window_args(args: argparse.Namespace, trials: str = "-r") -> list[str]:
     return ["-p", str(args.window_ms), "-s", f"{args.stability:g}", trials, str(args.max_trials)]
+
+
+def pin(served_cpu: int = 0) -> str:
+    """The server's processes (this script's children now: the server and its stubs, every
+    thread of each) on `served_cpu`; this script, and the tools it starts from now on, on
+    the other CPUs. What it did, for the report."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    rest = [c for c in cpus if c != served_cpu]
+    for process in psutil.Process().children(recursive=True):
+        for thread in process.threads():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(thread.id, {served_cpu})
+    os.sched_setaffinity(0, rest)
+    return f"server on CPU {served_cpu}, the tools on CPU {','.join(map(str, rest))}"
 
 
 def warm_up(executable: Path, served: Served, args: argparse.Namespace, workdir: Path) -> None:
@@ -503,6 +524,12 @@ def main() -> int:
         help="rounds of both tools, alternating which goes first (from --first); figures and "
         "verdicts are the medians over the rounds (a shared machine's load drifts between runs)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the server on the first CPU, the tools on the others (neither tool's CPU is "
+        "then taken from the server)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per tool run")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
@@ -514,6 +541,8 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="pytest-triton-vs-pa-"))
     try:
         with serve(args.model, workdir) as served:
+            if args.pin:
+                print(f"[vs-pa] {pin()}", file=sys.stderr, flush=True)
             if args.warmup > 0:
                 print(f"[vs-pa] warming {served.model} up ...", file=sys.stderr, flush=True)
                 warm_up(executable, served, args, workdir)
@@ -544,6 +573,7 @@ def main() -> int:
         f"windows (stability {args.stability:g}%, at most {args.max_trials}), after "
         f"{args.warmup:g} s of warm-up, {args.first} first"
         + (f", median of {args.rounds} alternating rounds" if args.rounds > 1 else "")
+        + (", the server pinned to CPU 0 and the tools to the others" if args.pin else "")
         + "; server figures "
         f"from the statistics API over each run's steady part; {os.cpu_count()} cores, load "
         f"average {os.getloadavg()[0]:.1f}\n"

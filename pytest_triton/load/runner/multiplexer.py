@@ -18,6 +18,8 @@ Over plain HTTP the steady state runs in C where the pump is built (client/wire/
 an optional extension): one call per wake reads every ready connection, and for a whole 200
 answer sends that user's next request; the rest (errors, timeouts, new connections) stays
 here. That takes the Python glue around the two system calls of a request out of the loop.
+On a shared gRPC connection the lanes of one read hold their next requests and the
+connection sends them in one write, as a gRPC client batches a connection's writes.
 
 Requests larger than MAX_REQUEST_BYTES keep a greenlet of their own (users.py): their sends
 take turns with the server's reads, and one driver would send them one after another. Up to
