@@ -121,8 +121,8 @@ def input_data(served: Served, args: argparse.Namespace, path: Path) -> Path:
     of every batch triton-perf's users send: user n cycles through the batches of seeds 4n
     to 4n+3 (embedding indices must stay in range: random data would not). Given one batch
     of samples only, perf_analyzer sent the same 256 rows over and over where triton-perf
-    sent 16 batches, and the server computed DLRM 13% faster for it (its embedding rows
-    stayed in the caches)."""
+    sent 16 batches (the server computed DLRM 13% faster for it in a pinned run: its
+    embedding rows could stay in the caches)."""
     users = 1 if args.request_rate else args.concurrency
     entries = []
     for seed in range(USER_BATCHES * users):
