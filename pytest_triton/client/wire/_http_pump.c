@@ -108,16 +108,8 @@ static PyObject *Pump_disarm(Pump *self, PyObject *Py_UNUSED(ignored)) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Pump_get_armed(Pump *self, void *Py_UNUSED(closure)) {
-    return PyBool_FromLong(self->request != NULL);
-}
-
 static PyObject *Pump_get_request(Pump *self, void *Py_UNUSED(closure)) {
     return Py_NewRef(self->request != NULL ? self->request : Py_None);
-}
-
-static PyObject *Pump_get_fd(Pump *self, void *Py_UNUSED(closure)) {
-    return PyLong_FromLong(self->fd);
 }
 
 /* A header's position in the head (case-insensitive, at a line start), or NULL. */
@@ -389,9 +381,7 @@ static PyMethodDef Pump_methods[] = {
 };
 
 static PyGetSetDef Pump_getset[] = {
-    {"armed", (getter)Pump_get_armed, NULL, "Whether an answer is awaited.", NULL},
     {"request", (getter)Pump_get_request, NULL, "The request in flight, or None.", NULL},
-    {"fd", (getter)Pump_get_fd, NULL, "The connection's file descriptor.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -5,9 +5,7 @@ from typing import Any
 class Pump:
     """One plain HTTP connection's answers read, and next requests sent."""
 
-    armed: bool
     request: Any
-    fd: int
     def __init__(self, fd: int, slot: Any) -> None: ...
     def arm(self, request: Any) -> None: ...
     def disarm(self) -> None: ...

@@ -45,6 +45,10 @@ class Head(NamedTuple):
     encoding: str | None
     keep_alive: bool
 
+    def reply(self, body: bytes | bytearray) -> tuple[HttpReply, bool]:
+        """The reply with this head and `body`; whether the server keeps the connection."""
+        return HttpReply(self.status, body, self.json_size, self.encoding), self.keep_alive
+
 
 def request_bytes(
     hostport: str,
@@ -110,7 +114,7 @@ def reply_of(head: bytes, body: bytes | bytearray) -> tuple[HttpReply, bool]:
     parsed = parse_head(head)
     if len(body) > parsed.size:
         raise ConnectionError("HTTP reply longer than its Content-Length")
-    return HttpReply(parsed.status, body, parsed.json_size, parsed.encoding), parsed.keep_alive
+    return parsed.reply(body)
 
 
 class HttpConnection:
@@ -198,7 +202,7 @@ class HttpConnection:
         open)."""
         head, body = self.head, self.body
         assert head is not None and body is not None
-        return HttpReply(head.status, body, head.json_size, head.encoding), head.keep_alive
+        return head.reply(body)
 
     def fileno(self) -> int:
         return self.sock.fileno()

@@ -117,8 +117,13 @@ class Lane(ABC, Generic[C]):
         and say so as a blocking send's socket timeout would."""
         request = self._request
         assert request is not None
+        return self.fail(request, TimeoutError("timed out"))
+
+    def fail(self, request: PreparedRequest, exc: Exception) -> Exception:
+        """The client's failure for what the connection met (a timeout, a closed or failed
+        socket the C pump read): the connection is dropped."""
         self.close()
-        return self._failure(request, TimeoutError("timed out"))
+        return self._failure(request, exc)
 
     def close(self) -> None:
         connection, self._connection = self._connection, None
@@ -170,11 +175,6 @@ class HttpLane(Lane[HttpConnection]):
             raise self._failed(connection, request, exc) from None
         self.answered = (request, reply)
         return reply
-
-    def fail(self, request: PreparedRequest, exc: Exception) -> Exception:
-        """The client's failure for what the pump met (a closed or failed socket)."""
-        self.close()
-        return self._failure(request, exc)
 
     def send_rest(self, data: bytes, sent: int) -> None:
         """What of a request the pump's one send() left (a full socket buffer), waiting."""

@@ -262,7 +262,7 @@ class Multiplexer:
                     answer = (request, slot.lane.take(request, head, body))
                 except Exception as exc:  # the client's own error: a failed request
                     error = exc
-            done.append((slot, latency_s, len(body or b""), error, answer))
+            done.append((slot, latency_s, len(body) if error is None else 0, error, answer))
             if slot.active:
                 self._send(slot)
         pumped.clear()
