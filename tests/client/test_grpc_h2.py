@@ -131,6 +131,31 @@ def test_a_request_past_the_windows_waits_for_window_updates(
     assert len(lean) and lean.parked()[0].usable  # the connection is still good
 
 
+def test_a_shared_connections_sends_never_read(server: RunningServer, client: TritonClient) -> None:
+    """Two streams of 80 KiB opened at once on one shared connection: each send returns with
+    what the windows let out, having read nothing, the rest waiting in the connection; reading
+    then sends it as the WINDOW_UPDATEs come, and both answers arrive whole. (On a shared
+    connection the load driver is the one reader: sends that read took the window updates and
+    answers other streams waited for, and a DLRM run stalled; two users' first sends, each
+    in its own greenlet, failed with gevent's ConcurrentObjectUseError.)"""
+    connection = grpc_h2.SharedHttp2Connection(grpc_h2._Server.at(server.endpoints.grpc, 30.0))
+    try:
+        with client.prepare("identity_var", floats(20_000)) as request:
+            assert request.frames is not None and request.frames.size > DEFAULT_WINDOW
+            streams = [connection.open_stream(request.frames) for _ in range(2)]
+            assert connection.end == 0  # nothing read
+            assert connection.outgoing  # what the windows did not let out
+            deadline = time.monotonic() + 30
+            while not all(connection.ended(s) for s in streams):
+                assert time.monotonic() < deadline, "the answers did not come"
+                connection.receive()
+            first, second = (connection.take(s) for s in streams)
+        assert first == second and len(first) > 80_000
+        assert not connection.outgoing
+    finally:
+        connection.close()
+
+
 REJECTED = {
     "unknown model": ("no_such_model", {"X": np.ones((1, 4), np.float32)}),
     "wrong shape": ("add_one", {"X": np.ones((1, 3), np.float32)}),

@@ -27,6 +27,9 @@ from pytest_triton.load.runner.multiplexer import multiplexer, pump_available  #
 MODEL = "sleepy"  # tests/helpers/probe_models.py: x FP32 [8] -> y FP32 [4], 20 ms a request
 GOOD = {"x": np.ones((1, 8), np.float32)}
 BAD = {"x": np.ones((1, 3), np.float32)}  # Triton rejects the shape
+LARGE_MODEL = "roomy"  # the same model with room for large batches (test_multiplexer.py)
+# 67,200 bytes of x: over HTTP/2's initial 64 KiB windows, as a DLRM batch of 256 (67 kB)
+LARGE = {"x": np.ones((2100, 8), np.float32)}
 
 
 def connections_to(hostport: str) -> int:
@@ -47,6 +50,7 @@ def drive(
     timeout_s: float,
     shared: bool = False,
     pump: bool = True,
+    model: str = MODEL,
 ) -> dict[str, Any]:
     """`lanes` users, each cycling through `batches`, for `seconds`; then stopped as Locust
     stops users (their greenlets killed). `shared`: gRPC streams on one connection.
@@ -81,7 +85,7 @@ def drive(
         lane = client.lane(shared=shared)
         assert lane is not None, f"no lane over {protocol}"
         lane.send = counting(lane.send)  # type: ignore[assignment]
-        requests = client.prepare_all(MODEL, batches, ["y"])
+        requests = client.prepare_all(model, batches, ["y"])
         users.append(
             gevent.spawn(multiplexer().serve, lane, itertools.cycle(requests), record, timeout_s)
         )
@@ -170,6 +174,17 @@ def main() -> None:
     report["mixed-grpc-shared"] = drive(
         grpc, "grpc", [GOOD, BAD], lanes=4, seconds=2, timeout_s=30, shared=True
     )
+    for shared in (False, True):
+        report["large-grpc" + ("-shared" if shared else "")] = drive(
+            grpc,
+            "grpc",
+            [LARGE],
+            lanes=4,
+            seconds=2,
+            timeout_s=30,
+            shared=shared,
+            model=LARGE_MODEL,
+        )
     report["timeout-http"] = drive(http, "http", [GOOD], lanes=2, seconds=1, timeout_s=0.005)
     report["timeout-http-python"] = drive(
         http, "http", [GOOD], lanes=2, seconds=1, timeout_s=0.005, pump=False

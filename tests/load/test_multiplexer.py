@@ -30,6 +30,7 @@ PROTOCOLS = ("http", "http-python", "grpc", "grpc-shared")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("repo")
     write_sleepy(root)
+    write_sleepy(root, "roomy", max_batch_size=4096)  # room for large requests
     with LocalLauncher().start(ServerArgs(Path(root), model_control_mode="none")) as server:
         yield probe_report(
             "tests.helpers.multiplexer_probe", server.endpoints.http, server.endpoints.grpc
@@ -52,6 +53,22 @@ def test_each_answer_and_each_rejection_is_counted_once(
     assert "sleepy" in rejection and protocol[:4] in rejection.lower(), rejection
     assert abs(ok - failures) <= 4, run
     assert run["sizes"] and min(run["sizes"]) > 0, run  # the answer's bytes
+
+
+@pytest.mark.parametrize("protocol", ("grpc", "grpc-shared"))
+def test_requests_larger_than_the_servers_windows_all_go_through(
+    report: dict[str, Any], protocol: str
+) -> None:
+    """Four users' requests of 67 kB, over HTTP/2's initial 64 KiB windows: what does not fit
+    waits in the connection until the driver reads the server's WINDOW_UPDATE. (A send that
+    waited by reading the socket itself failed the users' first sends on a shared connection,
+    each in its own greenlet: gevent's ConcurrentObjectUseError; and it could take the
+    answers other streams waited for: a DLRM run at batch 256 sent nothing for 30 s.)"""
+    run = report[f"large-{protocol}"]
+    assert set(run["outcomes"]) == {"ok"}, run
+    assert run["outcomes"]["ok"] >= 20, run  # 4 users x 2 s at 20 ms a request, one instance
+    assert len(run["sizes"]) == 1 and run["sizes"][0] > 2100 * 4 * 4, run  # y: FP32 [2100, 4]
+    assert run["connections_after"] == 0 and run["lanes_after"] == 0, run
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -14,7 +14,10 @@ directly on a socket (gevent's under Locust, a plain one in threads):
 - the answer's frames are read no further than its DATA (the message) and its trailers'
   grpc-status; a header block seen before is not decoded again;
 - requests larger than the server's windows or frame size go out in frames as the windows
-  allow (WINDOW_UPDATE awaited): one path for every size.
+  allow: what does not fit waits in the connection (`outgoing`) and goes out as the
+  server's WINDOW_UPDATEs are read, by whoever reads them. A send never waits for a read:
+  on a shared connection the load driver is the one reader (a send that read the socket
+  itself took the answers and window updates other streams waited for, and a run stalled).
 
 Failures read as the channel path's: a non-zero grpc-status is tritonclient's
 InferenceServerException(grpc-message, "StatusCode.X"); a reset, a GOAWAY before our stream
@@ -164,6 +167,33 @@ class _Unprocessed(ConnectionResetError):
     it, REFUSED_STREAM): safe to send again on a new connection."""
 
 
+class _Outgoing:
+    """The part of a request's DATA that the server's windows did not let out yet."""
+
+    __slots__ = ("left", "pieces", "stream", "window")
+
+    def __init__(self, stream: int, pieces: list[memoryview], window: int) -> None:
+        self.stream = stream
+        self.pieces = pieces
+        self.left = sum(len(p) for p in pieces)
+        self.window = window  # the stream's send window
+
+    def take(self, size: int) -> bytes:
+        """The next `size` bytes."""
+        parts = []
+        while size:
+            piece = self.pieces[0]
+            part = piece[:size]
+            parts.append(part)
+            size -= len(part)
+            self.left -= len(part)
+            if len(part) == len(piece):
+                self.pieces.pop(0)
+            else:
+                self.pieces[0] = piece[len(part) :]
+        return b"".join(parts)
+
+
 class _Answer:
     """What one stream has received so far."""
 
@@ -228,6 +258,7 @@ class Http2Connection:
         self.reused = False
         self.preface: bytes | None = client_preface()  # sent with the first request
         self.held: list[bytes] | None = None  # frames kept for one send (hold())
+        self.outgoing: list[_Outgoing] = []  # DATA waiting for the server's windows
 
     @property
     def usable(self) -> bool:
@@ -247,6 +278,7 @@ class Http2Connection:
         stream = self.stream = self.next_stream
         self.next_stream += 2
         self.answer = _Answer()
+        self._opened(stream, self.answer)
         self.stream_window = self.stream_window_initial
         sid = stream.to_bytes(4, "big")
         headers = self.server.headers_head + sid + self.server.headers_block
@@ -264,7 +296,15 @@ class Http2Connection:
             self.stream_window -= size
             self._write(data)
         else:
-            self._send_in_windows(headers, frames, sid)
+            self._write((self.preface or b"") + headers)
+            self.preface = None
+            pieces = [memoryview(frames.prefix), memoryview(frames.message)]
+            self.outgoing.append(_Outgoing(stream, pieces, self.stream_window))
+            self._flush()
+
+    def _opened(self, stream: int, answer: _Answer) -> None:
+        """A new stream's answer, before any of its DATA goes out (a shared connection
+        keeps it by stream id)."""
 
     def hold(self) -> None:
         """Keep what is sent from now on until release(): the requests a load driver sends
@@ -304,30 +344,30 @@ class Http2Connection:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def _send_in_windows(self, headers: bytes, frames: GrpcFrames, sid: bytes) -> None:
-        """DATA no larger than the server's frame size and windows allow, waiting for its
-        WINDOW_UPDATEs; stops early when the server answers before the request is all out."""
-        self.release()  # what was held goes first
-        self.sock.sendall((self.preface or b"") + headers)
-        self.preface = None
-        pieces = [memoryview(frames.prefix), memoryview(frames.message)]
-        total, sent = frames.size, 0
-        while sent < total and not self.answer.ended:
-            room = min(self.send_window, self.stream_window, self.max_frame)
-            if room <= 0:
-                self._read()
+    def _flush(self) -> None:
+        """DATA of the waiting requests, oldest first, as far as the windows allow: no larger
+        than the server's frame size, the last frame of each with END_STREAM. A request
+        whose answer came already (the server rejected it early) or was given up sends no
+        more."""
+        for out in list(self.outgoing):
+            answer = self._answer_for(out.stream)
+            if answer is None or answer.ended:
+                self.outgoing.remove(out)
                 continue
-            piece = pieces[0]
-            chunk = piece[:room]
-            pieces[0] = piece[len(chunk) :]
-            if not len(pieces[0]):
-                pieces.pop(0)
-            sent += len(chunk)
-            flags = END_STREAM if sent == total else 0
-            self.sock.sendall(len(chunk).to_bytes(3, "big") + bytes((DATA, flags)) + sid)
-            self.sock.sendall(chunk)
-            self.send_window -= len(chunk)
-            self.stream_window -= len(chunk)
+            sid = out.stream.to_bytes(4, "big")
+            while out.left:
+                room = min(self.send_window, out.window, self.max_frame, out.left)
+                if room <= 0:
+                    break
+                chunk = out.take(room)
+                flags = END_STREAM if not out.left else 0
+                self._write(len(chunk).to_bytes(3, "big") + bytes((DATA, flags)) + sid + chunk)
+                self.send_window -= room
+                out.window -= room
+            if not out.left:
+                self.outgoing.remove(out)
+            if self.send_window <= 0:
+                return
 
     def _result(self, answer: _Answer) -> bytes:
         trailers = answer.trailers or {}
@@ -488,17 +528,28 @@ class Http2Connection:
                 key = int.from_bytes(payload[at : at + 2], "big")
                 value = int.from_bytes(payload[at + 2 : at + 6], "big")
                 if key == SETTINGS_INITIAL_WINDOW_SIZE:
-                    self.stream_window += value - self.stream_window_initial
+                    change = value - self.stream_window_initial
+                    self.stream_window += change
+                    for out in self.outgoing:
+                        out.window += change
                     self.stream_window_initial = value
                 elif key == SETTINGS_MAX_FRAME_SIZE:
                     self.max_frame = value
             self._write(frame(SETTINGS, ACK, 0))
+            if self.outgoing:
+                self._flush()
         elif kind == WINDOW_UPDATE:
             increment = int.from_bytes(payload[:4], "big") & MAX_WINDOW
             if sid == 0:
                 self.send_window += increment
-            elif sid == self.stream:
-                self.stream_window += increment
+            else:
+                if sid == self.stream:
+                    self.stream_window += increment
+                for out in self.outgoing:
+                    if out.stream == sid:
+                        out.window += increment
+            if self.outgoing:
+                self._flush()
         elif kind == PING:
             if not flags & ACK:
                 self._write(frame(PING, ACK, 0, payload))
@@ -558,10 +609,12 @@ class SharedHttp2Connection(Http2Connection):
         self.answers: dict[int, _Answer] = {}
 
     def open_stream(self, frames: GrpcFrames) -> int:
-        """Send a request on a new stream; its id."""
+        """Send a request on a new stream (what the windows let out now); its id."""
         self.begin(frames)
-        self.answers[self.stream] = self.answer
         return self.stream
+
+    def _opened(self, stream: int, answer: _Answer) -> None:
+        self.answers[stream] = answer
 
     def receive(self, ready: bool = False) -> None:
         """Read what arrived, for every stream (each user then asks ended() of its own)."""

@@ -23,11 +23,12 @@ connection sends them in one write, as a gRPC client batches a connection's writ
 
 Requests larger than MAX_REQUEST_BYTES keep a greenlet of their own (users.py): their sends
 take turns with the server's reads, and one driver would send them one after another. Up to
-that size (a DLRM batch of 256 is 67 kB) a request goes out in one send, and the driver's
-way matters: the next requests after one batch's answers reach the server together, as
-perf_analyzer's do, where greenlets each woken by its own answer spread them out (at
-concurrency 4 the server formed smaller batches: 6-11% fewer inferences/s, half as much
-time again in its queue).
+that size (a DLRM batch of 256 is 67 kB) a request goes out in one send once the server's
+HTTP/2 windows have grown (before that, what does not fit waits in its connection and the
+driver's reads send it: a send never reads), and the driver's way matters: the next
+requests after one batch's answers reach the server together, as perf_analyzer's do, where
+greenlets each woken by its own answer spread them out (at concurrency 4 the server formed
+smaller batches: 6-11% fewer inferences/s, half as much time again in its queue).
 """
 
 from __future__ import annotations
