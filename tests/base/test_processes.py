@@ -14,6 +14,9 @@ PROBE = """
 import json, signal, threading
 from pytest_triton.base.processes import interrupts_deferred
 
+# Python's own start where SIGINT is not ignored: a shell's background job (a suite started
+# with `make test &`) inherits it ignored, and the probe then saw no interrupt at all
+signal.signal(signal.SIGINT, signal.default_int_handler)
 seen = []
 try:
     with interrupts_deferred():
