@@ -170,12 +170,33 @@ SLOWING_MODEL = paced_model(
     "twice as slow every second: 5, 10, 20, 40 ... ms, at most 1 s",
     "min(0.005 * 2 ** (now - self.first), 1.0)",
 )
-WARMING_MODEL = paced_model(
-    # by count, not time: Locust's preflight request comes first, and the load may follow it
-    # by a second on a busy machine (a slow period by time was then over before the load)
-    "a backend warming up: 200 ms an execution for its first 7, then 20 ms",
-    "0.2 if self.count <= 7 else 0.02",
-)
+WARM_AFTER = 7  # slow executions of the warming model
+SLOW_S = 0.2  # each of them
+WARMED_FILE = "warmed_at"  # in its model directory: when its last slow execution ended
+WARMING_MODEL = f"""
+import os
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.count = 0
+        self.mark = os.path.join(args["model_repository"], "{WARMED_FILE}")
+
+    def execute(self, requests):
+        # A backend warming up: {SLOW_S} s an execution for its first {WARM_AFTER}, then 20 ms. By
+        # count, not time: Locust's preflight request comes first, and the load may follow it
+        # by a second on a busy machine (a slow period by time was then over before the load).
+        self.count += 1
+        time.sleep({SLOW_S} if self.count <= {WARM_AFTER} else 0.02)
+        if self.count == {WARM_AFTER}:  # the wall clock, as Locust's windows are cut
+            with open(self.mark, "w") as f:
+                f.write(repr(time.time()))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
+            for r in requests]
+"""
 
 
 LEAK_KB = 256
