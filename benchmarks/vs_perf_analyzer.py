@@ -427,17 +427,23 @@ def gap(a: float, b: float) -> float:
     return abs(a - b) / mean if mean else 0.0
 
 
+def explained(line: str, apart: float, cause: str) -> tuple[bool, str]:
+    """A gap judged by the figure that would account for it (`apart`: that figure's own gap;
+    `cause` names it, its parenthesis left open for the gap)."""
+    ok = apart <= SERVER_TOLERANCE
+    verdict = "explained" if ok else "NOT explained"
+    return ok, f"{line}{verdict} by {cause}, {100 * apart:.1f}% apart)"
+
+
 def compute_explained(pa: Result, tp: Result, line: str) -> tuple[bool, str]:
     """A compute-per-request gap is the batches' fill when the compute per row agrees: the
     same work at the same speed, in fuller or emptier executions."""
-    per_row = gap(pa.compute_per_inference_us, tp.compute_per_inference_us)
-    explained = per_row <= SERVER_TOLERANCE
-    return explained, line + (
-        ("explained" if explained else "NOT explained")
-        + f" by rows per execution ({pa.avg_batch:.0f} vs {tp.avg_batch:.0f}; compute per "
-        f"inference {pa.compute_per_inference_us:.2f} vs {tp.compute_per_inference_us:.2f} us, "
-        f"{100 * per_row:.1f}% apart)"
+    a, b = pa.compute_per_inference_us, tp.compute_per_inference_us
+    cause = (
+        f"rows per execution ({pa.avg_batch:.0f} vs {tp.avg_batch:.0f}; compute per inference "
+        f"{a:.2f} vs {b:.2f} us"
     )
+    return explained(line, gap(a, b), cause)
 
 
 def rate_explained(pa: Result, tp: Result, line: str) -> tuple[bool, str]:
@@ -446,14 +452,12 @@ def rate_explained(pa: Result, tp: Result, line: str) -> tuple[bool, str]:
     inferences/s go as concurrency x batch / cycle. With the server's request latency the same
     for both tools, the rest of a gap is how long each tool takes between an answer and the
     next request: its own overhead, not the load the server sees."""
-    latency = gap(pa.request_us, tp.request_us)
-    explained = latency <= SERVER_TOLERANCE
-    return explained, line + (
-        ("explained" if explained else "NOT explained")
-        + f" by client overhead ({pa.overhead_us:.0f} us per request for perf_analyzer, "
+    cause = (
+        f"client overhead ({pa.overhead_us:.0f} us per request for perf_analyzer, "
         f"{tp.overhead_us:.0f} us for triton-perf; server request latencies "
-        f"{pa.request_us:.0f} vs {tp.request_us:.0f} us, {100 * latency:.1f}% apart)"
+        f"{pa.request_us:.0f} vs {tp.request_us:.0f} us"
     )
+    return explained(line, gap(pa.request_us, tp.request_us), cause)
 
 
 def verdicts(pa: Result, tp: Result, args: argparse.Namespace) -> list[tuple[bool, str]]:
