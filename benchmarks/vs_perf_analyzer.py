@@ -281,6 +281,27 @@ def median_result(results: list[Result]) -> Result:
     return replace(first, **numbers, breakdown=breakdown, note=notes)
 
 
+PAIRED = {  # the server's figures compared round by round
+    "server infer/s": lambda r: r.server_rate,
+    "avg queue": lambda r: r.queue_us,
+    "avg compute": lambda r: r.compute_us,
+    "compute per inference": lambda r: r.compute_per_inference_us,
+    "rows per execution": lambda r: r.avg_batch,
+    "server request": lambda r: r.request_us,
+}
+
+
+def paired_gaps(pas: list[Result], tps: list[Result]) -> dict[str, float]:
+    """Per figure, the median over the rounds of triton-perf's figure against perf_analyzer's
+    of the same round, in percent: the tools of one round ran one after the other, so a
+    machine whose speed drifts between rounds moves both alike (the medians of each tool's
+    own figures mix rounds the drift set apart)."""
+    return {
+        label: 100 * statistics.median(of(tp) / of(pa) - 1 for pa, tp in zip(pas, tps, strict=True))
+        for label, of in PAIRED.items()
+    }
+
+
 def load_port(served: Served, args: argparse.Namespace) -> int:
     return int(served.endpoints.url(args.protocol).rsplit(":", 1)[1])
 
@@ -677,6 +698,12 @@ def main() -> int:
     judged = verdicts(pa, tp, args)
     for ok, line in judged:
         print(("  " if ok else "! ") + line)
+    paired = paired_gaps(done["perf_analyzer"], done["triton-perf"])
+    if args.rounds > 1:
+        print(
+            "  paired by round (median of triton-perf / perf_analyzer - 1, for a machine that "
+            "drifts): " + ", ".join(f"{label} {gap:+.1f}%" for label, gap in paired.items())
+        )
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -684,6 +711,7 @@ def main() -> int:
                     "args": {k: str(v) for k, v in vars(args).items()},
                     "results": [vars(r) for r in (pa, tp)],
                     "rounds": {tool: [vars(r) for r in rs] for tool, rs in done.items()},
+                    "paired_percent": paired,
                     "verdicts": [{"passed": ok, "line": line} for ok, line in judged],
                 },
                 indent=2,
