@@ -246,11 +246,10 @@ class Http2Connection:
         self.start = self.end = 0  # unread bytes: buffer[start:end]
         self.next_stream = 1
         self.send_window = DEFAULT_WINDOW  # the connection's, towards the server
-        self.stream_window_initial = DEFAULT_WINDOW
+        self.stream_window_initial = DEFAULT_WINDOW  # a new stream's (the server's SETTINGS)
         self.max_frame = DEFAULT_FRAME
         self.recv_window = MAX_WINDOW  # the connection's, towards us
         self.stream = 0
-        self.stream_window = 0
         self.answer = _Answer()
         self.block: list[bytes] = []  # a header block still awaiting its CONTINUATION
         self.block_ends_stream = False
@@ -279,11 +278,11 @@ class Http2Connection:
         self.next_stream += 2
         self.answer = _Answer()
         self._opened(stream, self.answer)
-        self.stream_window = self.stream_window_initial
         sid = stream.to_bytes(4, "big")
         headers = self.server.headers_head + sid + self.server.headers_block
         size = frames.size
-        if size <= self.send_window and size <= self.stream_window and size <= self.max_frame:
+        window = self.stream_window_initial
+        if size <= self.send_window and size <= window and size <= self.max_frame:
             # One DATA frame (the server's frame size allows it: Triton's, 4 MiB), and
             # the whole request in one send: the requests a load sends after one batch's
             # answers reach the server together, as a C++ client's do.
@@ -293,13 +292,12 @@ class Http2Connection:
             )
             self.preface = None
             self.send_window -= size
-            self.stream_window -= size
             self._write(data)
         else:
             self._write((self.preface or b"") + headers)
             self.preface = None
             pieces = [memoryview(frames.prefix), memoryview(frames.message)]
-            self.outgoing.append(_Outgoing(stream, pieces, self.stream_window))
+            self.outgoing.append(_Outgoing(stream, pieces, window))
             self._flush()
 
     def _opened(self, stream: int, answer: _Answer) -> None:
@@ -529,7 +527,6 @@ class Http2Connection:
                 value = int.from_bytes(payload[at + 2 : at + 6], "big")
                 if key == SETTINGS_INITIAL_WINDOW_SIZE:
                     change = value - self.stream_window_initial
-                    self.stream_window += change
                     for out in self.outgoing:
                         out.window += change
                     self.stream_window_initial = value
@@ -543,8 +540,6 @@ class Http2Connection:
             if sid == 0:
                 self.send_window += increment
             else:
-                if sid == self.stream:
-                    self.stream_window += increment
                 for out in self.outgoing:
                     if out.stream == sid:
                         out.window += increment
