@@ -448,10 +448,12 @@ def gap(a: float, b: float) -> float:
     return abs(a - b) / mean if mean else 0.0
 
 
-def explained(line: str, apart: float, cause: str) -> tuple[bool, str]:
+def explained(
+    line: str, apart: float, cause: str, tolerance: float = SERVER_TOLERANCE
+) -> tuple[bool, str]:
     """A gap judged by the figure that would account for it (`apart`: that figure's own gap;
     `cause` names it, its parenthesis left open for the gap)."""
-    ok = apart <= SERVER_TOLERANCE
+    ok = apart <= tolerance
     verdict = "explained" if ok else "NOT explained"
     return ok, f"{line}{verdict} by {cause}, {100 * apart:.1f}% apart)"
 
@@ -467,76 +469,66 @@ def compute_explained(pa: Result, tp: Result, line: str) -> tuple[bool, str]:
     return explained(line, gap(a, b), cause)
 
 
-def rate_explained(pa: Result, tp: Result, line: str) -> tuple[bool, str]:
+def overhead_explained(
+    pa: Result, tp: Result, line: str, tolerance: float = SERVER_TOLERANCE
+) -> tuple[bool, str]:
     """Closed loop: a user's next request leaves once its answer is handled, so each cycle is
-    the server's request latency plus the tool's client overhead, and the server's
-    inferences/s go as concurrency x batch / cycle. With the server's request latency the same
-    for both tools, the rest of a gap is how long each tool takes between an answer and the
-    next request: its own overhead, not the load the server sees."""
+    the server's request latency plus the tool's client overhead, and throughput (the
+    server's inferences/s, the client's) goes as concurrency x batch / cycle (Little's law).
+    With the server's request latency the same for both tools, the rest of a gap is how long
+    each tool takes between an answer and the next request: its own overhead, not the load
+    the server sees."""
     cause = (
         f"client overhead ({pa.overhead_us:.0f} us per request for perf_analyzer, "
         f"{tp.overhead_us:.0f} us for triton-perf; server request latencies "
         f"{pa.request_us:.0f} vs {tp.request_us:.0f} us"
     )
-    return explained(line, gap(pa.request_us, tp.request_us), cause)
+    return explained(line, gap(pa.request_us, tp.request_us), cause, tolerance)
+
+
+Explain = Callable[[Result, Result, str], tuple[bool, str]]
 
 
 def verdicts(pa: Result, tp: Result, args: argparse.Namespace) -> list[tuple[bool, str]]:
-    """(passed, line) per target."""
+    """(passed, line) per target. Open loop: both tools send the asked rate, and no gap is
+    explained by client overhead."""
+    closed = not args.request_rate
     lines: list[tuple[bool, str]] = []
-    for label, a, b in (
-        ("server inferences/s", pa.server_rate, tp.server_rate),
-        ("server avg queue", pa.queue_us, tp.queue_us),
-        ("server avg compute", pa.compute_us, tp.compute_us),
-    ):
+    server: list[tuple[str, float, float, Explain | None]] = [
+        (
+            "server inferences/s",
+            pa.server_rate,
+            tp.server_rate,
+            overhead_explained if closed else None,
+        ),
+        ("server avg queue", pa.queue_us, tp.queue_us, None),
+        ("server avg compute", pa.compute_us, tp.compute_us, compute_explained),
+    ]
+    for label, a, b, explain in server:
         d = gap(a, b)
-        ok = d <= SERVER_TOLERANCE
         line = f"{label}: {a:,.1f} vs {b:,.1f} ({100 * d:.1f}% apart; target 3%): "
-        if not ok and label == "server avg compute":
-            ok, line = compute_explained(pa, tp, line)
-        elif not ok and label == "server inferences/s" and not args.request_rate:
-            ok, line = rate_explained(pa, tp, line)
+        if d > SERVER_TOLERANCE and explain is not None:
+            lines.append(explain(pa, tp, line))
         else:
-            line += "PASS" if ok else "FAIL"
-        lines.append((ok, line))
-    # Closed loop: throughput = concurrency x batch / latency (Little's law). With each tool's
-    # client overhead taken out of its latency, what is left is the server's side; if those
-    # agree, the tools' own overheads explain the gap. Open loop: both send the asked rate.
+            lines.append(
+                (d <= SERVER_TOLERANCE, line + ("PASS" if d <= SERVER_TOLERANCE else "FAIL"))
+            )
     d = gap(pa.throughput, tp.throughput)
+    line = f"client throughput: {100 * d:.1f}% apart"
     if d <= THROUGHPUT_TOLERANCE:
-        lines.append((True, f"client throughput: {100 * d:.1f}% apart: within 5%"))
+        lines.append((True, f"{line}: within 5%"))
+    elif closed:
+        lines.append(overhead_explained(pa, tp, f"{line} (target 5%): ", THROUGHPUT_TOLERANCE))
     else:
-        explained = (
-            gap(pa.request_us, tp.request_us) <= THROUGHPUT_TOLERANCE and not args.request_rate
-        )
-        lines.append(
-            (
-                explained,
-                f"client throughput: {100 * d:.1f}% apart (target 5%): "
-                + (
-                    f"explained by client overhead ({pa.overhead_us:.0f} us per request for "
-                    f"perf_analyzer, {tp.overhead_us:.0f} us for triton-perf; server request "
-                    f"latencies {pa.request_us:.0f} vs {tp.request_us:.0f} us agree)"
-                    if explained
-                    else "NOT explained by client overhead"
-                ),
-            )
-        )
+        lines.append((False, f"{line} (target 5%): NOT explained by client overhead"))
     d = gap(pa.p99_us, tp.p99_us)
+    line = f"client p99: {100 * d:.1f}% apart"
     if d <= P99_TOLERANCE:
-        lines.append((True, f"client p99: {100 * d:.1f}% apart: within 10%"))
+        lines.append((True, f"{line}: within 10%"))
     else:
-        left = gap(pa.p99_us - pa.overhead_us, tp.p99_us - tp.overhead_us)
-        explained = left <= P99_TOLERANCE
-        lines.append(
-            (
-                explained,
-                f"client p99: {100 * d:.1f}% apart (target 10%): "
-                + ("explained" if explained else "NOT explained")
-                + f" by client overhead (p99 - overhead: {pa.p99_us - pa.overhead_us:.0f} vs "
-                f"{tp.p99_us - tp.overhead_us:.0f} us, {100 * left:.1f}% apart)",
-            )
-        )
+        a, b = pa.p99_us - pa.overhead_us, tp.p99_us - tp.overhead_us
+        cause = f"client overhead (p99 - overhead: {a:.0f} vs {b:.0f} us"
+        lines.append(explained(f"{line} (target 10%): ", gap(a, b), cause, P99_TOLERANCE))
     return lines
 
 
