@@ -140,11 +140,24 @@ class TritonPythonModel:
 """
 
 
-def paced_model(comment: str, sleep_s: str) -> str:
+WARMED_FILE = "warmed_at"  # in a paced model's directory: see paced_model's marked_after
+
+
+def paced_model(comment: str, sleep_s: str, marked_after: int | None = None) -> str:
     """A python model (x -> y = x[:, :4]) that sleeps `sleep_s` seconds an execution, an
     expression of `now - self.first` (seconds since its first request) or of `self.count`
-    (executions so far, this one included)."""
+    (executions so far, this one included). `marked_after`: at the end of that execution it
+    writes the wall clock (as Locust's windows are cut) to WARMED_FILE in its directory."""
+    mark = (
+        ""
+        if marked_after is None
+        else f"""
+        if self.count == {marked_after}:
+            with open(os.path.join(self.directory, "{WARMED_FILE}"), "w") as f:
+                f.write(repr(time.time()))"""
+    )
     return f"""
+import os
 import time
 import triton_python_backend_utils as pb_utils
 
@@ -153,13 +166,14 @@ class TritonPythonModel:
     def initialize(self, args):
         self.first = None
         self.count = 0
+        self.directory = args["model_repository"]
 
     def execute(self, requests):
         now = time.monotonic()
         self.first = self.first or now
         self.count += 1
         # {comment}
-        time.sleep({sleep_s})
+        time.sleep({sleep_s}){mark}
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
             for r in requests]
@@ -172,31 +186,13 @@ SLOWING_MODEL = paced_model(
 )
 WARM_AFTER = 7  # slow executions of the warming model
 SLOW_S = 0.2  # each of them
-WARMED_FILE = "warmed_at"  # in its model directory: when its last slow execution ended
-WARMING_MODEL = f"""
-import os
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.count = 0
-        self.mark = os.path.join(args["model_repository"], "{WARMED_FILE}")
-
-    def execute(self, requests):
-        # A backend warming up: {SLOW_S} s an execution for its first {WARM_AFTER}, then 20 ms. By
-        # count, not time: Locust's preflight request comes first, and the load may follow it
-        # by a second on a busy machine (a slow period by time was then over before the load).
-        self.count += 1
-        time.sleep({SLOW_S} if self.count <= {WARM_AFTER} else 0.02)
-        if self.count == {WARM_AFTER}:  # the wall clock, as Locust's windows are cut
-            with open(self.mark, "w") as f:
-                f.write(repr(time.time()))
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[:, :4])])
-            for r in requests]
-"""
+WARMING_MODEL = paced_model(
+    # by count, not time: Locust's preflight request comes first, and the load may follow it
+    # by a second on a busy machine (a slow period by time was then over before the load)
+    f"a backend warming up: {SLOW_S} s an execution for its first {WARM_AFTER}, then 20 ms",
+    f"{SLOW_S} if self.count <= {WARM_AFTER} else 0.02",
+    marked_after=WARM_AFTER,
+)
 
 
 LEAK_KB = 256
