@@ -162,6 +162,8 @@ REJECTED = {
     "wrong dtype": ("add_one", {"X": np.ones((1, 4), np.int32)}),
     "batch above max": ("add_one", {"X": np.ones((9, 4), np.float32)}),
     "unknown version": ("add_one", {"X": np.ones((1, 4), np.float32)}, "7"),
+    # 80 kB, past the 64 KiB windows: the rest of its DATA waits for the server's update
+    "unknown model, 80 kB": ("no_such_model", {"X": np.ones((5000, 4), np.float32)}),
 }
 
 
