@@ -188,22 +188,28 @@ class LocalServer(RunningServer):
             cmd.append(f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}")
         self.command = cmd
         self._log_path = workdir / "tritonserver.log"
-        with open(self._log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=dict(env) if env is not None else server_environment(install),
-                cwd=workdir,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
+        owned = False
         try:
-            LIVE_SERVERS.add(self)
+            # A Ctrl-C while Popen waits for the child's exec would raise with the server
+            # started and no Popen to stop it by: the signal waits until stop() can.
+            with interrupts_deferred():
+                with open(self._log_path, "wb") as log:
+                    self.process = subprocess.Popen(
+                        cmd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=dict(env) if env is not None else server_environment(install),
+                        cwd=workdir,
+                        start_new_session=True,
+                        preexec_fn=die_with_parent,
+                    )
+                owned = True
+                LIVE_SERVERS.add(self)
             self.start_watcher()
         except BaseException:
-            self.stop()
+            if owned:
+                self.stop()
             raise
 
     def _stage_backends(self, install: Installation) -> Path | None:
@@ -411,12 +417,7 @@ class LocalLauncher:
         reap_orphan_servers()
         env = self.environment()
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
-            try:
-                server = LocalServer(self.install, args, workdir, env=env)
-            except BaseException:  # Ctrl-C while staging the backends or spawning the server
-                shutil.rmtree(workdir, ignore_errors=True)
-                raise
+            server = self._spawn(args, env)
             try:
                 wait_until_ready(server, args.startup_timeout_s)
                 return server
@@ -429,3 +430,17 @@ class LocalLauncher:
                 server.stop()
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _spawn(self, args: ServerArgs, env: Mapping[str, str]) -> LocalServer:
+        """A server process in a work directory of its own; on any failure, a Ctrl-C while
+        the directory is made included, neither is left."""
+        workdir: Path | None = None
+        try:
+            with interrupts_deferred():
+                workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
+            return LocalServer(self.install, args, workdir, env=env)
+        except BaseException:
+            if workdir is not None:
+                with interrupts_deferred():
+                    shutil.rmtree(workdir, ignore_errors=True)
+            raise

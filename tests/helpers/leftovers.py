@@ -33,7 +33,22 @@ class Leftovers:
         return bool(self.processes or self.paths)
 
     def __str__(self) -> str:
-        return "\n".join([*self.processes, *map(str, self.paths)]) or "nothing"
+        return "\n".join([*self.processes, *map(described, self.paths)]) or "nothing"
+
+
+def described(path: Path, most: int = 20) -> str:
+    """A path, and what a directory holds (what was written there tells who wrote it)."""
+    inside = sorted(path.rglob("*")) if path.is_dir() else []
+    lines = [f"  {p.relative_to(path)} ({size_of(p)})" for p in inside[:most]]
+    more = [f"  ... and {len(inside) - most} more"] if len(inside) > most else []
+    return "\n".join([f"{path}, holding:" if inside else str(path), *lines, *more])
+
+
+def size_of(path: Path) -> str:
+    try:
+        return "a directory" if path.is_dir() else f"{path.stat().st_size} bytes"
+    except OSError:  # gone since it was listed
+        return "gone"
 
 
 def processes_of(pid: int) -> list[psutil.Process]:

@@ -117,6 +117,7 @@ class Session:
                     "-q",
                     "-s",
                     "--triton-protocol=http",
+                    "--full-trace",  # where an interrupt landed, if a session leaves something
                 ],
                 cwd=self.project,
                 env=env,
@@ -141,6 +142,11 @@ class Session:
             self.output = out.read()
         log.unlink()
         return self
+
+    def interrupted_in(self) -> str:
+        """The plugin's frames of the session's traceback (--full-trace), and its last lines."""
+        ours = [line for line in self.output.splitlines() if "pytest_triton/" in line]
+        return "\n".join(["its traceback in pytest_triton:", *ours[-15:], self.output[-600:]])
 
     def describe(self) -> str:
         how = f"{self.signal.name} at {self.delay_s:.1f}s" if self.signalled else "not interrupted"
@@ -185,7 +191,7 @@ class Lane:
         if left and session.signalled and session.signal == signal.SIGKILL:
             self.unreaped[session.pid] = session
         elif left:
-            self.problems.append(f"{name} left behind:\n{left}")
+            self.problems.append(f"{name} left behind:\n{left}\n{session.interrupted_in()}")
         if not session.signalled and session.code != 0:
             self.problems.append(f"{name} failed without interruption:\n{session.output[-3000:]}")
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -295,3 +297,64 @@ def test_the_next_launch_kills_stubs_that_outlived_their_server(repo: Path) -> N
         if orphan.poll() is None:
             orphan.kill()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+INTERRUPTED_START = """
+import json, os, signal, sys, tempfile, time
+from pathlib import Path
+import psutil
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server import local
+
+# (a suite started as a shell's background job hands its children SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+real = local.die_with_parent
+
+
+def interrupt_the_parent():  # runs in the child, between its fork and its exec
+    real()
+    os.kill(os.getppid(), signal.SIGINT)
+    time.sleep(0.3)
+
+
+local.die_with_parent = interrupt_the_parent
+try:
+    LocalLauncher().start(ServerArgs(Path(sys.argv[1])))
+    outcome = "started"
+except KeyboardInterrupt:
+    outcome = "interrupted"
+time.sleep(1.0)  # past the child's exec, had it been left to run
+live = []
+for child in psutil.Process().children(recursive=True):
+    try:
+        if child.status() != psutil.STATUS_ZOMBIE:
+            live.append(" ".join(child.cmdline()))
+    except psutil.Error:  # gone since it was listed
+        pass
+mine = f"{local.WORKDIR_PREFIX}{os.getpid()}-*"
+workdirs = [str(p) for p in Path(tempfile.gettempdir()).glob(mine)]
+print(json.dumps({"outcome": outcome, "servers": live, "workdirs": workdirs}))
+"""
+
+
+def test_a_ctrl_c_while_the_server_process_starts_leaves_nothing(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Popen waits for the child's exec; a Ctrl-C in that wait once raised with the server
+    started and no Popen to stop it by, so it ran on until its owner exited. The child here
+    sends the SIGINT itself, from between its fork and its exec."""
+    script = tmp_path / "interrupted_start.py"
+    script.write_text(INTERRUPTED_START)
+    env = dict(
+        os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), TMPDIR=str(tmp_path)
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), str(repo)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"outcome": "interrupted", "servers": [], "workdirs": []}, done.stderr
