@@ -8,6 +8,7 @@ stubs included) is killed at the end, so no server outlives a session, even on C
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import importlib.util
 import itertools
@@ -223,6 +224,10 @@ class LocalServer(RunningServer):
         staged = self.workdir / "backends"
         shutil.copytree(install.backend_dir, staged, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(install.python_stub, staged / "python" / install.python_stub.name)
+        # A stub starting writes its utilities' bytecode here (PYTHONDONTWRITEBYTECODE or
+        # not), and importlib makes every missing parent of a .pyc: one writing as stop()
+        # removes the directory would make it again. Compiled now, no stub writes here.
+        compileall.compile_dir(staged / "python", maxlevels=0, quiet=1)
         return staged
 
     def log_text(self) -> str:

@@ -88,6 +88,25 @@ def test_stop_kills_server_and_stubs_and_removes_workdir(repo: Path) -> None:
     server.stop()  # idempotent
 
 
+def test_a_starting_stub_writes_nothing_into_the_work_directory(server: LocalServer) -> None:
+    """stop() removes the work directory once the server's process group is gone; a stub
+    that wrote there (its utilities' bytecode, parents made as needed) could make it again."""
+
+    def files() -> dict[str, tuple[int, int]]:
+        return {
+            str(p.relative_to(server.workdir)): (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in server.workdir.rglob("*")
+            if p.is_file() and p.name != "tritonserver.log"
+        }
+
+    before = files()
+    client = TritonClient(server.endpoints.http, "http")
+    client.load_model("add_one")  # the first stub of this server starts now
+    client.infer("add_one", {"X": np.zeros((1, 4), np.float32)})
+    client.close()
+    assert files() == before
+
+
 def test_failed_start_raises_with_log_tail(repo: Path) -> None:
     with pytest.raises(ServerError) as info:
         LocalLauncher().start(ServerArgs(repo, extra_args=("--no-such-flag",)))
