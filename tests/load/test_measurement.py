@@ -240,7 +240,7 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
     assert "Windows of batch 1 rate 15 req/s" in done.stdout
 
 
-SETTLED_PCT = 10.0  # windows' throughput around their mean, once warm (perf_analyzer's 10%)
+SETTLED_PCT = 10.0  # perf_analyzer's stability tolerance, for the unwarm window's throughput
 
 
 @pytest.mark.parametrize(
@@ -287,7 +287,8 @@ def test_the_warmup_lasts_until_the_rate_settles(
         assert windows[0]["p99_ms"] >= 150, p99s  # the slow second, measured
         assert 1 not in run["stability"]["chosen"]
         # ... and its throughput falls short (the slow executions answered fewer): 30-32.5
-        # against 47.5-48 a second here, where warm windows are within a request of the rate
+        # against 47.5-48 a second here (26-31% apart; a sender's stall moved one warm
+        # 1-s window 12% in a suite run, so this bound tells little from noise on its own)
         throughputs = [round(w["throughput"], 1) for w in windows]
         assert Criterion().spread_pct(throughputs) > SETTLED_PCT, throughputs
     else:
