@@ -23,10 +23,8 @@ from pytest_triton.base.errors import (
 from pytest_triton.base.security import Security
 from pytest_triton.base.watched_servers import ServerHealth
 from pytest_triton.client import failures
+from pytest_triton.client.connections import Connections
 from pytest_triton.client.failures import request_problem
-from pytest_triton.client.wire import grpc_h2
-from pytest_triton.client.wire.grpc_call import GrpcInfer
-from pytest_triton.client.wire.http_conn import HttpConnections
 from pytest_triton.client.wire.http_control import WithHeaders
 from pytest_triton.client.wire.request import PreparedRequest, Protocol
 from pytest_triton.client.wire.shm import (
@@ -90,14 +88,11 @@ class Control:
     shared_memory: Transport
     output_shared_memory_size: int
     _headers: dict[str, str]
-    _client: Any
+    _conns: Connections
     _lock: threading.Lock
     _outputs: dict[tuple[str, str], list[str]]
     _signatures: dict[tuple[str, str], tuple[list[dict[str, Any]], bool]]
     _memory: SharedMemory | None
-    _http: HttpConnections | None
-    _grpc: GrpcInfer | None
-    _h2: grpc_h2.GrpcConnections | None
 
     def _call(
         self,
@@ -165,10 +160,10 @@ class Control:
         never loaded), or None when the repository has no such model."""
         try:
             if self.protocol == "http":
-                index = self._call(model, self._client.get_model_repository_index)
+                index = self._call(model, self._conns.control.get_model_repository_index)
             else:
                 index = self._call(
-                    model, lambda: self._client.get_model_repository_index(as_json=True)
+                    model, lambda: self._conns.control.get_model_repository_index(as_json=True)
                 ).get("models", [])
         except TritonTestError:
             return None
@@ -212,53 +207,61 @@ class Control:
         return WithHeaders(client, headers) if headers else client
 
     def is_server_ready(self) -> bool:
-        return bool(self._call("-", self._client.is_server_ready, named=False))
+        return bool(self._call("-", self._conns.control.is_server_ready, named=False))
 
     def is_model_ready(self, model: str, version: str = "") -> bool:
-        return bool(self._call(model, lambda: self._client.is_model_ready(model, version), version))
+        return bool(
+            self._call(model, lambda: self._conns.control.is_model_ready(model, version), version)
+        )
 
     def load_model(
         self, model: str, config: str | None = None, files: Mapping[str, bytes] | None = None
     ) -> None:
         self._call(
             model,
-            lambda: self._client.load_model(
+            lambda: self._conns.control.load_model(
                 model, config=config, files=dict(files) if files else None
             ),
         )
 
     def unload_model(self, model: str) -> None:
-        self._call(model, lambda: self._client.unload_model(model))
+        self._call(model, lambda: self._conns.control.unload_model(model))
 
     def server_metadata(self) -> dict[str, Any]:
         """Triton's name, version and extensions (the same keys on both protocols)."""
         if self.protocol == "http":
-            return dict(self._call("-", self._client.get_server_metadata, named=False))
+            return dict(self._call("-", self._conns.control.get_server_metadata, named=False))
         return dict(
-            self._call("-", lambda: self._client.get_server_metadata(as_json=True), named=False)
+            self._call(
+                "-", lambda: self._conns.control.get_server_metadata(as_json=True), named=False
+            )
         )
 
     def model_config(self, model: str) -> dict[str, Any]:
         """The model's configuration as the server completed it (the same on both
         protocols)."""
         if self.protocol == "http":
-            return dict(self._call(model, lambda: self._client.get_model_config(model)))
-        got = self._call(model, lambda: self._client.get_model_config(model))
+            return dict(self._call(model, lambda: self._conns.control.get_model_config(model)))
+        got = self._call(model, lambda: self._conns.control.get_model_config(model))
         return _as_dict(got.config)
 
     def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
         """Name, versions, platform, inputs and outputs (shapes as ints on both protocols)."""
         if self.protocol == "http":
             return dict(
-                self._call(model, lambda: self._client.get_model_metadata(model, version), version)
+                self._call(
+                    model, lambda: self._conns.control.get_model_metadata(model, version), version
+                )
             )
-        got = self._call(model, lambda: self._client.get_model_metadata(model, version), version)
+        got = self._call(
+            model, lambda: self._conns.control.get_model_metadata(model, version), version
+        )
         return _as_dict(got)
 
     def statistics(self, model: str, version: str = "") -> dict[str, Any]:
         """The statistics API's answer for one model, counters as ints on both protocols."""
         got = self._call(
-            model, lambda: self._client.get_inference_statistics(model, version), version
+            model, lambda: self._conns.control.get_inference_statistics(model, version), version
         )
         return dict(_intify(got)) if self.protocol == "http" else _as_dict(got)
 

@@ -93,7 +93,7 @@ class Inference(MemoryRegions):
 
     def send(self, request: PreparedRequest) -> dict[str, Array]:
         """Send a prepared request; every output it asked for, by name."""
-        http = self._http
+        http = self._conns.http
         if http is not None:
             reply = self._call(
                 request.model, lambda: http.exchange(request.wire), request.version, request
@@ -120,7 +120,7 @@ class Inference(MemoryRegions):
         """Send a prepared request; its answer as it came back, not decoded (decode it with
         read_answer when wanted, as a load generator does with a sample of its
         answers). Failures raise as send()'s do."""
-        http = self._http
+        http = self._conns.http
         if http is not None:
             reply = self._call(
                 request.model, lambda: http.exchange(request.wire), request.version, request
@@ -144,7 +144,7 @@ class Inference(MemoryRegions):
 
         if self.security.tls:
             return None  # the multiplexer reads raw sockets: TLS stays on the blocking path
-        if self._http is not None:
+        if self._conns.http is not None:
             return HttpLane(self.url, self.timeout_s, failure)
         lean = self._lean_grpc()
         if lean is None:
@@ -159,18 +159,20 @@ class Inference(MemoryRegions):
         if lean is not None:
             assert request.frames is not None
             return lean.exchange(request.frames)
-        assert self._grpc is not None
-        return self._grpc.exchange(request.wire, self.timeout_s)
+        assert self._conns.grpc is not None
+        return self._conns.grpc.exchange(request.wire, self.timeout_s)
 
     def _lean_grpc(self) -> grpc_h2.GrpcConnections | None:
-        if self._h2 is None:
+        if self._conns.h2 is None:
             # CUDA regions stay on the channel: no GPU here to prove the direct path with them.
             if self.shared_memory == "cuda" or not grpc_h2.h2_available():
                 return None
             with self._lock:
-                if self._h2 is None:
-                    self._h2 = grpc_h2.GrpcConnections(self.url, self.timeout_s, self.security)
-        return self._h2
+                if self._conns.h2 is None:
+                    self._conns.h2 = grpc_h2.GrpcConnections(
+                        self.url, self.timeout_s, self.security
+                    )
+        return self._conns.h2
 
     def _read_answer(self, request: PreparedRequest, call: Any) -> dict[str, Array]:
         """The outputs of a gRPC request in flight, its failure in tritonclient's form."""
@@ -202,7 +204,7 @@ class Inference(MemoryRegions):
         if self.protocol == "http" or self._lean_grpc() is not None:
             return self._infer_many_threads(model, requests, names, version)
         built = self.prepare_all(model, requests, names, version)
-        channel = self._grpc
+        channel = self._conns.grpc
         assert channel is not None
         try:
             calls = [

@@ -34,7 +34,7 @@ class MemoryRegions(Control):
         with self._lock:
             if self._memory is None:
                 kwargs = {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
-                self._memory = SharedMemory(self.shared_memory, self._client, **kwargs)
+                self._memory = SharedMemory(self.shared_memory, self._conns.control, **kwargs)
             return self._memory
 
     def _output_sizes(

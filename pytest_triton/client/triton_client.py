@@ -23,8 +23,8 @@ import tritonclient.http as httpclient
 from pytest_triton.base import watched_servers
 from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.watched_servers import ServerHealth
+from pytest_triton.client.connections import Connections
 from pytest_triton.client.inference import Inference
-from pytest_triton.client.wire import grpc_h2
 from pytest_triton.client.wire.grpc_call import GrpcInfer
 from pytest_triton.client.wire.http_conn import HttpConnections
 from pytest_triton.client.wire.http_control import PerThreadControl, WithHeaders
@@ -91,11 +91,8 @@ class TritonClient(Inference):
         self._signatures: dict[tuple[str, str], tuple[list[dict[str, Any]], bool]] = {}
         self._memory: SharedMemory | None = None
         self._lock = threading.Lock()
-        self._http: HttpConnections | None = None
-        self._grpc: GrpcInfer | None = None
-        self._h2: grpc_h2.GrpcConnections | None = None
         if protocol == "http":
-            self._client: Any = PerThreadControl(
+            control: Any = PerThreadControl(
                 functools.partial(
                     httpclient.InferenceServerClient,
                     url,
@@ -106,11 +103,12 @@ class TritonClient(Inference):
                 )
             )
             if self._headers:
-                self._client = WithHeaders(self._client, self._headers)
-            self._http = HttpConnections(url, timeout_s, security)
+                control = WithHeaders(control, self._headers)
+            self._conns = Connections(control, http=HttpConnections(url, timeout_s, security))
         else:
-            self._client = self._grpc_control()
-            self._grpc = GrpcInfer(url, security)
+            self._conns = Connections(self._grpc_control(), grpc=GrpcInfer(url, security))
+        # Dropping the client closes what it holds, at once and without the collector.
+        self._release = weakref.finalize(self, self._conns.close)
         _LIVE.add(self)
 
     @property
@@ -124,13 +122,13 @@ class TritonClient(Inference):
     def release_idle(self) -> None:
         """Close the keep-alive connections no request is using; the next request or call
         opens new ones."""
-        for pool in (self._http, self._h2):
+        for pool in (self._conns.http, self._conns.h2):
             if pool is not None:
                 pool.close_idle()
         if self.protocol == "http":
-            self._client.close()  # PerThreadControl: a thread's next call makes a new one
+            self._conns.control.close()  # PerThreadControl: a thread's next call makes a new one
         else:
-            control, self._client = self._client, self._grpc_control()
+            control, self._conns.control = self._conns.control, self._grpc_control()
             control.close()
 
     def close(self) -> None:
@@ -141,13 +139,7 @@ class TritonClient(Inference):
             if memory is not None:
                 memory.close()
         finally:
-            if self._http is not None:
-                self._http.close()
-            if self._grpc is not None:
-                self._grpc.close()
-            if self._h2 is not None:
-                self._h2.close()
-            self._client.close()
+            self._release()
 
     def __enter__(self) -> TritonClient:
         return self

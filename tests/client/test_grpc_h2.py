@@ -214,7 +214,7 @@ def test_the_lean_path_is_what_grpc_clients_send_through(server: RunningServer) 
             out = c.send(request)
             np.testing.assert_array_equal(out["Y"], np.full((2, 4), 2, np.float32))
             assert c.send_status(request) > 0
-            assert c._h2 is not None and len(c._h2), memory
+            assert c._conns.h2 is not None and len(c._conns.h2), memory
             request.release()
             rows = [{"X": np.full((1, 4), i, np.float32)} for i in range(6)]
             answers = c.infer_many("add_one", rows)  # a thread and connection per request
@@ -224,7 +224,7 @@ def test_the_lean_path_is_what_grpc_clients_send_through(server: RunningServer) 
     with TritonClient(server.endpoints.grpc, "grpc", server=server, timeout_s=30) as c:  # type: ignore[arg-type]
         both = c.infer_many("slow", [{"X": np.full((1, 4), i, np.float32)} for i in range(2)])
         assert [float(a["Y"][0, 0]) for a in both] == [0.0, 1.0]
-        assert c._h2 is not None and len(c._h2) == 2
+        assert c._conns.h2 is not None and len(c._conns.h2) == 2
 
 
 # -- a server killed mid-request -----------------------------------------------------------

@@ -12,8 +12,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -206,12 +208,22 @@ def test_clients_left_open_do_not_hold_up_the_stop(repo: Path) -> None:
     assert "service connections" not in log, log[-1500:]  # no wait for an open connection
 
 
-def _infer_and_drop(url: str, protocol: str) -> None:
+def _send_and_drop(url: str, protocol: str) -> weakref.finalize:
+    """Inference only: the client's own connections (HTTP/1.1 keep-alive, direct HTTP/2);
+    tritonclient's control client never connects. Returns the client's release finalizer."""
     client = TritonClient(url, protocol)  # type: ignore[arg-type]
     x = {"X": np.zeros((2, 4), np.float32)}
     request = client.prepare("add_one", x)
     np.testing.assert_array_equal(client.send(request)["Y"], x["X"] + 1)
+    return client._release
+
+
+def _control_and_drop(url: str, protocol: str) -> tuple[weakref.finalize, Any]:
+    """A control call: tritonclient's own client connects (geventhttpclient, grpcio's
+    channel). Returns the release finalizer and that control client."""
+    client = TritonClient(url, protocol)  # type: ignore[arg-type]
     client.model_config("add_one")
+    return client._release, client._conns.control
 
 
 def _connections_to(port: int) -> list[object]:
@@ -222,17 +234,42 @@ def _connections_to(port: int) -> list[object]:
     ]
 
 
+GRPCIO_CLOSE_S = 5.0
+"""How long a closed grpcio channel's socket may stay open: Channel.close() returns before
+one of grpcio's own threads shuts the socket (strace: shutdown() and close() of its fd from
+another thread after the drop returned; CI once saw it still open, 1 run in 1,150). A client
+kept alive (a reference cycle, with the collector off here) never closes it at all."""
+
+
+def _open_after(port: int, seconds: float) -> list[object]:
+    deadline = time.monotonic() + seconds
+    while (left := _connections_to(port)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return left
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_a_client_dropped_without_close_leaves_no_connection(repo: Path, protocol: str) -> None:
-    """Nothing but the client may own its connections: a reference cycle (the direct HTTP/2 gRPC
-    path's connection <-> pool) kept its sockets open until the garbage collector ran, and
-    the server's graceful stop then waited its whole exit timeout for them."""
+    """Nothing but the client may own its connections, and dropping it closes them: a
+    reference cycle (the direct HTTP/2 path's connection <-> pool) kept its sockets open
+    until the garbage collector ran, and the server's graceful stop then waited its whole
+    exit timeout for them. Our own sockets are shut when the drop returns; grpcio's channel
+    is closed then, and its socket follows from grpcio's thread (GRPCIO_CLOSE_S)."""
     server = LocalLauncher().start(ServerArgs(repo, load_models=("add_one",)))
     port = int(getattr(server.endpoints, protocol).rsplit(":", 1)[1])
+    url = server.endpoints.url(protocol)
     gc.disable()  # what a cycle would need; it must not be needed
     try:
-        _infer_and_drop(server.endpoints.url(protocol), protocol)
+        assert not _send_and_drop(url, protocol).alive, "dropping the client did not close it"
         assert _connections_to(port) == []
+        released, control = _control_and_drop(url, protocol)
+        assert not released.alive, "dropping the client did not close it"
+        if protocol == "http":  # geventhttpclient closes its socket in the calling thread
+            assert _connections_to(port) == []
+        else:
+            with pytest.raises(ValueError, match="closed channel"):
+                control.is_server_live()  # closed at the drop, not by the collector
+            assert _open_after(port, GRPCIO_CLOSE_S) == []
     finally:
         gc.enable()
         server.stop()
