@@ -260,6 +260,17 @@ def test_bad_combinations_are_clear_errors(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    _assert_refused(argv, message, capsys, tmp_path, monkeypatch)
+
+
+def _assert_refused(
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Exit 2, the message after triton-deploy's prefix, nothing exported."""
     monkeypatch.chdir(tmp_path)
     assert deploy_main(argv) == 2
     err = capsys.readouterr().err
@@ -332,4 +343,4 @@ def test_bad_spec_deployments_are_clear_errors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Refused as the zoo's bad combinations are: exit 2, the message, nothing exported."""
-    test_bad_combinations_are_clear_errors(argv, message, capsys, tmp_path, monkeypatch)
+    _assert_refused(argv, message, capsys, tmp_path, monkeypatch)

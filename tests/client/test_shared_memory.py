@@ -32,8 +32,8 @@ from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import RunningServer
 from pytest_triton.session.deployment import Deployment, ServedModel
 from tests.helpers.interrupts import default_sigint
+from tests.helpers.plugin_runs import CONFTEST
 from tests.helpers.raw_models import write_bytes_model, write_python_model
-from tests.plugin.test_plugin import CONFTEST
 
 PROTOCOLS = ["http", "grpc"]
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.plugin.test_plugin import CONFTEST, run
+from tests.helpers.plugin_runs import CONFTEST, run
 
 pytestmark = pytest.mark.triton
 

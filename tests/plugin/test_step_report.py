@@ -9,7 +9,7 @@ import re
 import pytest
 
 from pytest_triton.plugin.step_report import seconds, shown
-from tests.plugin.test_plugin import CONFTEST
+from tests.helpers.plugin_runs import CONFTEST
 
 TEST_A = """
 import pytest
@@ -58,12 +58,10 @@ def test_after():
 """
 
 
-@pytest.mark.parametrize("mode", [pytest.param("-v", marks=pytest.mark.triton), "default", "-q"])
-def test_each_test_line_appears_once_and_the_steps_at_line_boundaries(
-    pytester: pytest.Pytester, mode: str
-) -> None:
-    """-v: a gate-like session on the bundled server; default and -q: the same steps said by
-    a fixture (the line logic, a server start cheaper)."""
+def _session(pytester: pytest.Pytester, mode: str) -> tuple[str, list[str], list[int]]:
+    """A session of five tests in two files; its output, its lines and where the step lines
+    are. -v: a gate-like session on the bundled server; default and -q: the same steps said
+    by a fixture (the line logic, a server start cheaper)."""
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_a=TEST_A if mode == "-v" else TEST_A_SAID, test_b=TEST_B)
     # in process: no second interpreter importing torch; its terminal is not a TTY
@@ -75,32 +73,45 @@ def test_each_test_line_appears_once_and_the_steps_at_line_boundaries(
     lines = out.splitlines()
     steps = [i for i, line in enumerate(lines) if "[pytest-triton]" in line]
     assert not any("exporting" in lines[i] for i in steps), "start lines are for failures"
-    if mode == "-v":
-        ids = sorted(set(re.findall(r"^(test_[ab]\.py::\S+) PASSED", out, re.MULTILINE)))
-        assert len(ids) == 5, out
-        for test_id in ids:
-            assert out.count(test_id) == 1, f"{test_id} printed more than once:\n{out}"
-        first = next(i for i, line in enumerate(lines) if line.startswith("test_a.py::"))
-        # the first served test's server start and export, right after its result line
-        after = lines[first + 1] + lines[first + 2]
-        assert "exported affine-torchscript-trace" in after, out
-        assert "triton_server: local server ready in" in after, out
-        assert any("probe.py exited 0 in 6.0s" in lines[i] for i in steps), out
-    elif mode == "default":
-        files = [line for line in lines if line.startswith("test_")]
-        assert [f.split()[0] for f in files] == ["test_a.py", "test_b.py"], out
-        assert files[0].startswith("test_a.py ...") and files[0].endswith("%]"), out
-        a, b = (lines.index(f) for f in files)
-        assert steps and all(a < i < b for i in steps[:2]) and steps[-1] > b, out
-        assert lines[b - 1] != "", "no blank line between a file's steps and the next file"
-    else:
-        assert not steps, f"-q has no file lines to put steps after:\n{out}"
-        summary = lines.index(next(line for line in lines if "long set-up steps" in line))
-        assert (
-            "locust -f probe.py exited 0 in 6.0s  (test_b.py::test_a_long_load_run)"
-            in lines[summary + 1 :]
-        ), out
-        assert "exported affine" not in out, "a step of 0.1 s is only counted"
+    return out, lines, steps
+
+
+@pytest.mark.triton
+def test_verbose_each_test_line_once_and_the_steps_right_after_it(
+    pytester: pytest.Pytester,
+) -> None:
+    out, lines, steps = _session(pytester, "-v")
+    ids = sorted(set(re.findall(r"^(test_[ab]\.py::\S+) PASSED", out, re.MULTILINE)))
+    assert len(ids) == 5, out
+    for test_id in ids:
+        assert out.count(test_id) == 1, f"{test_id} printed more than once:\n{out}"
+    first = next(i for i, line in enumerate(lines) if line.startswith("test_a.py::"))
+    # the first served test's server start and export, right after its result line
+    after = lines[first + 1] + lines[first + 2]
+    assert "exported affine-torchscript-trace" in after, out
+    assert "triton_server: local server ready in" in after, out
+    assert any("probe.py exited 0 in 6.0s" in lines[i] for i in steps), out
+
+
+def test_default_steps_at_the_file_lines_boundaries(pytester: pytest.Pytester) -> None:
+    out, lines, steps = _session(pytester, "default")
+    files = [line for line in lines if line.startswith("test_")]
+    assert [f.split()[0] for f in files] == ["test_a.py", "test_b.py"], out
+    assert files[0].startswith("test_a.py ...") and files[0].endswith("%]"), out
+    a, b = (lines.index(f) for f in files)
+    assert steps and all(a < i < b for i in steps[:2]) and steps[-1] > b, out
+    assert lines[b - 1] != "", "no blank line between a file's steps and the next file"
+
+
+def test_quiet_long_steps_only_in_the_summary(pytester: pytest.Pytester) -> None:
+    out, lines, steps = _session(pytester, "-q")
+    assert not steps, f"-q has no file lines to put steps after:\n{out}"
+    summary = lines.index(next(line for line in lines if "long set-up steps" in line))
+    assert (
+        "locust -f probe.py exited 0 in 6.0s  (test_b.py::test_a_long_load_run)"
+        in lines[summary + 1 :]
+    ), out
+    assert "exported affine" not in out, "a step of 0.1 s is only counted"
 
 
 def test_which_steps_are_shown_and_their_durations() -> None:

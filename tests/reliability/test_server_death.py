@@ -281,16 +281,16 @@ def test_a_client_in_another_process_names_model_protocol_and_address(
 # -- the container launcher -------------------------------------------------------------------
 @pytest.fixture
 def container_server(tmp_path: Path) -> Iterator[Any]:
-    from tests.server.test_container import _docker, _ours
+    from tests.helpers.containers import docker_or_skip, our_containers
 
-    docker = _docker()
+    docker = docker_or_skip()
     write_python_model(tmp_path, "add_one")
     write_slow_model(tmp_path, "slow", seconds=120)
     tmp_path.chmod(0o755)
     launcher = ContainerLauncher(ContainerSettings(CPU_IMAGE))
     with launcher.start(ServerArgs(tmp_path, model_control_mode="none")) as server:
         yield server
-    assert _ours(docker) == [], "the container of the killed server was left behind"
+    assert our_containers(docker) == [], "the container of the killed server was left behind"
 
 
 @pytest.mark.container

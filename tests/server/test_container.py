@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,10 +32,10 @@ from pytest_triton.server.container import (
     ContainerLauncher,
     ContainerSettings,
     command,
-    docker_client,
     reap_orphan_containers,
 )
 from pytest_triton.server.tensorrt import plan_problem
+from tests.helpers.containers import docker_or_skip, our_containers
 from tests.helpers.interrupts import default_sigint
 from tests.helpers.raw_models import write_python_model
 from tests.helpers.tiny_models import scorer_spec
@@ -161,7 +162,7 @@ def test_tensorrt_version_check_says_what_to_install() -> None:
 
 
 def test_tensorrt_variant_is_skipped_with_its_reason_on_cpu(pytester: pytest.Pytester) -> None:
-    from tests.plugin.test_plugin import CONFTEST, run
+    from tests.helpers.plugin_runs import CONFTEST, run
 
     pytester.makeconftest(CONFTEST.replace('formats=["torchscript-trace"]', "formats=None"))
     pytester.makepyfile(test_x="def test_x(triton_model): pass")
@@ -184,27 +185,11 @@ def test_tensorrt_variant_is_skipped_with_its_reason_on_cpu(pytester: pytest.Pyt
 
 
 # -- real containers from the offline CPU image ----------------------------------------------
-def _docker() -> Any:
-    try:
-        client = docker_client()
-        client.images.get(CPU_IMAGE)
-    except Exception as exc:
-        pytest.skip(
-            f"needs a Docker engine and the {CPU_IMAGE} image (run .ci/docker-engine and "
-            f"images/build-cpu-image; CI does): {exc}"
-        )
-    return client
-
-
-def _ours(client: Any) -> list[Any]:
-    return client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={os.getpid()}"})
-
-
 @pytest.fixture
 def docker() -> Iterator[Any]:
-    client = _docker()
+    client = docker_or_skip()
     yield client
-    assert _ours(client) == [], "a test left a container behind"
+    assert our_containers(client) == [], "a test left a container behind"
 
 
 @pytest.mark.container
@@ -230,8 +215,8 @@ def test_container_publishes_loopback_mounts_read_only_and_is_removed(
             out = client.infer("add_one", {"X": np.zeros((1, 4), np.float32)})
             np.testing.assert_array_equal(out["Y"], np.ones((1, 4), np.float32))
             client.close()
-        assert len(_ours(docker)) == 1
-    assert _ours(docker) == []
+        assert len(our_containers(docker)) == 1
+    assert our_containers(docker) == []
     assert "successfully loaded 'add_one'" in server.log_text()
 
 
@@ -346,7 +331,10 @@ def assert_passes_in_the_container(docker: Any, *args: str, timeout: float) -> N
             proc.communicate()
     tail = stdout[-3000:]
     assert proc.returncode == 0, tail
-    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+    summary = tail.strip().splitlines()[-1]
+    # -q's last line: "N passed[, M warnings] in Xs"; anything skipped, failed or errored
+    # would be named in it.
+    assert re.fullmatch(r"\d+ passed(, \d+ warnings?)? in [\d.]+s( \(.*\))?", summary), tail
     label = f"{OWNER_LABEL}={proc.pid}"
     assert docker.containers.list(all=True, filters={"label": label}) == []
 
@@ -374,7 +362,7 @@ def test_pipelines_and_sequences_run_in_the_container(docker: Any) -> None:
 
 @pytest.mark.container
 def test_ctrl_c_removes_the_container(docker: Any, pytester: pytest.Pytester) -> None:
-    from tests.plugin.test_plugin import CONFTEST
+    from tests.helpers.plugin_runs import CONFTEST
 
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(
