@@ -24,6 +24,8 @@ import numpy as np
 import numpy.typing as npt
 from hdrh.histogram import HdrHistogram
 
+from pytest_triton.load.measure import hdrh_counts
+
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000  # one hour
 SIGNIFICANT_DIGITS = 3
@@ -33,43 +35,11 @@ def _new() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
 
 
-def _release(hdr: HdrHistogram) -> None:
-    """Drop a histogram we are done with at once: an HdrHistogram and its encoder refer to
-    each other, so without this its 190 kB wait for Python's cyclic garbage collector."""
-    hdr.encoder = None
-
-
-def _counts(hdr: HdrHistogram) -> npt.NDArray[np.uint64]:
-    """The histogram's counts array as numpy sees it (the same memory, no copy)."""
-    counts: npt.NDArray[np.uint64] = np.ctypeslib.as_array(hdr.counts)
-    return counts
-
-
-def _indices(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Each value's index in the counts array, all at once: its bucket (from the bit length
-    of the value with the sub-bucket mask set) and its sub-bucket within it."""
-    t = _TEMPLATE
-    bits = np.frexp((values | t.sub_bucket_mask).astype(np.float64))[1]  # exact below 2**53
-    bucket = bits - t.unit_magnitude - (t.sub_bucket_half_count_magnitude + 1)
-    sub = values >> (bucket + t.unit_magnitude)
-    base = (bucket + 1) << t.sub_bucket_half_count_magnitude
-    index: npt.NDArray[np.int64] = base + (sub - t.sub_bucket_half_count)
-    return index
-
-
 def _record_all(hdr: HdrHistogram, pending: dict[int, int]) -> None:
-    """HdrHistogram.record_value for every pending value at once: its Python code per value
-    was the Locust process's largest cost after the kernel's (a window slice flushes a
-    quarter second of requests, thousands of distinct microsecond values)."""
+    """HdrHistogram.record_value for every pending value at once (hdrh_counts says why)."""
     values = np.fromiter(pending.keys(), np.int64, len(pending))
     counts = np.fromiter(pending.values(), np.uint64, len(pending))
-    index = _indices(values)
-    kept = (values >= 0) & (index >= 0) & (index < hdr.counts_len)
-    np.add.at(_counts(hdr), index[kept], counts[kept])
-    if kept.any():
-        hdr.total_count += int(counts[kept].sum())
-        hdr.min_value = min(hdr.min_value, int(values[kept].min()))
-        hdr.max_value = max(hdr.max_value, int(values[kept].max()))
+    hdrh_counts.record_counts(hdr, values, counts)
 
 
 def to_us(latency_ms: float) -> int:
@@ -157,14 +127,14 @@ class LatencyHistogram:
         if empty:  # HdrHistogram's add takes an empty histogram's minimum as 0
             mine.min_value = theirs.min_value
         if decoded is not None:
-            _release(decoded)
+            hdrh_counts.release(decoded)
 
     def compact(self) -> None:
         """Keep only the encoded form until the histogram is read or recorded into again."""
         if self._hdr is not None or self._pending:
             self._blob = self.encode()
             if self._hdr is not None:
-                _release(self._hdr)
+                hdrh_counts.release(self._hdr)
             self._hdr = None
 
     # -- travel ----------------------------------------------------------------------------
@@ -184,7 +154,7 @@ class LatencyHistogram:
         if count is None:
             decoded = HdrHistogram.decode(blob)
             count = int(decoded.get_total_count())
-            _release(decoded)
+            hdrh_counts.release(decoded)
         histogram.count = count
         if count:
             histogram._blob = blob
@@ -211,7 +181,9 @@ class LatencyHistogram:
         if self.count == 0:
             return {p: math.nan for p in percents}
         hdr = self._live()
-        cumulative = np.cumsum(_counts(hdr))  # HdrHistogram walks the counts in Python
+        cumulative = np.cumsum(
+            hdrh_counts.counts_view(hdr)
+        )  # HdrHistogram walks the counts in Python
         values = {}
         for p in percents:
             index = int(np.searchsorted(cumulative, hdr.get_target_count_at_percentile(p)))
@@ -235,8 +207,8 @@ class LatencyHistogram:
         hdr = self._live()
         # the values the histogram keeps at or below the bound's own index are the ones it
         # cannot tell from a value within the bound
-        (last,) = _indices(np.array([to_us(bound_ms)], np.int64))
-        within = int(_counts(hdr)[: int(last) + 1].sum())
+        (last,) = hdrh_counts.indices(_TEMPLATE, np.array([to_us(bound_ms)], np.int64))
+        within = int(hdrh_counts.counts_view(hdr)[: int(last) + 1].sum())
         return float(within) / self.count
 
     def max_ms(self) -> float:

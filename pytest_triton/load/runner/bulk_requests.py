@@ -23,6 +23,7 @@ from locust.env import Environment
 from locust.stats import StatsEntry
 
 from pytest_triton.load.measure.window_log import WindowLog, runs
+from pytest_triton.load.runner import locust_stats
 from pytest_triton.load.runner.recording import window_log
 
 FLUSH_S = 0.05
@@ -108,27 +109,12 @@ def _enter(
 def _enter_second(
     entries: tuple[StatsEntry, ...], at: float, latency_ms: Floats, sizes: npt.NDArray[np.int64]
 ) -> None:
-    second = int(at)
     count, total = len(latency_ms), float(latency_ms.sum())
     low, high = float(latency_ms.min()), float(latency_ms.max())
     buckets = response_time_buckets(latency_ms)
     size = int(sizes.sum())
     for stats in entries:
-        entry: Any = stats  # typed int where Locust keeps the float latencies events pass
-        last = entry.last_request_timestamp
-        if entry.use_response_times_cache and last and second > int(last):
-            entry._cache_response_times(second - 1)
-        entry.num_requests += count
-        entry.num_reqs_per_sec[second] += count
-        entry.last_request_timestamp = at
-        entry.total_response_time += total
-        least = entry.min_response_time
-        entry.min_response_time = low if least is None else min(least, low)
-        entry.max_response_time = max(entry.max_response_time, high)
-        times = entry.response_times
-        for bucket, n in buckets.items():
-            times[bucket] += n
-        entry.total_content_length += size
+        locust_stats.enter_second(stats, at, count, total, low, high, buckets, size)
 
 
 def response_time_buckets(latency_ms: Floats) -> dict[int, int]:
@@ -173,16 +159,10 @@ def _fire(
 
 def only_known_listeners(environment: Environment, log: WindowLog) -> bool:
     """Whether the request event's listeners are Locust's statistics and `log`'s only."""
-    for handler in environment.events.request._handlers:
-        if getattr(handler, "__self__", None) is log:
-            continue
-        if (
-            getattr(handler, "__module__", None) == "locust.runners"
-            and getattr(handler, "__qualname__", "") == "Runner.__init__.<locals>.on_request"
-        ):
-            continue
-        return False
-    return True
+    return all(
+        getattr(handler, "__self__", None) is log or locust_stats.is_statistics_listener(handler)
+        for handler in locust_stats.request_listeners(environment)
+    )
 
 
 def flush_requests(environment: Environment) -> None:
