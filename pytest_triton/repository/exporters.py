@@ -157,12 +157,12 @@ def export_tensorrt(
         path.write_bytes(bytes(engine))
 
 
-class Uncapturable(Exception):
+class Uncapturable(ExportError):
     """torch.export cannot capture the module (data-dependent control flow, an unsupported
     op): the message is the whole refusal."""
 
 
-class NoCompiler(Exception):
+class NoCompiler(ExportError):
     """AOTInductor has no C++ compiler to call: the message says what to install."""
 
 
@@ -172,7 +172,8 @@ WITHOUT_TORCH_EXPORT = ("torchscript-script", "torchscript-trace")
 
 def _first_lines(text: str, lines: int = 3) -> str:
     """torch.export's reason, without the pages of debugging advice it appends."""
-    return " ".join(line.strip() for line in text.strip().splitlines()[:lines] if line.strip())
+    kept = " ".join(line.strip() for line in text.strip().splitlines()[:lines] if line.strip())
+    return kept.rstrip(".")
 
 
 EXPORTERS: dict[str, Callable[[ModelSpec, NativeModel, Path, Signature], None]] = {

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from pytest_triton.base.errors import ExportError
+
 COMPILE = "torch._inductor.aoti_compile_and_package"
 """Compiles an ExportedProgram into a .pt2 package of native kernels (package_path=...)."""
 LOADER = "torch._inductor.aoti_load_package"
@@ -33,11 +35,11 @@ CXX_COMPILER = "torch._inductor.cpp_builder.get_cpp_compiler"
 NAMES = (COMPILE, LOADER, CACHE_DIRECTORY, CPU_ISA, CXX_COMPILER)
 
 
-class TorchChanged(RuntimeError):
+class TorchChanged(ExportError):
     """A private torch name this package relies on is gone: torch changed under us."""
 
 
-def resolve(dotted: str) -> Callable[..., Any]:
+def torch_function(dotted: str) -> Callable[..., Any]:
     """The function a dotted name points at, or TorchChanged naming it and torch's version."""
     module_name, _, attribute = dotted.rpartition(".")
     try:
@@ -55,7 +57,7 @@ def resolve(dotted: str) -> Callable[..., Any]:
 
 def cxx_problem() -> str | None:
     """Why AOTInductor cannot compile for the CPU here (no C++ compiler), or None."""
-    search = resolve(CXX_COMPILER)
+    search = torch_function(CXX_COMPILER)
     try:
         compiler = str(search())
     except Exception as exc:  # inductor's InvalidCxxCompiler: none of its candidates ran
@@ -68,7 +70,7 @@ def cxx_problem() -> str | None:
 def cpu_isa() -> str:
     """The instruction set compiled CPU kernels need: a package built for avx512 crashes on a
     machine without it, so it is part of an export cache entry's key."""
-    return str(resolve(CPU_ISA)())
+    return str(torch_function(CPU_ISA)())
 
 
 @contextlib.contextmanager
@@ -77,7 +79,7 @@ def work_directory() -> Iterator[Path]:
     compile fails or is interrupted (inductor's own default keeps everything under /tmp)."""
     directory = Path(tempfile.mkdtemp(prefix="pytest-triton-aoti-"))
     try:
-        with resolve(CACHE_DIRECTORY)(str(directory)):
+        with torch_function(CACHE_DIRECTORY)(str(directory)):
             yield directory
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -87,9 +89,10 @@ def compile_package(program: torch.export.ExportedProgram, path: Path) -> None:
     """AOTInductor's package of `program` at `path`, compiled in a work directory of its own
     for the device the program's tensors are on."""
     with work_directory():
-        resolve(COMPILE)(program, package_path=str(path))
+        torch_function(COMPILE)(program, package_path=str(path))
 
 
 def load_package(path: Path) -> Callable[..., Any]:
     """A compiled package, loaded as a callable (the hosted model loads it the same way)."""
-    return resolve(LOADER)(str(path))
+    runner: Callable[..., Any] = torch_function(LOADER)(str(path))
+    return runner
