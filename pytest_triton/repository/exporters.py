@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from pytest_triton.base.errors import ExportError
-from pytest_triton.repository import torch_compat
+from pytest_triton.repository import torch_compat, torchscript_notice
 from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.signature import Signature
 from pytest_triton.repository.spec import ModelSpec
@@ -208,9 +208,10 @@ def export(
     level = quiet.level
     try:
         quiet.setLevel(logging.ERROR)
-        with contextlib.redirect_stdout(chatter), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with contextlib.redirect_stdout(chatter), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             exporter(spec, native, path, signature)
+        torchscript_notice.announce(caught)  # said once a process; exporters' chatter dropped
     except (Uncapturable, NoCompiler) as exc:  # already the whole story: name the variant
         raise ExportError(
             f"exporting model {spec.name!r} as {fmt} ({native.precision}) failed: {exc}"
