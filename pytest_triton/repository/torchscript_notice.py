@@ -15,6 +15,8 @@ import re
 import warnings
 from collections.abc import Iterable, Iterator
 
+from pytest_triton.base.errors import TritonTestError
+
 _DEPRECATION = re.compile(r"`?torch\.jit\.\w+`? is (deprecated|not supported in Python)")
 _shown: set[str] = set()  # the notices this process has shown (one kind today)
 
@@ -27,8 +29,9 @@ ADVICE = (
 )
 
 
-class TorchScriptDeprecated(FutureWarning):
-    """torch's TorchScript deprecation, said once with the formats to move to."""
+class TorchScriptDeprecated(TritonTestError, FutureWarning):
+    """torch's TorchScript deprecation, said once with the formats to move to (a warning; a
+    package error class too, so that `-W error::pytest_triton.TritonTestError` covers it)."""
 
 
 def is_torchscript_deprecation(caught: warnings.WarningMessage) -> bool:
