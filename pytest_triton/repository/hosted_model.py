@@ -49,6 +49,23 @@ def device_problem(artifact_format, gpu, device_id):
     return None
 
 
+def package_problem(params, torch_version, gpu):
+    """Why an AOTInductor package cannot run here: compiled by another torch, or for the
+    other device (its kernels are native code for one of them); None when it can."""
+    if params.get("artifact_format") != "aoti":
+        return None
+    built_torch, built_for = params.get("aoti_torch", ""), params.get("aoti_device", "")
+    here = "cuda" if gpu else "cpu"
+    if built_torch and built_torch != torch_version:
+        return (f"the AOTInductor package was compiled by torch {built_torch}, this server's "
+                f"Python has torch {torch_version}: export it again with this torch")
+    if built_for and built_for != here:
+        names = {"cpu": "the CPU", "cuda": "a CUDA GPU"}
+        return (f"the AOTInductor package was compiled for {names.get(built_for, built_for)}, "
+                f"the instance runs on {names[here]}: export it again for {names[here]}")
+    return None
+
+
 def torch_dtype(torch, numpy_dtype):
     """The torch dtype of a config's numpy type (TYPE_FP16 -> torch.float16)."""
     return torch.from_numpy(np.empty(0, dtype=numpy_dtype)).dtype
@@ -95,6 +112,10 @@ class TritonPythonModel:
         gpu = args.get("model_instance_kind") == "GPU"
         device_id = int(args.get("model_instance_device_id", "0"))
         problem = device_problem(params["artifact_format"], gpu, device_id)
+        if problem is None and params["artifact_format"] == "aoti":
+            import torch
+
+            problem = package_problem(params, torch.__version__, gpu)
         if problem:
             raise RuntimeError(problem)
         self.torch = None  # set for the torch formats: execute takes the DLPack path

@@ -46,6 +46,8 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
         _param(config, "artifact_format", HOSTED_FORMAT.get(variant.format, variant.format))
         if variant.format == "aoti":  # the loader's name lives in torch_compat alone
             _param(config, "aoti_loader", torch_compat.LOADER)
+            _param(config, "aoti_torch", torch_compat.torch_version())  # refused elsewhere
+            _param(config, "aoti_device", "cuda" if variant.gpu else "cpu")
         if not variant.artifact.endswith(".onnx"):  # hosted_model.py's DLPack path
             _param(config, "FORCE_CPU_ONLY_INPUT_TENSORS", "no")
     else:

@@ -55,6 +55,11 @@ def torch_function(dotted: str) -> Callable[..., Any]:
     return found  # type: ignore[no-any-return]
 
 
+def torch_version() -> str:
+    """The torch a package is compiled by: another one cannot load it."""
+    return str(torch.__version__)
+
+
 def cxx_problem() -> str | None:
     """Why AOTInductor cannot compile for the CPU here (no C++ compiler), or None."""
     search = torch_function(CXX_COMPILER)
