@@ -9,17 +9,32 @@ from pathlib import Path
 
 import pytest
 
-from pytest_triton import TritonConfig, factories
+from pytest_triton import ModelSpec, TritonConfig, factories
+from pytest_triton.base.formats import PT2_FORMATS
 from pytest_triton.base.setting_sources import foreign_variables
 from pytest_triton.models import ZOO, zoo_spec
 from pytest_triton.models.pipelines import mnist_pipeline
 
-# One instance per model: the examples' counts (5 MNIST, 2 text-recognition) are for their
-# hardware, and every instance of a python-hosted model is a process of its own.
+PT2_MODEL = "dlrm"  # PyTorch 2's formats for one model: an AOTInductor compile is ~40 s
+
+
+def gate_specs(config: TritonConfig) -> list[ModelSpec]:
+    """One instance per model: the examples' counts (5 MNIST, 2 text-recognition) are for
+    their hardware, and every instance of a python-hosted model is a process of its own.
+    DLRM is also served as torch.export's program and as an AOTInductor package, beside the
+    session's formats: TorchScript is deprecated, and whether PyTorch's own deployment path
+    answers like eager is part of the release."""
+    formats = config.serving.formats
+    if config.server.deployed:  # a deployed server serves one format a model, its own
+        return [zoo_spec(name, instance_count=1) for name in ZOO]
+    pt2 = [*formats, *(f for f in PT2_FORMATS if f not in formats)]
+    return [
+        zoo_spec(name, instance_count=1, formats=pt2 if name == PT2_MODEL else None) for name in ZOO
+    ]
+
+
 # ... and MNIST with its pre- and post-processing as a pipeline (ensemble and BLS models).
-triton_repository = factories.repository(
-    [zoo_spec(name, instance_count=1) for name in ZOO], pipelines=[mnist_pipeline()]
-)
+triton_repository = factories.repository(gate_specs, pipelines=[mnist_pipeline()])
 digits = factories.pipeline("mnist_pipeline")
 
 

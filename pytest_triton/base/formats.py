@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 FORMATS: tuple[str, ...] = ("torchscript-script", "torchscript-trace", "onnx")
-"""Export formats a CPU server can serve."""
+"""Export formats a CPU server serves by default (every test of the zoo runs in each)."""
+
+PT2_FORMATS: tuple[str, ...] = ("torch-export", "aoti")
+"""PyTorch 2's deployment formats: an ExportedProgram (torch.export.save) and an AOTInductor
+package of compiled kernels, both .pt2, python-hosted. A CPU server serves them too, but only
+where asked (--triton-formats, ModelSpec(formats=...)): an AOTInductor compile of one small
+zoo model takes 30-90 s of this project's 2-core machine, the whole zoo would take minutes."""
+
+CPU_FORMATS: tuple[str, ...] = FORMATS + PT2_FORMATS
+"""Every format a CPU server can serve."""
 
 GPU_FORMATS: tuple[str, ...] = ("tensorrt", "onnx-trt")
 """Formats that need a GPU server (added to the default set in GPU mode)."""

@@ -7,7 +7,7 @@ import math
 import shlex
 from collections.abc import Callable, Iterable
 
-from pytest_triton.base.formats import FORMATS, GPU_FORMATS, PRECISIONS
+from pytest_triton.base.formats import CPU_FORMATS, GPU_FORMATS, PRECISIONS
 from pytest_triton.base.security import parse_header
 
 
@@ -54,7 +54,7 @@ def parse_shared_memory(text: str) -> tuple[str, ...]:
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
-    known = FORMATS + GPU_FORMATS
+    known = CPU_FORMATS + GPU_FORMATS
     return _choices(
         text,
         known,
@@ -85,9 +85,9 @@ def parse_gpus(text: str) -> str:
 def parse_format(text: str) -> str | None:
     """One format a CPU server can serve (the embedded server of a load test)."""
     value = text.strip()
-    if value and value not in FORMATS:
+    if value and value not in CPU_FORMATS:
         raise ValueError(
-            f"export format {value!r} cannot be served on CPU; choose from {', '.join(FORMATS)}"
+            f"export format {value!r} cannot be served on CPU; choose from {', '.join(CPU_FORMATS)}"
         )
     return value or None
 

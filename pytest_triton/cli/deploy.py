@@ -42,6 +42,8 @@ FORMAT_FLAGS = {
     "ts_trace": "torchscript-trace",
     "onnx": "onnx",
     "trt": "tensorrt",
+    "torch_export": "torch-export",
+    "aoti": "aoti",
 }
 FAMILIES = ("dlrm", "resnext", "bert", "mnist", "text_recognition")
 
@@ -65,6 +67,17 @@ def deployer_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--ts-trace", action="store_true", help="TorchScript via torch.jit.trace")
     fmt.add_argument("--onnx", action="store_true", help="ONNX via torch.onnx (dynamo)")
     fmt.add_argument("--trt", action="store_true", help="TensorRT plan (needs a GPU + tensorrt)")
+    fmt.add_argument(
+        "--torch-export",
+        action="store_true",
+        help="torch.export's ExportedProgram (.pt2), python-hosted",
+    )
+    fmt.add_argument(
+        "--aoti",
+        action="store_true",
+        help="AOTInductor package (.pt2) compiled for this machine's device, python-hosted "
+        "(a CPU compile needs a C++ compiler)",
+    )
     triton = parser.add_argument_group("triton related flags")
     triton.add_argument(
         "--spec",
@@ -329,7 +342,8 @@ def deploy(argv: Sequence[str], out: Any = sys.stdout) -> int:
         return deploy_spec(args, model_argv, out)
     if not any(getattr(args, k) for k in FORMAT_FLAGS):
         raise UsageError(
-            "one of --ts-script, --ts-trace, --onnx, --trt is required (or --spec "
+            "one of --ts-script, --ts-trace, --onnx, --trt, --torch-export, --aoti is "
+            "required (or --spec "
             "MODULE:CALLABLE for a SequenceSpec or PipelineSpec)"
         )
     family = guess_family(args.model, model_argv, args.triton_model_name)

@@ -1,7 +1,10 @@
-"""ONNX exports reused across processes and runs, where PYTEST_TRITON_EXPORT_CACHE names a
-directory: torch.onnx's dynamo exporter takes seconds a model (4 s of CPU for a 40-weight
-linear layer, most of it the exporter's own imports), and a load test, a triton-perf run or a
-pytest session exports the same module again each time it starts.
+"""ONNX, torch.export and AOTInductor exports reused across processes and runs, where
+PYTEST_TRITON_EXPORT_CACHE names a directory: torch.onnx's dynamo exporter takes seconds a
+model (4 s of CPU for a 40-weight linear layer, most of it the exporter's own imports), an
+AOTInductor compile tens of seconds (the zoo's small DLRM: 17 s, BERT 21 s on this project's 2-core
+machine), and a load test, a triton-perf run or a pytest session exports the same module
+again each time it starts. An AOTInductor entry's key adds the CPU's vector instruction set
+its kernels were compiled for.
 
 An entry is keyed by everything the artifact is made from: the format, precision and device;
 the signature (names, dtypes, dynamic axes) and batching; the example inputs; every
@@ -27,13 +30,15 @@ from pathlib import Path
 
 import torch
 
+from pytest_triton.repository import torch_compat
 from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.signature import Signature
 from pytest_triton.repository.spec import ModelSpec
 
 ENVIRONMENT = "PYTEST_TRITON_EXPORT_CACHE"
-CACHED_FORMATS = frozenset({"onnx", "onnx-trt"})
+CACHED_FORMATS = frozenset({"onnx", "onnx-trt", "torch-export", "aoti"})
 _EXPORTER = Path(__file__).with_name("exporters.py")
+_COMPAT = Path(__file__).with_name("torch_compat.py")
 
 
 def directory() -> Path | None:
@@ -55,6 +60,8 @@ def key(fmt: str, spec: ModelSpec, native: NativeModel, signature: Signature) ->
             digest.update(len(data).to_bytes(8, "little") + data)
 
     add(fmt, native.precision, str(native.device), torch.__version__, _EXPORTER.read_bytes())
+    if fmt == "aoti":  # native code: the compile's own entry points and the CPU's vector ISA
+        add(_COMPAT.read_bytes(), torch_compat.cpu_isa() if native.device.type == "cpu" else "")
     add(signature, spec.batched, spec.max_batch_size, spec.input_names, spec.output_names)
     for name, tensor in spec.example_tensors().items():
         add(name, *_tensor_parts(tensor))

@@ -1,4 +1,5 @@
-"""Exports a spec's module to the artifact a Triton backend loads (TorchScript or ONNX)."""
+"""Exports a spec's module to the artifact a Triton backend loads (TorchScript, ONNX,
+torch.export's .pt2 or an AOTInductor package)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from pytest_triton.base.errors import ExportError
+from pytest_triton.repository import torch_compat, torchscript_notice
 from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.signature import Signature
 from pytest_triton.repository.spec import ModelSpec
@@ -39,11 +42,11 @@ def export_torchscript_trace(
     torch.jit.save(traced, str(path))
 
 
-def export_onnx(spec: ModelSpec, native: NativeModel, path: Path, signature: Signature) -> None:
-    """torch.onnx's dynamo exporter, with the batch axis and declared axes dynamic."""
+def _dynamic_shapes(spec: ModelSpec, signature: Signature) -> tuple[dict[int, Any], ...]:
+    """torch.export's dynamic_shapes: the batch axis (1..max_batch_size) and declared axes."""
     dynamic_shapes = []
     for tensor in signature.inputs:
-        axes: dict[int, torch.export.Dim] = {}
+        axes: dict[int, Any] = {}
         offset = 1 if spec.batched else 0
         if spec.batched:
             axes[0] = torch.export.Dim("batch", min=1, max=max(spec.max_batch_size, 2))
@@ -51,6 +54,11 @@ def export_onnx(spec: ModelSpec, native: NativeModel, path: Path, signature: Sig
             if d == -1:
                 axes[i + offset] = torch.export.Dim.AUTO
         dynamic_shapes.append(axes)
+    return tuple(dynamic_shapes)
+
+
+def export_onnx(spec: ModelSpec, native: NativeModel, path: Path, signature: Signature) -> None:
+    """torch.onnx's dynamo exporter, with the batch axis and declared axes dynamic."""
     torch.onnx.export(
         native.module,
         _example_args(spec, native),
@@ -58,9 +66,51 @@ def export_onnx(spec: ModelSpec, native: NativeModel, path: Path, signature: Sig
         dynamo=True,
         input_names=spec.input_names,
         output_names=spec.output_names,
-        dynamic_shapes=tuple(dynamic_shapes),
+        dynamic_shapes=_dynamic_shapes(spec, signature),
         verbose=False,
     )
+
+
+def exported_program(
+    spec: ModelSpec, native: NativeModel, signature: Signature
+) -> torch.export.ExportedProgram:
+    """torch.export's graph of the module, batch axis dynamic as for ONNX; a module it cannot
+    capture is refused naming the formats that do not go through torch.export."""
+    try:
+        return torch.export.export(
+            native.module,
+            _example_args(spec, native),
+            dynamic_shapes=_dynamic_shapes(spec, signature),
+        )
+    except Exception as exc:  # torch.export raises many types; its reason is kept whole
+        raise Uncapturable(
+            f"torch.export cannot capture model {spec.name!r}: {type(exc).__name__}: "
+            f"{_first_lines(str(exc))}; formats that do not go through torch.export: "
+            f"{', '.join(WITHOUT_TORCH_EXPORT)} (ONNX's dynamo exporter uses torch.export "
+            "too). Serve it in those, or make forward traceable (torch.cond for a branch on "
+            "data)"
+        ) from exc
+
+
+def export_torch_export(
+    spec: ModelSpec, native: NativeModel, path: Path, signature: Signature
+) -> None:
+    """The ExportedProgram itself, as torch.export.save writes it (.pt2)."""
+    torch.export.save(exported_program(spec, native, signature), str(path))
+
+
+def export_aoti(spec: ModelSpec, native: NativeModel, path: Path, signature: Signature) -> None:
+    """The ExportedProgram compiled by AOTInductor for the reference's device (the server's),
+    packaged as .pt2. On a CPU it needs a C++ compiler: checked first, with what to install."""
+    if native.device.type == "cpu":
+        problem = torch_compat.cxx_problem()
+        if problem is not None:
+            raise NoCompiler(
+                f"AOTInductor compiles C++ for the CPU and found no compiler ({problem}): "
+                "install g++ (Debian/Ubuntu: apt-get install g++) or point the CXX "
+                "variable at a C++ compiler"
+            )
+    torch_compat.compile_package(exported_program(spec, native, signature), path)
 
 
 def export_tensorrt(
@@ -107,12 +157,33 @@ def export_tensorrt(
         path.write_bytes(bytes(engine))
 
 
+class Uncapturable(ExportError):
+    """torch.export cannot capture the module (data-dependent control flow, an unsupported
+    op): the message is the whole refusal."""
+
+
+class NoCompiler(ExportError):
+    """AOTInductor has no C++ compiler to call: the message says what to install."""
+
+
+WITHOUT_TORCH_EXPORT = ("torchscript-script", "torchscript-trace")
+"""Formats captured without torch.export (TorchScript compiles or traces the Python)."""
+
+
+def _first_lines(text: str, lines: int = 3) -> str:
+    """torch.export's reason, without the pages of debugging advice it appends."""
+    kept = " ".join(line.strip() for line in text.strip().splitlines()[:lines] if line.strip())
+    return kept.rstrip(".")
+
+
 EXPORTERS: dict[str, Callable[[ModelSpec, NativeModel, Path, Signature], None]] = {
     "torchscript-script": export_torchscript_script,
     "torchscript-trace": export_torchscript_trace,
     "onnx": export_onnx,
     "onnx-trt": export_onnx,
     "tensorrt": export_tensorrt,
+    "torch-export": export_torch_export,
+    "aoti": export_aoti,
 }
 
 
@@ -137,9 +208,14 @@ def export(
     level = quiet.level
     try:
         quiet.setLevel(logging.ERROR)
-        with contextlib.redirect_stdout(chatter), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with contextlib.redirect_stdout(chatter), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             exporter(spec, native, path, signature)
+        torchscript_notice.announce(caught)  # said once a process; exporters' chatter dropped
+    except (Uncapturable, NoCompiler) as exc:  # already the whole story: name the variant
+        raise ExportError(
+            f"exporting model {spec.name!r} as {fmt} ({native.precision}) failed: {exc}"
+        ) from exc
     except Exception as exc:  # exporters raise anything; keep their message, name the variant
         raise ExportError(
             f"exporting model {spec.name!r} as {fmt} ({native.precision}) failed: "

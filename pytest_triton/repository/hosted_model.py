@@ -7,11 +7,11 @@ batcher are concatenated and run as one batch, so batching stays observable and 
 A KIND_GPU instance runs on its GPU or fails to load saying why: never a silent fall back to
 the CPU under a test id that claims a GPU.
 
-TorchScript artifacts take the DLPack path on both devices: the config says
-FORCE_CPU_ONLY_INPUT_TENSORS no, so an input that arrives in GPU memory (CUDA shared memory)
-stays there; inputs are taken as DLPack tensors, concatenated on the instance's device, run
-under torch.inference_mode and handed back as DLPack tensors, with no host round-trip and,
-on the CPU, no copy beyond Triton's own.
+TorchScript, torch.export and AOTInductor artifacts take the DLPack path on both devices:
+the config says FORCE_CPU_ONLY_INPUT_TENSORS no, so an input that arrives in GPU memory
+(CUDA shared memory) stays there; inputs are taken as DLPack tensors, concatenated on the
+instance's device, run under torch.inference_mode and handed back as DLPack tensors, with no
+host round-trip and, on the CPU, no copy beyond Triton's own.
 """
 
 import json
@@ -49,6 +49,23 @@ def device_problem(artifact_format, gpu, device_id):
     return None
 
 
+def package_problem(params, torch_version, gpu):
+    """Why an AOTInductor package cannot run here: compiled by another torch, or for the
+    other device (its kernels are native code for one of them); None when it can."""
+    if params.get("artifact_format") != "aoti":
+        return None
+    built_torch, built_for = params.get("aoti_torch", ""), params.get("aoti_device", "")
+    here = "cuda" if gpu else "cpu"
+    if built_torch and built_torch != torch_version:
+        return (f"the AOTInductor package was compiled by torch {built_torch}, this server's "
+                f"Python has torch {torch_version}: export it again with this torch")
+    if built_for and built_for != here:
+        names = {"cpu": "the CPU", "cuda": "a CUDA GPU"}
+        return (f"the AOTInductor package was compiled for {names.get(built_for, built_for)}, "
+                f"the instance runs on {names[here]}: export it again for {names[here]}")
+    return None
+
+
 def torch_dtype(torch, numpy_dtype):
     """The torch dtype of a config's numpy type (TYPE_FP16 -> torch.float16)."""
     return torch.from_numpy(np.empty(0, dtype=numpy_dtype)).dtype
@@ -57,6 +74,24 @@ def torch_dtype(torch, numpy_dtype):
 def dims_for_warmup(dims, batched):
     """A warm-up input's shape: one row, and 1 for each variable dimension."""
     return ([1] if batched else []) + [d if d > 0 else 1 for d in dims]
+
+
+def load_torch_artifact(torch, params, path, device):
+    """A callable for a TorchScript file, a torch.export .pt2 (its ExportedProgram's module)
+    or an AOTInductor package (loaded by the function the config names: a private torch name
+    that pytest_triton keeps in one place)."""
+    artifact_format = params["artifact_format"]
+    if artifact_format == "torchscript":
+        return torch.jit.load(path, map_location=device).eval()
+    if artifact_format == "torch-export":
+        return torch.export.load(path).module().to(device)
+    if artifact_format == "aoti":
+        import importlib
+
+        module_name, _, name = params["aoti_loader"].rpartition(".")
+        loader = getattr(importlib.import_module(module_name), name)
+        return loader(path)
+    raise RuntimeError(f"hosted model.py cannot load artifact format {artifact_format!r}")
 
 
 class TritonPythonModel:
@@ -77,14 +112,18 @@ class TritonPythonModel:
         gpu = args.get("model_instance_kind") == "GPU"
         device_id = int(args.get("model_instance_device_id", "0"))
         problem = device_problem(params["artifact_format"], gpu, device_id)
+        if problem is None and params["artifact_format"] == "aoti":
+            import torch
+
+            problem = package_problem(params, torch.__version__, gpu)
         if problem:
             raise RuntimeError(problem)
-        self.torch = None  # set for TorchScript: execute takes the DLPack path
+        self.torch = None  # set for the torch formats: execute takes the DLPack path
         if params["artifact_format"] == "onnx":
             self._load_onnx(path, threads, gpu, device_id)
         else:
-            self._load_torchscript(path, threads, gpu, device_id,
-                                   int(params.get("torch_warmup_runs", "3")))
+            self._load_torch(params, path, threads, gpu, device_id,
+                             int(params.get("torch_warmup_runs", "3")))
 
     def _load_onnx(self, path, threads, gpu, device_id):
         import onnxruntime as ort
@@ -103,7 +142,7 @@ class TritonPythonModel:
         names = [name for name, _ in self.outputs]
         self._run = lambda feeds: session.run(names, feeds)
 
-    def _load_torchscript(self, path, threads, gpu, device_id, warmup_runs):
+    def _load_torch(self, params, path, threads, gpu, device_id, warmup_runs):
         import torch
         import torch.utils.dlpack
 
@@ -118,7 +157,7 @@ class TritonPythonModel:
         self.device = torch.device(f"cuda:{device_id}" if gpu else "cpu")
         if gpu:
             torch.cuda.set_device(self.device)
-        self.module = torch.jit.load(path, map_location=self.device).eval()
+        self.module = load_torch_artifact(torch, params, path, self.device)
         self.out_dtypes = [torch_dtype(torch, dtype) for _, dtype in self.outputs]
         self._warm(warmup_runs)
 
@@ -137,7 +176,7 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001 - a cold module still serves
             logger = getattr(pb_utils, "Logger", None)
             if logger is not None:
-                logger.log_warn(f"TorchScript warm-up skipped: {exc}")
+                logger.log_warn(f"warm-up skipped: {exc}")
 
     def _torch_run(self, feeds):
         """The module on device tensors; outputs at the config's types, contiguous."""

@@ -7,7 +7,7 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pytest_triton.repository import warmup
+from pytest_triton.repository import torch_compat, warmup
 from pytest_triton.repository.signature import ServedTensor, Signature
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import NATIVE_BACKEND, Variant
@@ -26,6 +26,15 @@ def _tensor(cls: type, tensor: ServedTensor) -> object:
     return message
 
 
+HOSTED_FORMAT = {
+    "onnx": "onnx",
+    "onnx-trt": "onnx",
+    "torchscript-script": "torchscript",
+    "torchscript-trace": "torchscript",
+}
+"""How hosted_model.py loads each format's artifact (others by the format's own name)."""
+
+
 def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
     """The ModelConfig message Triton reads for one variant."""
     spec: ModelSpec = variant.spec
@@ -34,11 +43,11 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
     if variant.hosted:
         config.backend = "python"
         _param(config, "artifact", variant.artifact)
-        _param(
-            config,
-            "artifact_format",
-            "onnx" if variant.artifact.endswith(".onnx") else "torchscript",
-        )
+        _param(config, "artifact_format", HOSTED_FORMAT.get(variant.format, variant.format))
+        if variant.format == "aoti":  # the loader's name lives in torch_compat alone
+            _param(config, "aoti_loader", torch_compat.LOADER)
+            _param(config, "aoti_torch", torch_compat.torch_version())  # refused elsewhere
+            _param(config, "aoti_device", "cuda" if variant.gpu else "cpu")
         if not variant.artifact.endswith(".onnx"):  # hosted_model.py's DLPack path
             _param(config, "FORCE_CPU_ONLY_INPUT_TENSORS", "no")
     else:

@@ -23,7 +23,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton.base.dtypes import tensor_type
 from pytest_triton.base.errors import ExportError
-from pytest_triton.repository import pbtxt
+from pytest_triton.repository import pbtxt, torchscript_notice
 from pytest_triton.repository.sequence import SequenceSpec
 
 HOSTED_SEQUENCE_MODEL = Path(__file__).with_name("sequence_hosted.py")
@@ -129,14 +129,15 @@ def export_step(spec: SequenceSpec, path: Path) -> None:
     """TorchScript of the module's step; a failure names the spec and the exporter."""
     module = spec.torch_module()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             if spec.fmt == "torchscript-script":
                 exported = torch.jit.script(module)
             else:
                 example = (spec.example_input[None], spec.initial_state[None])
                 exported = torch.jit.trace(module, example, check_trace=False)
-        torch.jit.save(exported, str(path))
+            torch.jit.save(exported, str(path))
+        torchscript_notice.announce(caught)  # the deprecation once; tracer chatter dropped
     except Exception as exc:  # TorchScript raises many kinds; name the spec and the format
         raise ExportError(
             f"exporting sequence model {spec.name!r} as {spec.fmt} failed: "

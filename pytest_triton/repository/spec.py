@@ -16,7 +16,7 @@ import torch
 
 from pytest_triton.base.dtypes import Array, TensorType, tensor_type
 from pytest_triton.base.errors import SpecError
-from pytest_triton.base.formats import FORMATS, GPU_FORMATS
+from pytest_triton.base.formats import CPU_FORMATS, GPU_FORMATS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 InstanceKind = Literal["KIND_CPU", "KIND_GPU", "KIND_AUTO"]
@@ -150,7 +150,7 @@ class ModelSpec:
         return batch
 
     # -- validation ----------------------------------------------------------------------
-    def validate(self, allowed_formats: Sequence[str] = FORMATS + GPU_FORMATS) -> None:
+    def validate(self, allowed_formats: Sequence[str] = CPU_FORMATS + GPU_FORMATS) -> None:
         """Raise SpecError naming the first field that cannot work, before any export."""
         where = f"model {self.name!r}"
         if not isinstance(self.name, str) or not _NAME.match(self.name):

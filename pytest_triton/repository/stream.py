@@ -22,7 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton.base.errors import SpecError
 from pytest_triton.client.streaming import MAX_TOKENS, NO_STOP, POSITION, PROMPT, STOP_TOKEN, TOKEN
-from pytest_triton.repository import pbtxt
+from pytest_triton.repository import pbtxt, torchscript_notice
 
 MODEL_SOURCE = Path(__file__).with_name("stream_model.py")
 ARTIFACT = "model.pt"
@@ -162,7 +162,8 @@ def write_stream_model(root: Path, spec: StreamSpec, source: str | None = None) 
     directory = root / spec.name
     version = directory / "1"
     version.mkdir(parents=True, exist_ok=True)
-    torch.jit.script(spec.module()).save(str(version / ARTIFACT))
+    with torchscript_notice.torchscript_calls():
+        torch.jit.script(spec.module()).save(str(version / ARTIFACT))
     if source is None:
         shutil.copyfile(MODEL_SOURCE, version / "model.py")
     else:

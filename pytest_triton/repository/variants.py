@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_triton.base.errors import ConfigError, SpecError
-from pytest_triton.base.formats import FORMATS, GPU_FORMATS, PRECISIONS
+from pytest_triton.base.formats import CPU_FORMATS, GPU_FORMATS, PRECISIONS
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.repository.spec import ModelSpec
 
@@ -21,13 +21,20 @@ NATIVE_BACKEND: dict[str, tuple[str, str]] = {
     "onnx": ("onnxruntime", "onnxruntime_onnx"),
     "onnx-trt": ("onnxruntime", "onnxruntime_onnx"),
     "tensorrt": ("tensorrt", "tensorrt_plan"),
+    # Triton's PyTorch backend runs PyTorch 2 programs through a Python runtime of its own
+    # that no server here reports as a backend: these are always python-hosted.
+    "torch-export": ("pytorch2", ""),
+    "aoti": ("pytorch2", ""),
 }
+KNOWN_FORMATS = CPU_FORMATS + GPU_FORMATS
 ARTIFACT: dict[str, str] = {
     "torchscript-script": "model.pt",
     "torchscript-trace": "model.pt",
     "onnx": "model.onnx",
     "onnx-trt": "model.onnx",
     "tensorrt": "model.plan",
+    "torch-export": "model.pt2",
+    "aoti": "model.pt2",
 }
 FP16_FORMATS = frozenset(
     {"torchscript-trace", "torchscript-script", "onnx", "onnx-trt", "tensorrt"}
@@ -131,7 +138,7 @@ server can serve on its device (on a GPU without onnxruntime's CUDA provider, To
 def format_problem(fmt: str, target: ServerTarget) -> str | None:
     """Why this server cannot serve `fmt` on its own instances (its device), or None."""
     if fmt not in NATIVE_BACKEND:
-        return f"unknown export format {fmt!r}; choose from {', '.join(FORMATS + GPU_FORMATS)}"
+        return f"unknown export format {fmt!r}; choose from {', '.join(KNOWN_FORMATS)}"
     return _problem(fmt, target, target.instance_kind)
 
 
@@ -143,7 +150,7 @@ def check_servable(fmt: str, target: ServerTarget) -> str:
     """`fmt`, named by the user: refused with the reason when this server cannot serve it."""
     problem = format_problem(fmt, target)
     if problem is not None:
-        ok = [f for f in FORMATS + GPU_FORMATS if format_problem(f, target) is None]
+        ok = [f for f in KNOWN_FORMATS if format_problem(f, target) is None]
         raise ConfigError(
             f"export format {fmt!r} cannot be served by this server on its {_device(target)}: "
             f"{problem}; it can serve {', '.join(ok) or 'none of them'}"
@@ -196,7 +203,7 @@ def plan_variants(
         for fmt in spec.formats or formats:
             if fmt not in NATIVE_BACKEND:
                 raise SpecError(
-                    f"unknown export format {fmt!r}; choose from {', '.join(FORMATS + GPU_FORMATS)}"
+                    f"unknown export format {fmt!r}; choose from {', '.join(KNOWN_FORMATS)}"
                 )
             problem = _problem(fmt, target, kind)
             native = NATIVE_BACKEND[fmt][0] in target.backends
@@ -241,9 +248,7 @@ def deployed_variant(
         )
     fmt = declared[0]
     if fmt not in NATIVE_BACKEND:
-        raise SpecError(
-            f"unknown export format {fmt!r}; choose from {', '.join(FORMATS + GPU_FORMATS)}"
-        )
+        raise SpecError(f"unknown export format {fmt!r}; choose from {', '.join(KNOWN_FORMATS)}")
     precision = precisions_of(spec, fmt, precisions)[0]
     native = NATIVE_BACKEND[fmt][0] in target.backends
     return Variant(spec, fmt, precision, not native, kind, 0, deployed=True)

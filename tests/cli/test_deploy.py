@@ -131,6 +131,27 @@ def test_check_flag_serves_and_compares(tmp_path: Path) -> None:
     assert "check http: parity ok" in out and "check grpc: parity ok" in out
 
 
+@pytest.mark.triton
+def test_a_torch_export_program_is_deployed_and_checked(tmp_path: Path) -> None:
+    """PyTorch 2's format through deployer.py's flags: python-hosted, parity on both
+    protocols (--aoti takes the same path and a compile: tests/models/test_zoo_pt2.py)."""
+    out = run_deploy(
+        "--torch-export",
+        "--model",
+        "mnist",
+        "--save-dir",
+        str(tmp_path),
+        "--check",
+        "--triton-engine-count",
+        "1",
+        "--",
+        "--small",
+    )
+    assert "python backend hosting model.pt2" in out, out
+    assert (tmp_path / "mnist" / "1" / "model.pt2").is_file()
+    assert "check http: parity ok" in out and "check grpc: parity ok" in out
+
+
 @pytest.mark.parametrize(
     ("flags", "model_args", "directory", "artifact"),
     [

@@ -45,3 +45,38 @@ def scorer_spec(name: str = "scorer", **overrides: object) -> ModelSpec:
     )
     fields.update(overrides)
     return ModelSpec(**fields)  # type: ignore[arg-type]
+
+
+class Guarded(torch.nn.Module):
+    """A branch on the data (an overflow guard): TorchScript scripts or traces it, torch.export
+    cannot capture it without torch.cond."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.dense = torch.nn.Linear(4, 3)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dense(x)
+        if bool((x.abs() > 1e3).any()):
+            y = y.clamp(-1e3, 1e3)
+        return y
+
+
+def guarded_spec(name: str = "guarded", **overrides: object) -> ModelSpec:
+    fields: dict[str, object] = dict(
+        name=name,
+        module=Guarded,
+        example_inputs={"x": torch.randn(4, 4, generator=torch.Generator().manual_seed(0))},
+        inputs=["x"],
+        outputs=["y"],
+        max_batch_size=8,
+        input_factory=lambda batch, seed: {
+            "x": torch.randn(batch, 4, generator=torch.Generator().manual_seed(seed))
+        },
+    )
+    fields.update(overrides)
+    return ModelSpec(**fields)  # type: ignore[arg-type]

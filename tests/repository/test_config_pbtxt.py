@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton import DynamicBatching, InstanceGroup, Repository
-from pytest_triton.repository import pbtxt
+from pytest_triton.repository import hosted_model, pbtxt, torch_compat
 from tests.helpers.tiny_models import scorer_spec
 
 
@@ -115,3 +116,36 @@ def test_text_round_trips_through_protobuf(tmp_path: Path) -> None:
     text = (tmp_path / "scorer_torchscript_script" / "config.pbtxt").read_text()
     assert text == pbtxt.to_text(config)
     assert 'name: "scorer_torchscript_script"' in text
+
+
+def test_pt2_formats_are_hosted_even_beside_the_pytorch_backend(tmp_path: Path) -> None:
+    """No server here runs a .pt2 natively: the python backend hosts it, the id says so."""
+    config = _config(tmp_path, ["python", "pytorch", "onnxruntime"], "torch-export")
+    assert config.backend == "python" and config.name == "scorer_torch_export"
+    assert config.parameters["artifact"].string_value == "model.pt2"
+    assert config.parameters["artifact_format"].string_value == "torch-export"
+    assert config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
+    assert "aoti_loader" not in config.parameters
+
+
+def test_an_aoti_config_names_the_loader_torch_compat_keeps(tmp_path: Path) -> None:
+    repo = Repository(tmp_path, [scorer_spec(formats=["aoti"])])
+    (variant,) = repo.plan(["python", "pytorch"])
+    assert variant.id == "scorer-aoti-hosted"
+    config = repo.config(variant)  # planned, not compiled
+    assert config.parameters["artifact_format"].string_value == "aoti"
+    assert config.parameters["aoti_loader"].string_value == torch_compat.LOADER
+
+
+def test_an_aoti_package_is_refused_where_it_cannot_run(tmp_path: Path) -> None:
+    """hosted_model.py checks the torch and the device the config says the package was
+    compiled by and for, before loading it."""
+    repo = Repository(tmp_path, [scorer_spec(formats=["aoti"])])
+    (variant,) = repo.plan(["python"])
+    params = {k: v.string_value for k, v in repo.config(variant).parameters.items()}
+    assert hosted_model.package_problem(params, torch.__version__, gpu=False) is None
+    other = hosted_model.package_problem(params, "2.99.0", gpu=False)
+    assert other is not None
+    assert f"compiled by torch {torch.__version__}" in other and "has torch 2.99.0" in other
+    gpu = hosted_model.package_problem(params, torch.__version__, gpu=True)
+    assert gpu is not None and "compiled for the CPU, the instance runs on a CUDA GPU" in gpu

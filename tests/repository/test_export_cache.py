@@ -94,3 +94,11 @@ def test_the_key_follows_everything_the_artifact_is_made_of() -> None:
     assert all(k is not None and k != base for k in keys.values()), keys
     assert len(set(keys.values())) == len(keys), keys
     assert _key(scorer_spec(), "torchscript-trace") is None, "milliseconds to export: not kept"
+
+
+def test_pt2_formats_are_cached_each_under_its_own_key() -> None:
+    """An AOTInductor compile takes tens of seconds: cached, apart from the program it is
+    compiled from (test_pt2_exports.py serves a second compile from the cache)."""
+    program = _key(scorer_spec(formats=["torch-export"]), "torch-export")
+    package = _key(scorer_spec(formats=["aoti"]), "aoti")
+    assert program and package and program != package

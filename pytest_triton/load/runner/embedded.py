@@ -19,7 +19,7 @@ from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError
-from pytest_triton.base.formats import FORMATS
+from pytest_triton.base.formats import CPU_FORMATS
 from pytest_triton.base.importing import load_object
 from pytest_triton.base.urls import Endpoints
 
@@ -190,9 +190,9 @@ def served_format(config: TritonConfig, models: Sequence[Served]) -> str | None:
 
 
 def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
+    if fmt not in CPU_FORMATS:
         raise ConfigError(
-            f"export format {fmt!r} cannot be served on CPU; choose from {', '.join(FORMATS)}"
+            f"export format {fmt!r} cannot be served on CPU; choose from {', '.join(CPU_FORMATS)}"
         )
     return fmt
 

@@ -27,7 +27,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import ConfigError
-from pytest_triton.base.formats import FORMATS, GPU_FORMATS
+from pytest_triton.base.formats import CPU_FORMATS, GPU_FORMATS
 from pytest_triton.base.moved import moved_names
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.wire.request import Protocol
@@ -163,7 +163,7 @@ def tune(options: TuneOptions) -> Outcome:
     asked = options.choice.formats or ((config.serving.format,) if config.serving.format else ())
     formats = asked or (DEFAULT_FORMAT,)
     if config.server.gpu:  # what the GPU server serves there (TensorRT and ORT-TensorRT join)
-        servable = FORMATS + GPU_FORMATS
+        servable = CPU_FORMATS + GPU_FORMATS
         for fmt in set(formats) - set(servable):
             raise ConfigError(f"export format {fmt!r}: choose from {', '.join(servable)}")
         formats = gpu_formats(config, asked)
