@@ -62,7 +62,7 @@ TUNE: frozenset[Front] = frozenset({"tune"})
 """Settings only triton-tune takes of the standalone tools: the launcher choice (container),
 since it deploys every candidate on a server it starts; triton-perf's and Locust's own server
 is always a local one (on the CPU, or on the GPU with --triton-gpu)."""
-ENV_FRONTS: frozenset[Front] = frozenset({"locust", "perf", "tune"})
+ENV_FRONTS: frozenset[Front] = LOAD
 """The front ends that read their settings from TRITON_* variables too; pytest reads its
 command line and ini file, triton-deploy its command line."""
 """Settings of how a server starts, for every front end that may start one."""

@@ -25,7 +25,7 @@ class ServerTarget:
     backends: frozenset[str] = frozenset({"python"})
     instance_kind: str = "KIND_CPU"  # KIND_GPU for GPU servers, KIND_AUTO when unknown
     tensorrt_problem: str | None = NO_TENSORRT
-    numerics: str = "strict"
+    numerics: Numerics = "strict"
     onnx_gpu_problem: str | None = None
     # The server already serves the models (--triton-deployed): one variant per spec, named
     # as the spec, checked against what is served rather than exported and loaded.

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 import numpy as np
 
+from pytest_triton.base.config import Numerics
 from pytest_triton.base.dtypes import Array, tensor_type
 
 
@@ -29,8 +30,8 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 EXACT = Tolerance(0.0, 0.0, "integer and bool outputs must be identical")
 
 Device = str  # "cpu" | "gpu": where the served variant's instances run
-Numerics = str  # "strict" (no TF32 anywhere) | "production" (TF32 as the backends ship it)
-ANY = "*"
+ANY: Final = "*"
+"""A tolerance key's wildcard: any format, dtype, device or numerics."""
 
 # Widened per (format, wire dtype, device, numerics), each with its reason and, where one was
 # taken, the measured worst case. Lookup: the exact row, then the same with numerics "*", then
@@ -66,7 +67,7 @@ _TORCHSCRIPT_FP16_GPU = Tolerance(
     "size; H100 worst 9.8e-4 abs after TorchScript's profiling executor re-optimized "
     "(text_recognition; 2.4e-4 resnets and BERT)",
 )
-TOLERANCES: dict[tuple[str, str, Device, Numerics], Tolerance] = {
+TOLERANCES: dict[tuple[str, str, Device, Numerics | Literal["*"]], Tolerance] = {
     ("onnx", "FP16", ANY, ANY): Tolerance(
         5e-3,
         2e-3,

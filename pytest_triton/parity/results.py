@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pytest_triton.base.config import Numerics
 from pytest_triton.client.stats import ModelStats
 from pytest_triton.parity.compare import OutputDiff, ParityReport, finite_or_none
 
@@ -52,7 +53,7 @@ class ParityResult:
     batching: ModelStats | None = None
     server: str = ""  # the server's HTTP endpoint, to tell several servers apart
     device: str = "cpu"  # where the instances ran: the tolerance tables' device
-    numerics: str = "strict"
+    numerics: Numerics = "strict"
     # a pipeline's check: its name, mode, front model, the first diverging step of a failed
     # parity check, each composing model's batching (session/served_pipeline.py)
     pipeline: Mapping[str, Any] | None = None

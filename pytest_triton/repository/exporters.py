@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from pytest_triton.base.config import Numerics
 from pytest_triton.base.errors import ExportError
 from pytest_triton.repository import torch_compat, torchscript_notice
 from pytest_triton.repository.reference import NativeModel
@@ -194,7 +195,7 @@ def export(
     path: Path,
     signature: Signature,
     *,
-    numerics: str = "strict",
+    numerics: Numerics = "strict",
 ) -> None:
     """Run one exporter, turning its failure into an ExportError with the exporter's output."""
     exporter = EXPORTERS.get(fmt)

@@ -12,7 +12,6 @@ naming the step and the tensor, before anything is exported.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -29,13 +28,13 @@ from pytest_triton.repository.spec import (
     InputFactory,
     InstanceGroup,
     ModelSpec,
+    name_problem,
 )
 
 Mode = Literal["ensemble", "bls", "bls-async"]
 MODES: tuple[str, ...] = get_args(Mode)
 FRONT_SUFFIX: dict[str, str] = {"ensemble": "", "bls": "_bls", "bls-async": "_bls_async"}
 TRACED_FORMATS = ("torchscript-trace", "onnx", "onnx-trt", "tensorrt")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
 
 
 class FunctionModule(torch.nn.Module):
@@ -128,11 +127,9 @@ class PipelineSpec:
     def validate(self) -> None:
         """Raise SpecError naming the step and tensor that cannot be composed."""
         where = f"pipeline {self.name!r}"
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise SpecError(
-                f"pipeline name {self.name!r} is not a valid Triton model name: use letters, "
-                "digits, '_' and '-', starting with a letter or digit"
-            )
+        problem = name_problem(self.name, "pipeline name")
+        if problem is not None:
+            raise SpecError(problem)
         if not self.steps:
             raise SpecError(f"{where}: give at least one step")
         if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
@@ -157,8 +154,9 @@ class PipelineSpec:
             raise SpecError(f"{where}: duplicate step names {dupes}")
         reserved = {suffix.lstrip("_") for suffix in FRONT_SUFFIX.values() if suffix}
         for step in self.steps:
-            if not isinstance(step.name, str) or not _NAME.match(step.name):
-                raise SpecError(f"{where}: step name {step.name!r} is not a valid name")
+            problem = name_problem(step.name, "step name")
+            if problem is not None:
+                raise SpecError(f"{where}: {problem}")
             if step.name in reserved:
                 raise SpecError(
                     f"{where}: step {step.name!r}: the name is taken by a served mode "

@@ -10,7 +10,6 @@ same inputs from the initial state, and the first step where they part is named.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -20,11 +19,11 @@ import torch
 
 from pytest_triton.base.dtypes import Array, tensor_type
 from pytest_triton.base.errors import SpecError
+from pytest_triton.repository.spec import name_problem
 
 Strategy = Literal["direct", "oldest"]
 STRATEGIES: tuple[Strategy, ...] = ("direct", "oldest")
 StepFactory = Callable[[int, int], torch.Tensor]  # (sequence seed, step) -> one step's input
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
 @dataclass
@@ -85,8 +84,9 @@ class SequenceSpec:
     def validate(self) -> None:
         """Every mistake a spec can make, named before anything is exported."""
         where = f"sequence spec {self.name!r}"
-        if not _NAME.match(self.name):
-            raise SpecError(f"{where}: the name must be letters, digits, '_', '.', '-'")
+        problem = name_problem(self.name, "sequence spec name")
+        if problem is not None:
+            raise SpecError(problem)
         if self.strategy not in STRATEGIES:
             raise SpecError(
                 f"{where}: strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}"

@@ -19,6 +19,19 @@ from pytest_triton.base.errors import SpecError
 from pytest_triton.base.formats import CPU_FORMATS, GPU_FORMATS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def name_problem(name: object, what: str) -> str | None:
+    """Why `name` cannot name a Triton model directory (a model, a pipeline, a step, a
+    sequence model), or None."""
+    if isinstance(name, str) and _NAME.match(name):
+        return None
+    return (
+        f"{what} {name!r} is not a valid Triton model directory name: use letters, digits, "
+        "'_', '-' and '.', starting with a letter or digit (no path separators)"
+    )
+
+
 InstanceKind = Literal["KIND_CPU", "KIND_GPU", "KIND_AUTO"]
 
 
@@ -153,12 +166,9 @@ class ModelSpec:
     def validate(self, allowed_formats: Sequence[str] = CPU_FORMATS + GPU_FORMATS) -> None:
         """Raise SpecError naming the first field that cannot work, before any export."""
         where = f"model {self.name!r}"
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise SpecError(
-                f"model name {self.name!r} is not a valid Triton model directory name: use "
-                "letters, digits, '_', '-' and '.', starting with a letter or digit "
-                "(no path separators)"
-            )
+        problem = name_problem(self.name, "model name")
+        if problem is not None:
+            raise SpecError(problem)
         if self.triton_name is not None:
             if not _NAME.match(self.triton_name):
                 raise SpecError(

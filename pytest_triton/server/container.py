@@ -21,7 +21,7 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import ContainerStatusWaitStrategy
 from testcontainers.core.waiting_utils import WaitStrategy, WaitStrategyTarget
 
-from pytest_triton.base.config import TritonConfig
+from pytest_triton.base.config import Numerics, TritonConfig
 from pytest_triton.base.errors import ModelLoadError, ServerError
 from pytest_triton.base.processes import interrupts_deferred
 from pytest_triton.base.server_offer import ServerTarget
@@ -81,7 +81,7 @@ class ContainerSettings:
     backends: frozenset[str] = CPU_IMAGE_BACKENDS
     shm_size: str = SHM_SIZE
     labels: dict[str, str] = field(default_factory=dict)
-    numerics: str = "strict"
+    numerics: Numerics = "strict"
     # Mount this machine's /dev/shm, so that system shared memory works as with a local
     # server: on for every container pytest-triton starts (its python backend's own regions
     # get a per-container prefix and are removed at stop).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from pytest_triton.base.config import Numerics
 from pytest_triton.base.errors import RefusedError, ServerError
 from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.server_offer import ServerTarget
@@ -52,7 +53,7 @@ class ExternalLauncher:
         backends: Iterable[str] = ("python",),
         *,
         gpu: bool = False,
-        numerics: str = "strict",
+        numerics: Numerics = "strict",
         deployed: bool = False,
         security: Security = PLAIN,
         name_suffix: str = "",

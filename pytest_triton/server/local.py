@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 
+from pytest_triton.base.config import Numerics
 from pytest_triton.base.errors import ConfigError, ServerError
 from pytest_triton.base.processes import (
     die_with_parent,
@@ -122,7 +123,7 @@ def server_environment(
     install: Installation,
     *,
     gpus: str | None = None,
-    numerics: str = "strict",
+    numerics: Numerics = "strict",
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The server's environment: this interpreter's packages for the python stub, the
@@ -371,7 +372,11 @@ class LocalLauncher:
     name = "local"
 
     def __init__(
-        self, executable: str | None = None, *, gpus: str | None = None, numerics: str = "strict"
+        self,
+        executable: str | None = None,
+        *,
+        gpus: str | None = None,
+        numerics: Numerics = "strict",
     ) -> None:
         self.install = find_installation(executable)
         self.gpus = gpus

@@ -78,7 +78,7 @@ class WrongState(nn.Module):
         ({"initial_state": torch.zeros(31)}, r"module\(x, state\) failed on .*\(1, 31\)"),
         ({"strategy": "newest"}, r"strategy 'newest' is not one of direct, oldest"),
         ({"max_batch_size": 0}, r"max_batch_size must be >= 1"),
-        ({"name": "a b"}, r"the name must be"),
+        ({"name": "a b"}, r"not a valid Triton model directory name"),
     ],
 )
 def test_a_bad_spec_is_refused_naming_what_and_nothing_is_written(

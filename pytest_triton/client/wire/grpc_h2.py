@@ -5,9 +5,11 @@ grpcio under gevent costs 500-600 µs of CPU per request (its C core's completio
 through gevent's thread pool); a unary ModelInfer needs little of HTTP/2, so here it is spoken
 directly on a socket (gevent's under Locust, a plain one in threads):
 
-- one connection per request in flight, kept in an idle pool, no multiplexing; the client
-  preface asks for no HPACK dynamic table (so the server's header blocks are the same bytes
-  every time) and for windows large enough that answers never wait for a WINDOW_UPDATE;
+- a blocking caller takes a connection of its own per request in flight, from an idle pool
+  (GrpcConnections, one stream at a time on each); the load multiplexer's lanes share one
+  connection as concurrent streams of it (SharedHttp2Connection); the client preface asks
+  for no HPACK dynamic table (so the server's header blocks are the same bytes every time)
+  and for windows large enough that answers never wait for a WINDOW_UPDATE;
 - the HEADERS block (path, authority, grpc-timeout) is encoded once per client with `hpack`,
   the DATA frame once per request (GrpcFrames); a send writes both with one send(), only the
   stream id patched in;

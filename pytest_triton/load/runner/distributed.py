@@ -32,7 +32,6 @@ PING = "pytest_triton_clock_ping"
 PONG = "pytest_triton_clock_pong"
 REFUSED = "pytest_triton_refused"
 OFFSET_REPORT_KEY = "pytest_triton_clock_offset"
-CLOCK_ATTRIBUTE = "pytest_triton_master_clock"
 OFFSETS_ATTRIBUTE = "pytest_triton_worker_offsets"
 PINGS_AT_CONNECT = 5
 
@@ -61,10 +60,6 @@ class MasterClock:
             self.offset_s = master - (sent + received) / 2
 
 
-def master_clock(environment: Environment) -> MasterClock | None:
-    return getattr(environment, CLOCK_ATTRIBUTE, None)
-
-
 def worker_offsets(environment: Environment) -> dict[str, dict[str, float]]:
     """On the master: each worker's last reported clock offset and its round trip (s)."""
     offsets: dict[str, dict[str, float]] = getattr(environment, OFFSETS_ATTRIBUTE, {})
@@ -81,8 +76,7 @@ def install_distributed(environment: Environment) -> None:
 
 
 def _install_worker(environment: Environment, runner: WorkerRunner) -> None:
-    clock = MasterClock()
-    setattr(environment, CLOCK_ATTRIBUTE, clock)
+    clock = MasterClock()  # kept by the window log's clock and the pong listener
     requests = window_log(environment)
     if requests is not None:
         requests.clock = clock.now
