@@ -1,15 +1,14 @@
-"""Inference: a request prepared once, then sent for every output (parity) or only its status
-(load), one at a time or many in flight; over HTTP/1.1, the direct HTTP/2 gRPC path or gRPC's
-channel, and as a lane a load driver waits on."""
+"""Inference: a request prepared once, then sent for every output (parity: through
+tritonclient's own client) or only its status (load: over HTTP/1.1, the direct HTTP/2 gRPC
+path or gRPC's channel, and as a lane a load driver waits on), one at a time or many in
+flight. request_path.py decides which."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import grpc
 import numpy as np
 
 from pytest_triton.base.dtypes import TYPES, Array, tensor_type
@@ -20,8 +19,8 @@ from pytest_triton.client import failures
 from pytest_triton.client.control import Tensors
 from pytest_triton.client.failures import request_problem
 from pytest_triton.client.memory_regions import MemoryRegions
+from pytest_triton.client.request_path import RequestPath, standard_infer
 from pytest_triton.client.wire import grpc_h2
-from pytest_triton.client.wire.grpc_call import rpc_error
 from pytest_triton.client.wire.http_conn import raise_for_status
 from pytest_triton.client.wire.lane import GrpcLane, HttpLane, Lane, SharedGrpcLane
 from pytest_triton.client.wire.request import (
@@ -29,13 +28,13 @@ from pytest_triton.client.wire.request import (
     RawAnswer,
     answer_size,
     build_request,
-    read_grpc,
-    read_http,
 )
 
 
 class Inference(MemoryRegions):
     """Inference calls: prepare, send, send_status, send_answer, infer, infer_many, lane."""
+
+    path: RequestPath  # request_path.choose(), set in TritonClient.__init__
 
     def prepare(
         self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None, version: str = ""
@@ -92,20 +91,13 @@ class Inference(MemoryRegions):
         return ready
 
     def send(self, request: PreparedRequest) -> dict[str, Array]:
-        """Send a prepared request; every output it asked for, by name."""
-        http = self._conns.http
-        if http is not None:
-            reply = self._call(
-                request.model, lambda: http.exchange(request.wire), request.version, request
-            )
-            return self._call(
-                request.model, lambda: read_http(request, reply), request.version, request
-            )
-        answer = self._call(
-            request.model, lambda: self._grpc_exchange(request), request.version, request
-        )
+        """Send a prepared request through tritonclient's own client (request_path.py: the
+        checks go over the client users deploy); every output it asked for, by name."""
         return self._call(
-            request.model, lambda: read_grpc(request, answer), request.version, request
+            request.model,
+            lambda: standard_infer(self._conns.control, self.protocol, request, self.timeout_s),
+            request.version,
+            request,
         )
 
     def send_status(self, request: PreparedRequest) -> int:
@@ -152,9 +144,9 @@ class Inference(MemoryRegions):
         return SharedGrpcLane(lean, failure) if shared else GrpcLane(lean, failure)
 
     def _grpc_exchange(self, request: PreparedRequest) -> bytes:
-        """The answer's message: over HTTP/2 spoken directly (grpc_h2, a third of grpcio's CPU
-        per request under gevent) where `hpack` (the load extra) is installed and the
-        transport is none or system shared memory, else through the gRPC channel."""
+        """The answer's message over the load wire request_path.choose() named: HTTP/2
+        spoken directly (grpc_h2, a third of grpcio's CPU per request under gevent), else
+        the prepared bytes through a gRPC channel."""
         lean = self._lean_grpc() if request.frames is not None else None
         if lean is not None:
             assert request.frames is not None
@@ -164,8 +156,7 @@ class Inference(MemoryRegions):
 
     def _lean_grpc(self) -> grpc_h2.GrpcConnections | None:
         if self._conns.h2 is None:
-            # CUDA regions stay on the channel: no GPU here to prove the direct path with them.
-            if self.shared_memory == "cuda" or not grpc_h2.h2_available():
+            if self.path.load != "grpc-h2":
                 return None
             with self._lock:
                 if self._conns.h2 is None:
@@ -173,14 +164,6 @@ class Inference(MemoryRegions):
                         self.url, self.timeout_s, self.security
                     )
         return self._conns.h2
-
-    def _read_answer(self, request: PreparedRequest, call: Any) -> dict[str, Array]:
-        """The outputs of a gRPC request in flight, its failure in tritonclient's form."""
-        try:
-            answer: bytes = call.result()
-        except grpc.RpcError as exc:
-            raise rpc_error(exc) from None
-        return read_grpc(request, answer)
 
     def infer(
         self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None, version: str = ""
@@ -201,33 +184,10 @@ class Inference(MemoryRegions):
         """Send all requests at once (so the dynamic batcher can combine them); answers in
         request order."""
         names = list(outputs) if outputs is not None else self.output_names(model, version)
-        if self.protocol == "http" or self._lean_grpc() is not None:
-            return self._infer_many_threads(model, requests, names, version)
-        built = self.prepare_all(model, requests, names, version)
-        channel = self._conns.grpc
-        assert channel is not None
-        try:
-            calls = [
-                self._call(model, functools.partial(channel.start, r.wire, self.timeout_s), version)
-                for r in built
-            ]
-            return [
-                self._call(
-                    model, functools.partial(self._read_answer, request, call), version, request
-                )
-                for request, call in zip(built, calls, strict=True)
-            ]
-        finally:
-            for request in built:
-                request.release()
-
-    def _infer_many_threads(
-        self, model: str, requests: Sequence[Tensors], names: list[str], version: str
-    ) -> list[dict[str, Array]]:
-        """One thread and connection per request in flight (HTTP/1.1, or HTTP/2 with one
-        stream per connection), all prepared before the first is sent."""
         built = self.prepare_all(model, requests, names, version)
         try:
+            # All in flight together, each through tritonclient's infer(): one thread each
+            # (HTTP's client is made per thread; gRPC's channel carries them as streams).
             with ThreadPoolExecutor(max_workers=min(len(built), 64) or 1) as pool:
                 return list(pool.map(self.send, built))
         finally:

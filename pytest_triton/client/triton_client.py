@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import threading
 import weakref
 from collections.abc import Iterable
@@ -25,6 +26,7 @@ from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.watched_servers import ServerHealth
 from pytest_triton.client.connections import Connections
 from pytest_triton.client.inference import Inference
+from pytest_triton.client.request_path import choose
 from pytest_triton.client.wire.grpc_call import GrpcInfer
 from pytest_triton.client.wire.http_conn import HttpConnections
 from pytest_triton.client.wire.http_control import PerThreadControl, WithHeaders
@@ -38,6 +40,7 @@ from pytest_triton.client.wire.shm import (
 )
 
 PROTOCOLS: tuple[Protocol, ...] = ("http", "grpc")
+log = logging.getLogger(__name__)
 __all__ = ["PROTOCOLS", "PreparedRequest", "Protocol", "ServerHealth", "Transport", "TritonClient"]
 
 
@@ -87,6 +90,7 @@ class TritonClient(Inference):
         self.output_shared_memory_size = output_shared_memory_size
         self.timeout_s = timeout_s
         self.server = server
+        self.path = choose(protocol, shared_memory)
         self._outputs: dict[tuple[str, str], list[str]] = {}
         self._signatures: dict[tuple[str, str], tuple[list[dict[str, Any]], bool]] = {}
         self._memory: SharedMemory | None = None
@@ -110,6 +114,7 @@ class TritonClient(Inference):
         # Dropping the client closes what it holds, at once and without the collector.
         self._release = weakref.finalize(self, self._conns.close)
         _LIVE.add(self)
+        log.debug("%r", self)
 
     @property
     def id(self) -> str:
@@ -117,7 +122,10 @@ class TritonClient(Inference):
         return self.protocol + ID_SUFFIX[self.shared_memory]
 
     def __repr__(self) -> str:
-        return f"TritonClient({self.protocol}://{self.url}, shared_memory={self.shared_memory})"
+        return (
+            f"TritonClient({self.protocol}://{self.url}, shared_memory={self.shared_memory}, "
+            f"{self.path})"
+        )
 
     def release_idle(self) -> None:
         """Close the keep-alive connections no request is using; the next request or call

@@ -70,7 +70,7 @@ def _servers(document: Mapping[str, Any]) -> list[str]:
     lines = ["## Server and versions", ""]
     if document["servers"]:
         lines += table(
-            ["launcher", "endpoint", "tritonserver", "backends", "device", "image"],
+            ["launcher", "endpoint", "tritonserver", "backends", "device", "image", "requests"],
             [
                 (
                     s["launcher"],
@@ -79,6 +79,7 @@ def _servers(document: Mapping[str, Any]) -> list[str]:
                     ", ".join(s["backends"]),
                     s["device"],
                     s.get("image") or "-",
+                    _request_paths(s),
                 )
                 for s in document["servers"]
             ],
@@ -86,6 +87,19 @@ def _servers(document: Mapping[str, Any]) -> list[str]:
     else:
         lines += ["No server was started in this session.", ""]
     return [*lines, f"Python {env['python']} on {env['platform']}; {packages}.", ""]
+
+
+def _request_paths(server: Mapping[str, Any]) -> str:
+    """Which client the checks and the load went through, per protocol (older documents
+    did not say)."""
+    paths = server.get("request_paths") or {}
+    return (
+        "; ".join(
+            f"{protocol}: checks over {p['checks']}, load over {p['load']}"
+            for protocol, p in paths.items()
+        )
+        or "-"
+    )
 
 
 def _parity(document: Mapping[str, Any], image: bool) -> list[str]:

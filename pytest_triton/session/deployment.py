@@ -10,7 +10,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -24,8 +24,9 @@ from pytest_triton.base.errors import (
     ModelLoadError,
 )
 from pytest_triton.base.urls import parse_url
+from pytest_triton.client.request_path import choose
 from pytest_triton.client.stats import ModelStats, StatsWindow
-from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
+from pytest_triton.client.triton_client import PROTOCOLS, Protocol, Transport, TritonClient
 from pytest_triton.parity.compare import ParityReport, Tolerance, compare_outputs
 from pytest_triton.parity.results import Check, ParityResult, transport_of
 from pytest_triton.repository import pbtxt
@@ -93,6 +94,7 @@ class Deployment:
             "device": "GPU" if server.gpu else "CPU",
             "image": getattr(getattr(server, "settings", None), "image", None),
             "model_control": server.model_control_mode,
+            "request_paths": {p: asdict(choose(p, "none")) for p in PROTOCOLS},
         }
         try:
             metadata = self.client("http").server_metadata()

@@ -538,6 +538,22 @@ def test_markdown_of_a_failed_gate_lists_failures_and_skips() -> None:
     assert "| needs a GPU | 5: t::s0, t::s1, t::s2, ... |" in text
 
 
+def test_the_server_section_says_which_client_carried_checks_and_load() -> None:
+    doc = gate_document()
+    server = {"launcher": "local", "http": "h:1", "backends": ["python"], "device": "CPU"}
+    paths = {
+        "http": {"checks": "tritonclient.http", "load": "http1-pool"},
+        "grpc": {"checks": "tritonclient.grpc", "load": "grpc-h2"},
+    }
+    doc["servers"] = [server, {**server, "http": "h:2", "request_paths": paths}]
+    text = render(gd.decide(doc))
+    assert "| local | h:1 | n/a | python | CPU | - | - |" in text  # an older document
+    assert (
+        "| local | h:2 | n/a | python | CPU | - | http: checks over tritonclient.http, load over"
+        " http1-pool; grpc: checks over tritonclient.grpc, load over grpc-h2 |"
+    ) in text
+
+
 def test_baseline_limits_are_settings_with_checked_values() -> None:
     from pytest_triton.base.config_resolution import resolve
     from pytest_triton.base.errors import ConfigError

@@ -155,3 +155,43 @@ def write_variable_length_model(root: Path, name: str = "identity_var") -> Path:
     return write_python_directory(
         root, name, IDENTITY, [("V", mc.TYPE_FP32, [-1])], [("W", mc.TYPE_FP32, [-1])]
     )
+
+
+MIXED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for r in requests:
+            h = pb_utils.get_input_tensor_by_name(r, "H").as_numpy()
+            i = pb_utils.get_input_tensor_by_name(r, "I").as_numpy()
+            t = pb_utils.get_input_tensor_by_name(r, "T").as_numpy()
+            upper = np.array([x.upper() for x in t.ravel()], dtype=object).reshape(t.shape)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("H2", (h * 2).astype(np.float16)),
+                pb_utils.Tensor("I2", (i + 1).astype(np.int64)),
+                pb_utils.Tensor("U", upper),
+                pb_utils.Tensor("S", h.astype(np.float32).sum(axis=1, keepdims=True)),
+            ]))
+        return responses
+"""
+
+
+def write_mixed_model(root: Path, name: str = "mixed") -> Path:
+    """Several datatypes in and four outputs out: H FP16 [3] -> H2 = 2H (FP16) and
+    S = sum(H) (FP32 [1]); I INT64 [2] -> I2 = I + 1; T BYTES [-1] -> U upper-cased."""
+    return write_python_directory(
+        root,
+        name,
+        MIXED,
+        [("H", mc.TYPE_FP16, [3]), ("I", mc.TYPE_INT64, [2]), ("T", mc.TYPE_STRING, [-1])],
+        [
+            ("H2", mc.TYPE_FP16, [3]),
+            ("I2", mc.TYPE_INT64, [2]),
+            ("U", mc.TYPE_STRING, [-1]),
+            ("S", mc.TYPE_FP32, [1]),
+        ],
+    )

@@ -56,10 +56,6 @@ class GrpcInfer:
         except grpc.RpcError as exc:
             raise rpc_error(exc) from None
 
-    def start(self, message: bytes, timeout_s: float | None) -> grpc.Future:
-        """A request in flight; its result() is the answer's bytes or raises grpc.RpcError."""
-        return self._infer.future(message, timeout=timeout_s, metadata=self.metadata)
-
     def close(self) -> None:
         if not self.closed:
             self.closed = True

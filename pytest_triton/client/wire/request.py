@@ -51,6 +51,9 @@ class PreparedRequest:
     blocks: list[Block] = field(default_factory=list)
     memory: SharedMemory | None = None
     frames: GrpcFrames | None = None  # gRPC only
+    # tritonclient's InferInput / InferRequestedOutput: what the checks send with its infer()
+    inputs: list[Any] = field(default_factory=list)
+    requested: list[Any] | None = None
 
     @property
     def shared_memory(self) -> str:
@@ -129,6 +132,7 @@ def build_request(
         requested = None
         if outputs is not None:
             requested = [_output(module, protocol, name, request, output_sizes) for name in outputs]
+        request.inputs, request.requested = infer_inputs, requested
         if protocol == "http":
             body, json_size = httpclient.InferenceServerClient.generate_request_body(
                 infer_inputs, outputs=requested
@@ -274,16 +278,22 @@ def read_http(request: PreparedRequest, reply: HttpReply) -> dict[str, Array]:
         header_length=reply.header_length,
         content_encoding=reply.content_encoding,
     )
-    described = {
-        o["name"]: (o["datatype"], o["shape"]) for o in result.get_response().get("outputs", [])
-    }
-    return _outputs(request, result, described)
+    return read_result(request, result)
 
 
 def read_grpc(request: PreparedRequest, answer: bytes) -> dict[str, Array]:
     response = service_pb2.ModelInferResponse.FromString(answer)
-    result = grpcclient.InferResult(response)
-    described = {o.name: (o.datatype, list(o.shape)) for o in response.outputs}
+    return read_result(request, grpcclient.InferResult(response))
+
+
+def read_result(request: PreparedRequest, result: Any) -> dict[str, Array]:
+    """Every output of tritonclient's InferResult of either protocol (outputs placed in
+    shared memory read from their blocks)."""
+    response = result.get_response()
+    if isinstance(response, dict):  # HTTP
+        described = {o["name"]: (o["datatype"], o["shape"]) for o in response.get("outputs", [])}
+    else:
+        described = {o.name: (o.datatype, list(o.shape)) for o in response.outputs}
     return _outputs(request, result, described)
 
 
