@@ -7,14 +7,18 @@ the parity checks at hand.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from pytest_triton.accuracy.check import IN_FLIGHT, assert_accuracy
+from pytest_triton.accuracy.metrics import Metric
+from pytest_triton.accuracy.outcome import AccuracyResult
 from pytest_triton.base import setup_steps
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import (
@@ -430,6 +434,42 @@ class ServedModel:
         if not report.ok:
             raise AssertionError(report.describe())
         return report
+
+    def assert_accuracy(
+        self,
+        client: TritonClient,
+        dataset: Iterable[Any],
+        metric: Metric | str,
+        *,
+        min_ratio: float | None = 0.99,
+        min_value: float | None = None,
+        min_samples: int | None = None,
+        in_flight: int = IN_FLIGHT,
+    ) -> AccuracyResult:
+        """The dataset's metric on this variant's answers against fp32 PyTorch's on the same
+        data (pytest_triton.accuracy.check.assert_accuracy): how a reduced-precision variant
+        (int8, fp16) is judged, and any variant when a dataset is given."""
+        fp32 = self.deployment.repository.native(
+            dataclasses.replace(self.variant, precision="fp32")
+        )
+        wire = (
+            self.deployment.repository.native(self.variant)
+            if self.variant.precision == "fp16"
+            else None
+        )
+        return assert_accuracy(
+            client,
+            self.name,
+            dataset,
+            metric,
+            fp32,
+            min_ratio=min_ratio,
+            min_value=min_value,
+            min_samples=min_samples,
+            outputs=self.variant.spec.output_names,
+            in_flight=in_flight,
+            cast=wire.cast_inputs if wire is not None else None,
+        )
 
     def assert_batched_parity(
         self,
