@@ -17,6 +17,12 @@ class DatasetError(TritonTestError, ValueError):
     request."""
 
 
+class ParityNotApplicable(TritonTestError):
+    """Element-wise parity asked of a reduced-precision (int8) variant, whose answers differ
+    from fp32 PyTorch's by design: judge it with assert_accuracy on a dataset. pytest's
+    plugin reports the test as skipped with this reason."""
+
+
 class ExportError(TritonTestError):
     """torch.jit / torch.onnx failed on a spec; carries the exporter's own message."""
 

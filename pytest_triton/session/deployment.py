@@ -26,7 +26,9 @@ from pytest_triton.base.errors import (
     DeployedModelError,
     InferenceError,
     ModelLoadError,
+    ParityNotApplicable,
 )
+from pytest_triton.base.formats import REDUCED_PRECISIONS
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stats import ModelStats, StatsWindow
 from pytest_triton.client.triton_client import Protocol, Transport, TritonClient
@@ -411,6 +413,14 @@ class ServedModel:
         """Where its instances run: "gpu" or "cpu" (the tolerance tables' device)."""
         return "gpu" if self.variant.gpu else "cpu"
 
+    def _refuse_reduced_precision(self) -> None:
+        if self.variant.precision in REDUCED_PRECISIONS:
+            raise ParityNotApplicable(
+                f"{self.id} is {self.variant.precision.upper()}: its answers differ from fp32 "
+                "PyTorch's by design, so element-wise parity does not judge it; judge it by "
+                "accuracy on a dataset (ServedModel.assert_accuracy, docs/accuracy.md)"
+            )
+
     def assert_parity(
         self,
         client: TritonClient,
@@ -424,6 +434,7 @@ class ServedModel:
     ) -> ParityReport:
         """One request; every output must match native PyTorch within tolerance. Returns the
         report (max abs/rel diff and the share of the allowance used, per output)."""
+        self._refuse_reduced_precision()
         if inputs is None:
             inputs = self.inputs(batch_size, seed)
         report = self._compare(
@@ -483,6 +494,7 @@ class ServedModel:
     ) -> ModelStats:
         """N single-row requests in flight together must each equal PyTorch on that row alone,
         in request order. Returns the statistics delta so callers can check batching."""
+        self._refuse_reduced_precision()
         if not self.variant.spec.batched:
             raise ValueError(f"{self.id} has max_batch_size 0: nothing to batch")
         rows = self.inputs(requests, seed)

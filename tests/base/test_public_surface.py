@@ -30,6 +30,7 @@ TOP_LEVEL = [
     "ModelLoadError",
     "ModelSpec",
     "ModelStats",
+    "ParityNotApplicable",
     "ParityResult",
     "PipelineSpec",
     "RefusedError",
