@@ -48,6 +48,12 @@ def quantize(spec: ModelSpec, fp32_path: Path, path: Path) -> str:
     ("static-qdq" or "dynamic")."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    # The exporter records shapes of initializers in value_info; the quantizer rewrites some
+    # of them (a Gemm's weight, transposed) and shape inference then refuses the stale
+    # record ("Inferred shape and existing shape differ"). Shapes are inferred anew.
+    model = onnx.load(str(fp32_path))
+    del model.graph.value_info[:]
+    onnx.save(model, str(fp32_path))
     with _quiet_root_logger():
         if not uses_convolutions(fp32_path):
             quantize_dynamic(str(fp32_path), str(path), weight_type=QuantType.QInt8)
