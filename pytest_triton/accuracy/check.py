@@ -5,6 +5,7 @@ floor). Measure (send, reference), judge (values, interval, worst), then raise."
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -103,7 +104,7 @@ def worst_places(
     )
 
 
-def assert_accuracy(
+def measure_accuracy(
     client: TritonClient,
     model: str,
     dataset: Iterable[Any],
@@ -118,8 +119,8 @@ def assert_accuracy(
     version: str = "",
     cast: Callable[[Mapping[str, Array]], Mapping[str, Array]] | None = None,
 ) -> AccuracyResult:
-    """Raise AssertionError naming the metric, both values and the threshold when the served
-    model's metric falls below `min_ratio` x the reference's (and/or below `min_value`).
+    """The check's result, judged but not raised (assert_accuracy raises): the served
+    model's metric against `min_ratio` x the reference's (and/or `min_value`).
 
     `reference` maps one batch's inputs to the fp32 PyTorch answers by output name
     (ServedModel.assert_accuracy passes its native model). Refused before any request, as a
@@ -176,5 +177,41 @@ def assert_accuracy(
     if result.ok:
         return result
     worst = worst_places(chosen, served, expected, served_truth, reference_truth, labels)
-    failed = AccuracyResult(**{**result.__dict__, "worst": worst})
-    raise AssertionError(failed.describe())
+    return dataclasses.replace(result, worst=worst)
+
+
+def assert_accuracy(
+    client: TritonClient,
+    model: str,
+    dataset: Iterable[Any],
+    metric: Metric | str,
+    reference: Reference,
+    *,
+    min_ratio: float | None = 0.99,
+    min_value: float | None = None,
+    min_samples: int | None = None,
+    outputs: Sequence[str] | None = None,
+    in_flight: int = IN_FLIGHT,
+    version: str = "",
+    cast: Callable[[Mapping[str, Array]], Mapping[str, Array]] | None = None,
+) -> AccuracyResult:
+    """Raise AssertionError naming the metric, both values, the threshold and where the
+    served model loses most when its metric falls below `min_ratio` x the reference's
+    (and/or below `min_value`); see measure_accuracy. Returns the result."""
+    result = measure_accuracy(
+        client,
+        model,
+        dataset,
+        metric,
+        reference,
+        min_ratio=min_ratio,
+        min_value=min_value,
+        min_samples=min_samples,
+        outputs=outputs,
+        in_flight=in_flight,
+        version=version,
+        cast=cast,
+    )
+    if not result.ok:
+        raise AssertionError(result.describe())
+    return result

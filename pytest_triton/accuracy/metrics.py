@@ -98,7 +98,8 @@ def agreement(k: int = 1, output: str | None = None) -> Metric:
         truth = np.argmax(_rows(pick_output(reference, output, "agreement")), axis=1)
         return _in_top_k(pick_output(answers, output, "agreement"), truth, k)
 
-    return Metric(f"top{k}_agreement", "reference", score=score, proportion=True)
+    name = f"top{k}_agreement" + (f"[{output}]" if output else "")
+    return Metric(name, "reference", score=score, proportion=True)
 
 
 def roc_auc(output: str | None = None) -> Metric:

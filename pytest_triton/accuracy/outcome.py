@@ -23,6 +23,9 @@ class AccuracyResult:
     min_ratio: float | None
     min_value: float | None
     worst: tuple[str, ...] = ()  # on failure: classes or samples where the served model lost most
+    variant: str = ""  # the test id part of a served variant (mnist-onnx-int8-hosted)
+    precision: str = ""
+    dataset: str = ""  # what the caller called its dataset, for the report
 
     @property
     def ratio(self) -> float:
@@ -70,6 +73,9 @@ class AccuracyResult:
     def as_dict(self) -> dict[str, object]:
         """The gate report's row."""
         return {
+            "variant": self.variant or self.model,
+            "precision": self.precision,
+            "dataset": self.dataset,
             "model": self.model,
             "metric": self.metric,
             "against": self.against,

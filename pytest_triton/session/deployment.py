@@ -16,7 +16,7 @@ from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from pytest_triton.accuracy.check import IN_FLIGHT, assert_accuracy
+from pytest_triton.accuracy.check import IN_FLIGHT, measure_accuracy
 from pytest_triton.accuracy.metrics import Metric
 from pytest_triton.accuracy.outcome import AccuracyResult
 from pytest_triton.base import setup_steps
@@ -40,7 +40,7 @@ from pytest_triton.repository.served_config import config_differences
 from pytest_triton.repository.variants import Variant
 from pytest_triton.server.launcher import RunningServer, load_failures
 
-ResultListener = Callable[[ParityResult], None]
+ResultListener = Callable[[ParityResult | AccuracyResult], None]
 
 
 class Deployment:
@@ -64,9 +64,9 @@ class Deployment:
         self._clients: dict[tuple[str, str], TritonClient] = {}
         self._loaded: set[str] = set()
         self._lock = threading.RLock()
-        self.listeners: list[ResultListener] = []  # told of every parity check's result
+        self.listeners: list[ResultListener] = []  # told of every check's result
 
-    def record(self, result: ParityResult) -> None:
+    def record(self, result: ParityResult | AccuracyResult) -> None:
         for listener in list(self.listeners):
             listener(result)
 
@@ -456,10 +456,13 @@ class ServedModel:
         min_value: float | None = None,
         min_samples: int | None = None,
         in_flight: int = IN_FLIGHT,
+        name: str = "",
     ) -> AccuracyResult:
         """The dataset's metric on this variant's answers against fp32 PyTorch's on the same
         data (pytest_triton.accuracy.check.assert_accuracy): how a reduced-precision variant
-        (int8, fp16) is judged, and any variant when a dataset is given."""
+        (int8, fp16) is judged, and any variant when a dataset is given. `name` labels the
+        dataset in the gate report. The result is recorded (the gate report's Accuracy
+        section) before a failure raises."""
         fp32 = self.deployment.repository.native(
             dataclasses.replace(self.variant, precision="fp32")
         )
@@ -468,7 +471,7 @@ class ServedModel:
             if self.variant.precision == "fp16"
             else None
         )
-        return assert_accuracy(
+        result = measure_accuracy(
             client,
             self.name,
             dataset,
@@ -481,6 +484,13 @@ class ServedModel:
             in_flight=in_flight,
             cast=wire.cast_inputs if wire is not None else None,
         )
+        result = dataclasses.replace(
+            result, variant=self.id, precision=self.variant.precision, dataset=name
+        )
+        self.deployment.record(result)
+        if not result.ok:
+            raise AssertionError(result.describe())
+        return result
 
     def assert_batched_parity(
         self,
