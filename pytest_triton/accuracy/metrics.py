@@ -127,7 +127,7 @@ def cosine(output: str | None = None) -> Metric:
             cos = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
         return np.where(same_zero, 1.0, np.clip(cos, -1.0, 1.0))
 
-    return Metric("cosine", "reference", score=score)
+    return Metric("cosine" + (f"[{output}]" if output else ""), "reference", score=score)
 
 
 # -- SQuAD-style spans ------------------------------------------------------------------------
