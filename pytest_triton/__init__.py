@@ -3,7 +3,8 @@
 The package is one folder per layer, each importing only from those below it
 (docs/architecture.md; tests/test_architecture.py keeps the rules):
 front ends `plugin` (pytest), `load` (Locust, triton-perf), `cli`; then `gate` (the report,
-from documents only), `session`, `server`, `models`, `repository`, `parity`, `client`, `base`.
+from documents only), `session`, `server`, `models`, `repository`, `accuracy`, `parity`,
+`client`, `base`.
 """
 
 import importlib
@@ -20,12 +21,17 @@ from typing import TYPE_CHECKING, Any
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 if TYPE_CHECKING:
+    from pytest_triton.accuracy.check import assert_accuracy
+    from pytest_triton.accuracy.metrics import Metric
+    from pytest_triton.accuracy.outcome import AccuracyResult
     from pytest_triton.base.config import TritonConfig
     from pytest_triton.base.errors import (
         ConfigError,
+        DatasetError,
         ExportError,
         InferenceError,
         ModelLoadError,
+        ParityNotApplicable,
         RefusedError,
         ServerError,
         SharedMemoryError,
@@ -59,13 +65,18 @@ moved.install()
 # Each public name and the module that holds it, imported on first use: a Locust process or a
 # client that needs TritonClient does not pay for torch (the repository layer imports it).
 _HOME = {
+    "AccuracyResult": "pytest_triton.accuracy.outcome",
+    "Metric": "pytest_triton.accuracy.metrics",
+    "assert_accuracy": "pytest_triton.accuracy.check",
     "TritonConfig": "pytest_triton.base.config",
     **dict.fromkeys(
         [
             "ConfigError",
+            "DatasetError",
             "ExportError",
             "InferenceError",
             "ModelLoadError",
+            "ParityNotApplicable",
             "RefusedError",
             "ServerError",
             "SharedMemoryError",
@@ -119,15 +130,19 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AccuracyResult",
     "ConfigError",
+    "DatasetError",
     "Deployment",
     "DynamicBatching",
     "ExportError",
     "InferenceError",
     "InstanceGroup",
+    "Metric",
     "ModelLoadError",
     "ModelSpec",
     "ModelStats",
+    "ParityNotApplicable",
     "ParityResult",
     "PipelineSpec",
     "RefusedError",
@@ -146,6 +161,7 @@ __all__ = [
     "TritonClient",
     "TritonConfig",
     "TritonTestError",
+    "assert_accuracy",
     "assert_dynamic_batching",
     "assert_parity",
     "factories",

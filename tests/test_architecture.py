@@ -24,7 +24,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pytest_triton"
 # them all and never import each other. `load` is the load engine (Locust's side, the sweep,
 # the search) that the locustfiles and the command-line tools drive; pytest's plugin never
 # imports it (it imports locust, which patches the process with gevent).
-LAYERS = ("base", "client", "parity", "repository", "models", "server", "session", "load", "gate")
+LAYERS = (
+    "base",
+    "client",
+    "parity",
+    "accuracy",
+    "repository",
+    "models",
+    "server",
+    "session",
+    "load",
+    "gate",
+)
 FRONTS = ("plugin", "cli")
 ROOT_FILES = {"__init__.py", "py.typed"}
 
@@ -469,7 +480,7 @@ def test_no_module_is_imported_under_an_old_or_other_name() -> None:
 
 
 LAYER_PATH = re.compile(
-    r"(?<![\w/.-])(?:pytest_triton/)?((?:base|client|parity|repository|models|server|session"
+    r"(?<![\w/.-])(?:pytest_triton/)?((?:base|client|parity|accuracy|repository|models|server|session"
     r"|gate|plugin|load|cli)/[\w/]*\w\.py)\b"
 )
 DOTTED = re.compile(r"\bpytest_triton(?:\.[A-Za-z_]\w*)+")

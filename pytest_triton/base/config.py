@@ -380,12 +380,12 @@ class ServingSettings:
     )
     precisions: tuple[str, ...] | None = _setting(
         None,
-        "precisions to serve, comma-separated (fp32, fp16), for every spec and each "
-        "format that has them",
+        "precisions to serve, comma-separated (fp32, fp16, int8), for every spec and each "
+        "format that has them (int8: ONNX, judged by accuracy)",
         PYTEST,
         parse=parse_precisions,
         metavar="LIST",
-        shown_default="each spec's: fp32, and fp16 when ModelSpec.fp16",
+        shown_default="each spec's: fp32, fp16 when ModelSpec.fp16, int8 when ModelSpec.int8",
     )
     format: str | None = _setting(
         None,

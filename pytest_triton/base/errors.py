@@ -11,6 +11,18 @@ class SpecError(TritonTestError, ValueError):
     """A ModelSpec that cannot be exported or served, detected before any export."""
 
 
+class DatasetError(TritonTestError, ValueError):
+    """A dataset an accuracy check cannot use (batches that do not fit the model's inputs,
+    labels missing for a label metric, too few samples for the rule), refused before any
+    request."""
+
+
+class ParityNotApplicable(TritonTestError):
+    """Element-wise parity asked of a reduced-precision (int8) variant, whose answers differ
+    from fp32 PyTorch's by design: judge it with assert_accuracy on a dataset. pytest's
+    plugin reports the test as skipped with this reason."""
+
+
 class ExportError(TritonTestError):
     """torch.jit / torch.onnx failed on a spec; carries the exporter's own message."""
 

@@ -17,5 +17,10 @@ CPU_FORMATS: tuple[str, ...] = FORMATS + PT2_FORMATS
 GPU_FORMATS: tuple[str, ...] = ("tensorrt", "onnx-trt")
 """Formats that need a GPU server (added to the default set in GPU mode)."""
 
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
-"""Precisions a variant may be served at (fp16 where the format supports it)."""
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+"""Precisions a variant may be served at (fp16 where the format supports it; int8 as an ONNX
+model quantized by onnxruntime.quantization, judged by accuracy rather than element-wise)."""
+
+REDUCED_PRECISIONS: frozenset[str] = frozenset({"int8"})
+"""Precisions whose answers differ from fp32 PyTorch's by design: element-wise parity does
+not judge them, an accuracy check on a dataset does (pytest_triton/accuracy/)."""

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import torch
 
 from pytest_triton.base.config import TritonConfig, settings_for
 from pytest_triton.base.config_resolution import resolve
+from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.base.setting_sources import add_arguments, check_environ, from_arguments
@@ -120,6 +121,21 @@ def deployer_parser() -> argparse.ArgumentParser:
         help="model repository directory (default: model_repository)",
     )
     triton.add_argument("--trt-fp16", action="store_true", help="fp16 TensorRT plan")
+    triton.add_argument(
+        "--int8",
+        action="store_true",
+        help="INT8 ONNX (--onnx only) through onnxruntime.quantization: static QDQ calibrated "
+        "on --calibration-data for models with convolutions, dynamic otherwise; --check then "
+        "judges it by accuracy (cosine of every output with fp32 PyTorch), not element-wise",
+    )
+    triton.add_argument(
+        "--calibration-data",
+        type=Path,
+        metavar="FILE.npz",
+        help="with --int8: real input batches to calibrate on, an .npz of arrays by input "
+        "name (batch axis first), split into batches of --batch_size (default: generated "
+        "batches, which a CNN should not be calibrated on)",
+    )
     backend = triton.add_mutually_exclusive_group()
     backend.add_argument(
         "--native",
@@ -355,6 +371,13 @@ def deploy(argv: Sequence[str], out: Any = sys.stdout) -> int:
             f"--trt-fp16 applies to --trt only; use --fp16 after '--' for an fp16 {fmt} model"
         )
     fp16 = chosen.fp16 or args.trt_fp16
+    if args.calibration_data and not args.int8:
+        raise UsageError("--calibration-data calibrates an --int8 model: add --int8")
+    if args.int8 and (fmt != "onnx" or fp16):
+        raise UsageError(
+            "--int8 applies to --onnx in fp32 only (onnxruntime.quantization quantizes the "
+            "fp32 ONNX export)"
+        )
     cuda = torch.cuda.is_available()
     gpu = not (args.triton_no_cuda or chosen.cpu) and cuda
     if not gpu and not (args.triton_no_cuda or chosen.cpu):
@@ -374,6 +397,8 @@ def deploy(argv: Sequence[str], out: Any = sys.stdout) -> int:
     overrides: dict[str, Any] = {
         "formats": [fmt],
         "fp16": fp16,
+        "int8": args.int8,
+        "calibration": calibration_from_file(args.calibration_data, chosen.batch_size),
         "triton_name": args.triton_model_name or chosen.zoo,
         "version": args.triton_model_version,
         "instance_kind": "KIND_GPU" if gpu else "KIND_CPU",
@@ -398,7 +423,8 @@ def deploy(argv: Sequence[str], out: Any = sys.stdout) -> int:
     repo = Repository(
         args.save_dir, [spec], formats=[fmt], progress=lambda msg: print(msg, file=out)
     )
-    variants = [v for v in repo.plan(target) if v.precision == ("fp16" if fp16 else "fp32")]
+    precision = "int8" if args.int8 else ("fp16" if fp16 else "fp32")
+    variants = [v for v in repo.plan(target) if v.precision == precision]
     if not variants:
         raise UsageError(f"{fmt} cannot be written for this target")
     (variant,) = variants
@@ -493,15 +519,48 @@ def deploy_spec(args: argparse.Namespace, model_argv: Sequence[str], out: Any) -
     )
 
 
+def calibration_from_file(
+    path: Path | None, batch_size: int
+) -> Callable[[], list[dict[str, Array]]] | None:
+    """--calibration-data's arrays, split into batches (read when the export needs them)."""
+    if path is None:
+        return None
+    if not path.is_file():
+        raise UsageError(f"--calibration-data {path}: no such file")
+
+    def batches() -> list[dict[str, Array]]:
+        with np.load(path) as data:
+            arrays = {name: data[name] for name in data.files}
+        rows = min(len(a) for a in arrays.values())
+        return [
+            {name: a[i : i + batch_size] for name, a in arrays.items()}
+            for i in range(0, rows, batch_size)
+        ]
+
+    return batches
+
+
+INT8_CHECK_BATCHES = 16  # x 8 rows: 128 samples, more than a 99% rule needs at 1.0
+
+
 def check(config: TritonConfig, repo: Repository, variant: Variant, out: Any) -> int:
-    """Serve the written repository from a local tritonserver and compare with PyTorch."""
+    """Serve the written repository from a local tritonserver and compare with PyTorch:
+    element-wise, or for an INT8 model by the cosine of each output with fp32 PyTorch's."""
+    from pytest_triton.accuracy import metrics
     from pytest_triton.session.lifecycle import start_deployment
 
     deployment = start_deployment(config, repo)
     try:
         model = deployment.model(variant)
         for protocol in ("http", "grpc"):
-            report = model.assert_parity(deployment.client(protocol), batch_size=2)
+            client = deployment.client(protocol)
+            if variant.precision == "int8":
+                batches = [model.inputs(8, seed) for seed in range(INT8_CHECK_BATCHES)]
+                for output in variant.spec.output_names:
+                    result = model.assert_accuracy(client, batches, metrics.cosine(output))
+                    print(f"check {protocol}: {result.describe()}", file=out)
+                continue
+            report = model.assert_parity(client, batch_size=2)
             print(f"check {protocol}: " + report.describe().replace("\n", "\n  "), file=out)
     finally:
         deployment.close()

@@ -28,6 +28,7 @@ class Collected:
     """What a session recorded, in the order it happened."""
 
     parity: list[dict[str, Any]] = field(default_factory=list)  # ParityResult.as_dict + test
+    accuracy: list[dict[str, Any]] = field(default_factory=list)  # AccuracyResult.as_dict + test
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # by HTTP endpoint
     tests: dict[str, Outcome] = field(default_factory=dict)
 
@@ -230,6 +231,7 @@ def build_document(
         "batching": batching_rows(collected.parity),
         "pipelines": pipeline_rows(collected.parity),
         "parity_checks": list(collected.parity),
+        "accuracy": list(collected.accuracy),
         "load": list(load_runs),
         "skipped": skipped(tests),
         "failed": [{"test": t.nodeid, "message": t.reason} for t in tests if t.outcome == "failed"],

@@ -56,6 +56,7 @@ def render(document: Mapping[str, Any], *, images: bool = True, plots: Sequence[
     ]
     lines += _servers(document)
     lines += _parity(document, images and PLOTS["parity"] in plots)
+    lines += _accuracy(document)
     lines += _batching(document)
     lines += _pipelines(document)
     lines += _load(document, images and PLOTS["load"] in plots)
@@ -145,6 +146,48 @@ def _parity(document: Mapping[str, Any], image: bool) -> list[str]:
     if image:
         lines += [f"![parity headroom per variant]({PLOTS['parity']})", ""]
     return lines
+
+
+def _accuracy(document: Mapping[str, Any]) -> list[str]:
+    rows = document.get("accuracy") or []  # reports written before 0.2 have none
+    if not rows:
+        return []
+    lines = [
+        "## Accuracy: served vs fp32 PyTorch on a dataset",
+        "",
+        "The metric of the served answers and of fp32 PyTorch's on the same data; the rule is "
+        "MLPerf's (served >= ratio x reference). Interval: 95%, of the served value.",
+        "",
+    ]
+    return lines + table(
+        [
+            "variant",
+            "dataset",
+            "N",
+            "metric",
+            "served",
+            "reference",
+            "ratio",
+            "interval",
+            "threshold",
+            "result",
+        ],
+        [
+            (
+                r["variant"],
+                r.get("dataset") or "-",
+                r["samples"],
+                f"{r['metric']} (vs {r['against']})",
+                f"{r['served']:.4f}",
+                f"{r['reference']:.4f}",
+                f"{r['ratio']:.4f}",
+                f"[{r['interval'][0]:.4f}, {r['interval'][1]:.4f}]",
+                f"{r['threshold']:.4f} ({r['rule']})",
+                "PASS" if r["ok"] else "FAIL",
+            )
+            for r in rows
+        ],
+    )
 
 
 def _batching(document: Mapping[str, Any]) -> list[str]:

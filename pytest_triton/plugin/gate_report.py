@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from pytest_triton.accuracy.outcome import AccuracyResult
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.gate import baseline as gate_baseline
 from pytest_triton.gate import document as gate_document
@@ -29,6 +30,7 @@ from pytest_triton.session.deployment import Deployment
 
 CURRENT_ITEM = pytest.StashKey["pytest.Item | None"]()
 PARITY_PROPERTY = "triton_parity"
+ACCURACY_PROPERTY = "triton_accuracy"
 SERVER_PROPERTY = "triton_server"
 JUNIT_NAME = "junit.xml"
 
@@ -37,13 +39,14 @@ def _current(config: pytest.Config) -> pytest.Item | None:
     return config.stash.get(CURRENT_ITEM, None)
 
 
-def record_result(config: pytest.Config, result: ParityResult) -> None:
+def record_result(config: pytest.Config, result: ParityResult | AccuracyResult) -> None:
     """A Deployment listener: the check's result goes onto the running test's report."""
     item = _current(config)
     if item is not None:
+        name = ACCURACY_PROPERTY if isinstance(result, AccuracyResult) else PARITY_PROPERTY
         item.user_properties.append(
             (
-                PARITY_PROPERTY,
+                name,
                 json.dumps(gate_document.json_safe({**result.as_dict(), "test": item.nodeid})),
             )
         )
@@ -121,6 +124,8 @@ class GateReporter:
         for name, value in report.user_properties:
             if name == PARITY_PROPERTY:
                 self.collected.parity.append(json.loads(str(value)))
+            elif name == ACCURACY_PROPERTY:
+                self.collected.accuracy.append(json.loads(str(value)))
             elif name == SERVER_PROPERTY:
                 info = json.loads(str(value))
                 self.collected.servers.setdefault(info["http"], info)

@@ -17,7 +17,7 @@ import pytest
 
 from pytest_triton.base.config import Setting, TritonConfig, settings_for
 from pytest_triton.base.config_resolution import check_replicas_behind, resolve
-from pytest_triton.base.errors import ConfigError, TritonTestError
+from pytest_triton.base.errors import ConfigError, ParityNotApplicable, TritonTestError
 from pytest_triton.base.importing import load_object
 from pytest_triton.base.setting_sources import Source, check_environ, join_dash_values
 from pytest_triton.client.wire.shm import ID_SUFFIX, cuda_problem
@@ -315,6 +315,16 @@ triton_model = factories.model()
 
 
 # -- reporting -----------------------------------------------------------------------------
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A parity check of an int8 variant is skipped with why, not failed: such a variant is
+    judged by accuracy (ServedModel.assert_accuracy)."""
+    try:
+        return (yield)
+    except ParityNotApplicable as exc:
+        pytest.skip(str(exc))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]

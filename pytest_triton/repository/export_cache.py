@@ -28,9 +28,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from pytest_triton.repository import torch_compat
+from pytest_triton.repository.quantization import calibration_batches
 from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.signature import Signature
 from pytest_triton.repository.spec import ModelSpec
@@ -39,6 +41,7 @@ ENVIRONMENT = "PYTEST_TRITON_EXPORT_CACHE"
 CACHED_FORMATS = frozenset({"onnx", "onnx-trt", "torch-export", "aoti"})
 _EXPORTER = Path(__file__).with_name("exporters.py")
 _COMPAT = Path(__file__).with_name("torch_compat.py")
+_QUANTIZER = Path(__file__).with_name("quantization.py")
 
 
 def directory() -> Path | None:
@@ -81,6 +84,11 @@ def key(fmt: str, spec: ModelSpec, native: NativeModel, signature: Signature) ->
             return None
         sources.add(source)
     add(*sorted(sources))
+    if native.precision == "int8":  # the quantizer and the batches it calibrated on
+        add(_QUANTIZER.read_bytes())
+        for batch in calibration_batches(spec):
+            for name, array in sorted(batch.items()):
+                add(name, str(array.dtype), array.shape, np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
 
 

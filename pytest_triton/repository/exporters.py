@@ -18,6 +18,7 @@ import torch
 from pytest_triton.base.config import Numerics
 from pytest_triton.base.errors import ExportError
 from pytest_triton.repository import torch_compat, torchscript_notice
+from pytest_triton.repository.quantization import quantize
 from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.signature import Signature
 from pytest_triton.repository.spec import ModelSpec
@@ -177,6 +178,16 @@ def _first_lines(text: str, lines: int = 3) -> str:
     return kept.rstrip(".")
 
 
+def export_onnx_int8(
+    spec: ModelSpec, native: NativeModel, path: Path, signature: Signature
+) -> None:
+    """The fp32 ONNX export, quantized to INT8 (quantization.py)."""
+    with tempfile.TemporaryDirectory(prefix="pytest-triton-int8-") as tmp:
+        fp32 = Path(tmp) / "model.onnx"
+        export_onnx(spec, native, fp32, signature)
+        quantize(spec, fp32, path)
+
+
 EXPORTERS: dict[str, Callable[[ModelSpec, NativeModel, Path, Signature], None]] = {
     "torchscript-script": export_torchscript_script,
     "torchscript-trace": export_torchscript_trace,
@@ -203,6 +214,10 @@ def export(
         raise ExportError(f"no exporter for format {fmt!r} on this machine")
     if fmt == "tensorrt":
         exporter = functools.partial(export_tensorrt, tf32=numerics != "strict")
+    if native.precision == "int8":
+        if fmt != "onnx":
+            raise ExportError(f"int8 is exported as ONNX only, not as {fmt!r}")
+        exporter = export_onnx_int8
     path.parent.mkdir(parents=True, exist_ok=True)
     chatter = io.StringIO()
     quiet = logging.getLogger("torch.onnx")

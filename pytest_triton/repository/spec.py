@@ -7,9 +7,9 @@ export of a large model takes minutes and its errors rarely name the field that 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -91,6 +91,10 @@ class ModelSpec:
     version: int = 1
     formats: Sequence[str] | None = None
     fp16: bool = False
+    # int8: an INT8 ONNX variant too (onnxruntime.quantization: static QDQ calibrated on
+    # `calibration` batches for models with convolutions, dynamic otherwise)
+    int8: bool = False
+    calibration: Callable[[], Iterable[Mapping[str, Any]]] | None = None
     input_factory: InputFactory | None = None
     parameters: Mapping[str, str] = field(default_factory=dict)
     triton_name: str | None = None  # the model directory name, for a single-format spec

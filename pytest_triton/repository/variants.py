@@ -36,6 +36,7 @@ ARTIFACT: dict[str, str] = {
     "torch-export": "model.pt2",
     "aoti": "model.pt2",
 }
+INT8_FORMATS = frozenset({"onnx"})  # quantized by onnxruntime.quantization (exporters.py)
 FP16_FORMATS = frozenset(
     {"torchscript-trace", "torchscript-script", "onnx", "onnx-trt", "tensorrt"}
 )
@@ -47,7 +48,7 @@ class Variant:
 
     spec: ModelSpec
     format: str
-    precision: str  # "fp32" | "fp16"
+    precision: str  # "fp32" | "fp16" | "int8"
     hosted: bool
     instance_kind: str = "KIND_CPU"
     warmup: int = 0  # Triton model_warmup runs per sample before the model serves
@@ -69,7 +70,7 @@ class Variant:
             return self.spec.triton_name or self.spec.name
         if self.spec.triton_name:
             return self.spec.triton_name + self.name_suffix
-        suffix = "_fp16" if self.precision == "fp16" else ""
+        suffix = f"_{self.precision}" if self.precision != "fp32" else ""
         return f"{self.spec.name}_{self.format.replace('-', '_')}{suffix}{self.name_suffix}"
 
     @property
@@ -86,7 +87,7 @@ class Variant:
 
 
 def variant_id(model: str, fmt: str, precision: str, hosted: bool | None, gpu: bool = False) -> str:
-    prec = "-fp16" if precision == "fp16" else ""
+    prec = f"-{precision}" if precision != "fp32" else ""
     served = "" if hosted is None else ("-hosted" if hosted else "-native")
     return f"{model}-{fmt}{prec}{served}{'-gpu' if gpu else ''}"
 
@@ -173,8 +174,21 @@ def default_format(target: ServerTarget, preferred: Sequence[str] = LOAD_FORMATS
 def precisions_of(spec: ModelSpec, fmt: str, precisions: Sequence[str] | None) -> list[str]:
     """The precisions a spec is served at in `fmt`: those asked for (fp16 only where the
     format has it), else fp32 plus fp16 when the spec asks for it."""
-    wanted = precisions or (["fp32", "fp16"] if spec.fp16 else ["fp32"])
-    return [p for p in PRECISIONS if p in wanted and (p == "fp32" or fmt in FP16_FORMATS)]
+    wanted = precisions or [
+        "fp32",
+        *(["fp16"] if spec.fp16 else []),
+        *(["int8"] if spec.int8 else []),
+    ]
+    return [
+        p
+        for p in PRECISIONS
+        if p in wanted
+        and (
+            p == "fp32"
+            or (p == "fp16" and fmt in FP16_FORMATS)
+            or (p == "int8" and fmt in INT8_FORMATS)
+        )
+    ]
 
 
 def plan_variants(

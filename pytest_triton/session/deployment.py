@@ -7,14 +7,18 @@ the parity checks at hand.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from pytest_triton.accuracy.check import IN_FLIGHT, measure_accuracy
+from pytest_triton.accuracy.metrics import Metric
+from pytest_triton.accuracy.outcome import AccuracyResult
 from pytest_triton.base import setup_steps
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import (
@@ -22,7 +26,9 @@ from pytest_triton.base.errors import (
     DeployedModelError,
     InferenceError,
     ModelLoadError,
+    ParityNotApplicable,
 )
+from pytest_triton.base.formats import REDUCED_PRECISIONS
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.request_path import choose
 from pytest_triton.client.stats import ModelStats, StatsWindow
@@ -35,7 +41,7 @@ from pytest_triton.repository.served_config import config_differences
 from pytest_triton.repository.variants import Variant
 from pytest_triton.server.launcher import RunningServer, load_failures
 
-ResultListener = Callable[[ParityResult], None]
+ResultListener = Callable[[ParityResult | AccuracyResult], None]
 
 
 class Deployment:
@@ -59,9 +65,9 @@ class Deployment:
         self._clients: dict[tuple[str, str], TritonClient] = {}
         self._loaded: set[str] = set()
         self._lock = threading.RLock()
-        self.listeners: list[ResultListener] = []  # told of every parity check's result
+        self.listeners: list[ResultListener] = []  # told of every check's result
 
-    def record(self, result: ParityResult) -> None:
+    def record(self, result: ParityResult | AccuracyResult) -> None:
         for listener in list(self.listeners):
             listener(result)
 
@@ -409,6 +415,14 @@ class ServedModel:
         """Where its instances run: "gpu" or "cpu" (the tolerance tables' device)."""
         return "gpu" if self.variant.gpu else "cpu"
 
+    def _refuse_reduced_precision(self) -> None:
+        if self.variant.precision in REDUCED_PRECISIONS:
+            raise ParityNotApplicable(
+                f"{self.id} is {self.variant.precision.upper()}: its answers differ from fp32 "
+                "PyTorch's by design, so element-wise parity does not judge it; judge it by "
+                "accuracy on a dataset (ServedModel.assert_accuracy, docs/accuracy.md)"
+            )
+
     def assert_parity(
         self,
         client: TritonClient,
@@ -422,6 +436,7 @@ class ServedModel:
     ) -> ParityReport:
         """One request; every output must match native PyTorch within tolerance. Returns the
         report (max abs/rel diff and the share of the allowance used, per output)."""
+        self._refuse_reduced_precision()
         if inputs is None:
             inputs = self.inputs(batch_size, seed)
         report = self._compare(
@@ -432,6 +447,52 @@ class ServedModel:
         if not report.ok:
             raise AssertionError(report.describe())
         return report
+
+    def assert_accuracy(
+        self,
+        client: TritonClient,
+        dataset: Iterable[Any],
+        metric: Metric | str,
+        *,
+        min_ratio: float | None = 0.99,
+        min_value: float | None = None,
+        min_samples: int | None = None,
+        in_flight: int = IN_FLIGHT,
+        name: str = "",
+    ) -> AccuracyResult:
+        """The dataset's metric on this variant's answers against fp32 PyTorch's on the same
+        data (pytest_triton.accuracy.check.assert_accuracy): how a reduced-precision variant
+        (int8, fp16) is judged, and any variant when a dataset is given. `name` labels the
+        dataset in the gate report. The result is recorded (the gate report's Accuracy
+        section) before a failure raises."""
+        fp32 = self.deployment.repository.native(
+            dataclasses.replace(self.variant, precision="fp32")
+        )
+        wire = (
+            self.deployment.repository.native(self.variant)
+            if self.variant.precision == "fp16"
+            else None
+        )
+        result = measure_accuracy(
+            client,
+            self.name,
+            dataset,
+            metric,
+            fp32,
+            min_ratio=min_ratio,
+            min_value=min_value,
+            min_samples=min_samples,
+            outputs=self.variant.spec.output_names,
+            in_flight=in_flight,
+            cast=wire.cast_inputs if wire is not None else None,
+        )
+        result = dataclasses.replace(
+            result, variant=self.id, precision=self.variant.precision, dataset=name
+        )
+        self.deployment.record(result)
+        if not result.ok:
+            raise AssertionError(result.describe())
+        return result
 
     def assert_batched_parity(
         self,
@@ -445,6 +506,7 @@ class ServedModel:
     ) -> ModelStats:
         """N single-row requests in flight together must each equal PyTorch on that row alone,
         in request order. Returns the statistics delta so callers can check batching."""
+        self._refuse_reduced_precision()
         if not self.variant.spec.batched:
             raise ValueError(f"{self.id} has max_batch_size 0: nothing to batch")
         rows = self.inputs(requests, seed)

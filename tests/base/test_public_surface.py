@@ -18,15 +18,19 @@ from pytest_triton.base import moved
 from tests.helpers.locust_runs import REPO, subprocess_env
 
 TOP_LEVEL = [
+    "AccuracyResult",
     "ConfigError",
+    "DatasetError",
     "Deployment",
     "DynamicBatching",
     "ExportError",
     "InferenceError",
     "InstanceGroup",
+    "Metric",
     "ModelLoadError",
     "ModelSpec",
     "ModelStats",
+    "ParityNotApplicable",
     "ParityResult",
     "PipelineSpec",
     "RefusedError",
@@ -45,6 +49,7 @@ TOP_LEVEL = [
     "TritonClient",
     "TritonConfig",
     "TritonTestError",
+    "assert_accuracy",
     "assert_dynamic_batching",
     "assert_parity",
     "factories",

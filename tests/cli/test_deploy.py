@@ -152,6 +152,37 @@ def test_a_torch_export_program_is_deployed_and_checked(tmp_path: Path) -> None:
     assert "check http: parity ok" in out and "check grpc: parity ok" in out
 
 
+@pytest.mark.triton
+def test_int8_is_quantized_and_checked_by_accuracy(tmp_path: Path) -> None:
+    """--int8: the ONNX export quantized (static QDQ: the MNIST CNN has convolutions,
+    calibrated on --calibration-data), and --check judges it by the cosine of its logits with
+    fp32 PyTorch's instead of element-wise."""
+    import onnx
+
+    rng = np.random.default_rng(0)
+    calibration = tmp_path / "calibration.npz"
+    np.savez(calibration, input__0=rng.random((32, 1, 28, 28), dtype=np.float32))
+    out = run_deploy(
+        "--onnx",
+        "--int8",
+        "--calibration-data",
+        str(calibration),
+        "--model",
+        "mnist",
+        "--save-dir",
+        str(tmp_path / "repo"),
+        "--check",
+        "--triton-engine-count",
+        "1",
+        "--",
+        "--small",
+    )
+    assert "check http: accuracy ok" in out and "metric cosine[output__0]" in out, out
+    assert "check grpc: accuracy ok" in out, out
+    graph = onnx.load(str(tmp_path / "repo" / "mnist" / "1" / "model.onnx")).graph
+    assert "QuantizeLinear" in {n.op_type for n in graph.node}
+
+
 @pytest.mark.parametrize(
     ("flags", "model_args", "directory", "artifact"),
     [
@@ -257,6 +288,39 @@ def test_dump_perf_data_is_perf_analyzer_input_json(tmp_path: Path) -> None:
         (
             ["--onnx", "--save-dir", "x", "--", "--dataset", "/nonexistent"],
             "--dataset /nonexistent: no model_size.json in it",
+        ),
+        (
+            ["--ts-trace", "--int8", "--save-dir", "x", "--", "--small", "--embedding_dim", "16"],
+            "--int8 applies to --onnx in fp32 only",
+        ),
+        (
+            [
+                "--onnx",
+                "--calibration-data",
+                "c.npz",
+                "--save-dir",
+                "x",
+                "--",
+                "--small",
+                "--embedding_dim",
+                "16",
+            ],
+            "--calibration-data calibrates an --int8 model: add --int8",
+        ),
+        (
+            [
+                "--onnx",
+                "--int8",
+                "--calibration-data",
+                "none.npz",
+                "--save-dir",
+                "x",
+                "--",
+                "--small",
+                "--embedding_dim",
+                "16",
+            ],
+            "--calibration-data none.npz: no such file",
         ),
         (
             [

@@ -740,3 +740,43 @@ def test_a_triton_tune_json_fails_the_gate_when_the_committed_config_falls_short
     verdict = gd.decide(doc)["verdict"]
     assert not verdict["passed"] and "load run tune-m failed" in verdict["reasons"][0]
     assert "tune-m best" in render(doc)
+
+
+def test_accuracy_rows_make_their_section() -> None:
+    row = {
+        "variant": "mnist-onnx-int8-hosted",
+        "precision": "int8",
+        "dataset": "digits held-out",
+        "model": "mnist_onnx_int8",
+        "metric": "top1",
+        "against": "labels",
+        "served": 0.9639,
+        "reference": 0.9694,
+        "ratio": 0.9943,
+        "samples": 360,
+        "interval": [0.94, 0.98],
+        "interval_method": "wilson",
+        "threshold": 0.9597,
+        "rule": ">= 0.99 x reference",
+        "ok": True,
+        "worst": [],
+        "test": "t",
+    }
+    document = gd.decide(
+        gd.build_document(
+            gd.Collected(accuracy=[row]),
+            environment={"python": "3", "platform": "p", "packages": {}},
+            load_runs=[],
+            problems=[],
+            exit_status=0,
+            duration_s=1.0,
+            junit=None,
+        )
+    )
+    markdown = render(document)
+    assert "## Accuracy: served vs fp32 PyTorch on a dataset" in markdown
+    assert (
+        "| mnist-onnx-int8-hosted | digits held-out | 360 | top1 (vs labels) | 0.9639 | 0.9694 "
+        "| 0.9943 | [0.9400, 0.9800] | 0.9597 (>= 0.99 x reference) | PASS |"
+    ) in markdown
+    assert "## Accuracy" not in render(gate_document())  # no accuracy check, no section

@@ -1,0 +1,173 @@
+"""Is INT8 worth it here? The fp32 and INT8 ONNX variants of a zoo model served by the bundled
+tritonserver side by side, at the same batch and concurrency: throughput and p99 of each, and
+the INT8 variant's accuracy against fp32 PyTorch on a dataset. A benchmark, not a test.
+
+Models: `digits` (the zoo's MNIST CNN trained on scikit-learn's digits, INT8 static QDQ
+calibrated on 256 training digits; top-1 on the 360 held-out digits) and `bert` (the zoo's
+BERT small, INT8 dynamic; top-2 agreement of the start positions and span F1 with fp32
+PyTorch on generated token batches: the zoo's BERT is untrained, so there are no labels).
+Rounds alternate fp32 and INT8 so that drift hits both alike; medians are printed as a
+markdown table (docs/accuracy.md).
+
+    python benchmarks/int8_vs_fp32.py                                  # both, 5 s windows
+    python benchmarks/int8_vs_fp32.py --model bert --concurrency 4 --duration 10 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from pytest_triton import ModelSpec, TritonClient
+from pytest_triton.accuracy import metrics
+from pytest_triton.accuracy.outcome import AccuracyResult
+from pytest_triton.base.config_resolution import resolve
+from pytest_triton.base.setting_sources import from_environ
+from pytest_triton.models import digits, zoo_spec
+from pytest_triton.repository.builder import Repository
+from pytest_triton.session.deployment import Deployment, ServedModel
+from pytest_triton.session.lifecycle import start_deployment
+
+
+def digits_spec() -> ModelSpec:
+    data = digits.load()
+    return ModelSpec(
+        name="digits",
+        module=digits.trained,
+        example_inputs=(torch.from_numpy(data.train_images[:4]),),
+        inputs=["input__0"],
+        outputs=["output__0"],
+        max_batch_size=64,
+        formats=["onnx"],
+        int8=True,
+        calibration=lambda: [
+            {"input__0": data.train_images[i : i + 64]} for i in range(0, 256, 64)
+        ],
+    )
+
+
+def bert_spec() -> ModelSpec:
+    return zoo_spec("bert", "small", int8=True, formats=["onnx"], instance_count=1)
+
+
+def accuracy(model: ServedModel, client: TritonClient, name: str) -> list[AccuracyResult]:
+    """The INT8 variant's metrics against fp32 PyTorch (no rule: the figures only)."""
+    rule: dict[str, Any] = {"min_ratio": None, "min_value": 0.0}
+    if name == "digits":
+        return [model.assert_accuracy(client, digits.load().batches(32), "top1", **rule)]
+    batches = [model.inputs(8, seed) for seed in range(16)]
+    return [
+        model.assert_accuracy(client, batches, metrics.agreement(2, "start_logits"), **rule),
+        model.assert_accuracy(client, batches, "span_f1", **rule),
+    ]
+
+
+def closed_loop(calls: list[Callable[[], Any]], warmup_s: float, duration_s: float) -> list[float]:
+    """Each call in its own thread, back to back; the latencies of the window after warm-up."""
+    start = time.perf_counter() + warmup_s
+    end = start + duration_s
+    sinks: list[list[float]] = [[] for _ in calls]
+
+    def loop(call: Callable[[], Any], sink: list[float]) -> None:
+        while (now := time.perf_counter()) < end:
+            call()
+            if now >= start:
+                sink.append(time.perf_counter() - now)
+
+    threads = [threading.Thread(target=loop, args=pair) for pair in zip(calls, sinks, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [x for sink in sinks for x in sink]
+
+
+def measure(
+    deployment: Deployment, model: ServedModel, args: argparse.Namespace
+) -> tuple[float, float]:
+    """(samples/s, p99 ms) of `concurrency` clients each sending its own prepared batch."""
+    clients = [
+        TritonClient(deployment.server.endpoints.url("http"), "http", timeout_s=300)
+        for _ in range(args.concurrency)
+    ]
+    try:
+        calls = []
+        for i, client in enumerate(clients):
+            request = client.prepare(
+                model.name, model.inputs(args.batch, seed=i), model.variant.spec.output_names
+            )
+            calls.append(lambda c=client, r=request: c.send(r))
+        window = closed_loop(calls, args.warmup, args.duration)
+    finally:
+        for client in clients:
+            client.close()
+    return len(window) * args.batch / args.duration, float(np.percentile(window, 99)) * 1e3
+
+
+def run(name: str, args: argparse.Namespace) -> list[str]:
+    spec = digits_spec() if name == "digits" else bert_spec()
+    config = resolve(from_environ(os.environ, "pytest"), launcher="local", model_control="explicit")
+    repo = Repository.create(
+        [spec],
+        formats=("onnx",),
+        precisions=("fp32", "int8"),
+        progress=lambda m: print(f"[int8-vs-fp32] {m}", file=sys.stderr),
+    )
+    deployment = None
+    try:
+        deployment = start_deployment(config, repo)
+        served = {v.precision: deployment.model(v) for v in repo.variants}
+        figures: dict[str, list[tuple[float, float]]] = {p: [] for p in served}
+        for round_ in range(args.repeat):
+            for precision, model in served.items():
+                print(f"[int8-vs-fp32] {name} {precision} round {round_ + 1}", file=sys.stderr)
+                figures[precision].append(measure(deployment, model, args))
+        checks = accuracy(served["int8"], deployment.client("http"), name)
+    finally:
+        if deployment is not None:
+            deployment.close()
+        repo.remove()
+    rate = {p: statistics.median(r for r, _ in f) for p, f in figures.items()}
+    p99 = {p: statistics.median(q for _, q in f) for p, f in figures.items()}
+    judged = "; ".join(
+        f"{c.metric} {c.served:.4f} vs {c.reference:.4f} (ratio {c.ratio:.4f}, N={c.samples})"
+        for c in checks
+    )
+    return [
+        f"| {name} | {p} | {args.batch} | {args.concurrency} | {rate[p]:.0f} | {p99[p]:.1f} | "
+        f"{rate[p] / rate['fp32']:.2f}x | {judged if p == 'int8' else 'reference'} |"
+        for p in ("fp32", "int8")
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", choices=("digits", "bert"))
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    rows = [
+        "| model | precision | batch | concurrency | samples/s | p99 ms | vs fp32 "
+        "| accuracy vs fp32 PyTorch |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in args.model or ["digits", "bert"]:
+        rows += run(name, args)
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

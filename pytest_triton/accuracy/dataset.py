@@ -1,0 +1,96 @@
+"""A dataset as an accuracy check reads it: an iterable of batches (a DataLoader or a plain
+list), each the model's inputs by name (or one array for a one-input model), optionally
+paired with its labels as `(inputs, labels)`; checked against the model's inputs before any
+request is sent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytest_triton.base.dtypes import Array, tensor_type
+from pytest_triton.base.errors import DatasetError, SpecError
+
+
+@dataclass(frozen=True)
+class Batch:
+    inputs: dict[str, Array]
+    labels: Array | None
+
+    @property
+    def rows(self) -> int:
+        return int(next(iter(self.inputs.values())).shape[0])
+
+
+def _array(value: Any) -> Array:
+    """numpy arrays as they are; torch tensors (and anything with __array__) through numpy."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def read_batches(dataset: Iterable[Any], input_names: Sequence[str]) -> list[Batch]:
+    """Every batch of the dataset, inputs named as the model names them."""
+    batches = []
+    for index, item in enumerate(dataset):
+        labels = None
+        if isinstance(item, tuple | list) and len(item) == 2 and not isinstance(item, str):
+            item, labels = item[0], _array(item[1])
+        if isinstance(item, Mapping):
+            inputs = {str(k): _array(v) for k, v in item.items()}
+        elif len(input_names) == 1:
+            inputs = {input_names[0]: _array(item)}
+        else:
+            raise DatasetError(
+                f"batch {index} is one array but the model has inputs {list(input_names)}: "
+                "give each batch as a dict of arrays by input name"
+            )
+        batches.append(Batch(inputs, labels))
+    if not batches:
+        raise DatasetError("the dataset has no batches")
+    return batches
+
+
+def check_batches(batches: Sequence[Batch], metadata: Mapping[str, Any]) -> None:
+    """Refuse, naming the input, batches whose names, datatypes or shapes the model does not
+    take (its metadata, whose shapes include the batch dimension: -1 takes any size)."""
+    model = metadata.get("name", "?")
+    wanted = {i["name"]: i for i in metadata.get("inputs", [])}
+    for index, batch in enumerate(batches):
+        given = set(batch.inputs)
+        if given != set(wanted):
+            missing, extra = sorted(set(wanted) - given), sorted(given - set(wanted))
+            raise DatasetError(
+                f"batch {index} does not fit model {model!r}: missing inputs {missing}, "
+                f"unknown inputs {extra} (the model takes {sorted(wanted)})"
+            )
+        for name, array in batch.inputs.items():
+            spec = wanted[name]
+            try:
+                wire = tensor_type(array.dtype).wire
+            except SpecError:
+                wire = str(array.dtype)
+            if wire != spec["datatype"]:
+                raise DatasetError(
+                    f"batch {index}, input {name!r}: datatype {wire} but model {model!r} "
+                    f"takes {spec['datatype']}: convert it first"
+                )
+            shape = [int(d) for d in spec["shape"]]
+            fits = len(shape) == array.ndim and all(
+                d in (-1, s) for d, s in zip(shape, array.shape, strict=True)
+            )
+            if not fits:
+                raise DatasetError(
+                    f"batch {index}, input {name!r}: shape {list(array.shape)} but model "
+                    f"{model!r} takes {shape} (-1: any size)"
+                )
+        rows = {a.shape[0] for a in batch.inputs.values()}
+        label_rows = None if batch.labels is None else batch.labels.shape[0]
+        if len(rows) > 1 or (label_rows is not None and label_rows not in rows):
+            raise DatasetError(
+                f"batch {index}: its inputs and labels have different numbers of rows "
+                f"(inputs {sorted(rows)}, labels {label_rows})"
+            )

@@ -1,0 +1,103 @@
+"""INT8 ONNX through onnxruntime.quantization, as the field does it: static QDQ (weights and
+activations in int8, activation ranges calibrated on batches of real inputs) for models with
+convolutions, dynamic quantization (int8 weights, activation ranges per request) for MLP- and
+transformer-style models, whose MatMul/Gemm weights carry the cost.
+
+Calibration batches: the spec's `calibration` (real data, as a CNN needs), else a few of its
+generated batches (`make_inputs`: right shapes, not real data; enough for dynamic
+quantization, which calibrates nothing)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from pytest_triton.repository.spec import ModelSpec
+
+GENERATED_BATCHES = 4  # calibration batches made from the spec when it gives none
+
+
+def calibration_batches(spec: ModelSpec) -> list[dict[str, np.ndarray[Any, Any]]]:
+    """The batches static quantization calibrates activation ranges on."""
+    if spec.calibration is not None:
+        batches = [
+            {name: np.asarray(array) for name, array in batch.items()}
+            for batch in spec.calibration()
+        ]
+    else:
+        rows = max(spec.max_batch_size, 1)
+        batches = [dict(spec.make_inputs(rows, seed)) for seed in range(GENERATED_BATCHES)]
+    return [
+        {n: (a.astype(np.float32) if a.dtype == np.float64 else a) for n, a in b.items()}
+        for b in batches
+    ]
+
+
+def uses_convolutions(model_path: Path) -> bool:
+    return any(n.op_type == "Conv" for n in onnx.load(str(model_path)).graph.node)
+
+
+def quantize(spec: ModelSpec, fp32_path: Path, path: Path) -> str:
+    """Write the INT8 model of the fp32 ONNX at `fp32_path` to `path`; returns the method
+    ("static-qdq" or "dynamic")."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # The exporter records shapes of initializers in value_info; the quantizer rewrites some
+    # of them (a Gemm's weight, transposed) and shape inference then refuses the stale
+    # record ("Inferred shape and existing shape differ"). Shapes are inferred anew.
+    model = onnx.load(str(fp32_path))
+    del model.graph.value_info[:]
+    onnx.save(model, str(fp32_path))
+    with _quiet_root_logger():
+        if not uses_convolutions(fp32_path):
+            quantize_dynamic(str(fp32_path), str(path), weight_type=QuantType.QInt8)
+            return "dynamic"
+        _quantize_static(spec, fp32_path, path)
+    return "static-qdq"
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """onnxruntime.quantization advises pre-processing through the root logger on every
+    call; the advice is kept out of the test output (the export's own failures still raise)."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def _quantize_static(spec: ModelSpec, fp32_path: Path, path: Path) -> None:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self._batches: Iterator[Mapping[str, Any]] = iter(calibration_batches(spec))
+
+        def get_next(self) -> Mapping[str, Any] | None:
+            return next(self._batches, None)
+
+    quantize_static(
+        str(fp32_path),
+        str(path),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+    )
