@@ -44,6 +44,7 @@ from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
 from pytest_triton.load.runner.user_settings import user_endpoint, user_model
 from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
 from pytest_triton.load.webui import events
+from pytest_triton.models import tiny_generator
 from pytest_triton.parity.token_match import wrong_stream
 from pytest_triton.repository.stream import StreamSpec, generate
 
@@ -59,8 +60,9 @@ __all__ = ["EmbeddedStream", "StreamSpec", "StreamUser", "stream_model"]
 
 
 def stream_model(spec: StreamSpec | None = None) -> EmbeddedStream:
-    """The generator a stream locustfile serves itself without --host (default: StreamSpec())."""
-    return EmbeddedStream(spec or StreamSpec())
+    """The generator a stream locustfile serves itself without --host (default: the zoo's
+    tiny_generator.stream_spec())."""
+    return EmbeddedStream(spec or tiny_generator.stream_spec())
 
 
 class StreamUser(User):
@@ -122,8 +124,10 @@ class StreamUser(User):
             return cls.reference
         if cls.served is None:
             return None
-        module = cls.served.reference()
-        return lambda prompt, max_tokens, stop: generate(module, prompt, max_tokens, stop)
+        module, spec = cls.served.reference(), cls.served.spec
+        return lambda prompt, max_tokens, stop: generate(
+            module, prompt, max_tokens, stop, vocab=spec.vocab, context=spec.context
+        )
 
     @task
     def stream(self) -> None:

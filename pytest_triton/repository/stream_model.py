@@ -1,13 +1,16 @@
-"""Decoupled python-backend model: greedy generation of an exported TorchScript generator, one
-response per token through the request's response sender, then the final flag.
+"""Decoupled python-backend model serving any causal generator: greedy generation of its
+exported TorchScript artifact (stream_greedy.py, copied beside this file, holds the loop the
+reference runs too), one response per token through the request's response sender, then the
+final flag.
 
 Copied into a stream model's version directory as model.py; it runs inside Triton's python
-stub, so it imports nothing from pytest_triton (stream.py's check_prompt says the same words).
-A bad request gets one error response with the final flag: the stream ends with a reason and
-the instance serves the next one. Subclasses (in tests) override `token` or `finish` to prove
-that the checks catch a wrong token or a stream without its final flag.
+stub, so it imports nothing from pytest_triton. A bad request gets one error response with the
+final flag: the stream ends with a reason and the instance serves the next one. Subclasses (in
+tests) override `token` or `finish` to prove that the checks catch a wrong token or a stream
+without its final flag.
 """
 
+import importlib.util
 import json
 import os
 
@@ -20,26 +23,14 @@ except ImportError:  # imported outside Triton's stub (a syntax check)
     pb_utils = None
 
 
-def problem_of(prompt, max_tokens, vocab, context):
-    if len(prompt) == 0:
-        return "the prompt is empty: send at least one token"
-    if len(prompt) > context:
-        return (
-            f"the prompt has {len(prompt)} tokens, longer than the model's context of "
-            f"{context}: shorten it to at most {context}"
-        )
-    bad = [int(t) for t in prompt if not 0 <= int(t) < vocab]
-    if bad:
-        return f"prompt token {bad[0]} is outside the vocabulary [0, {vocab})"
-    if max_tokens < 1:
-        return f"MAX_TOKENS is {max_tokens}: ask for at least one token"
-    if len(prompt) + max_tokens - 1 > context:
-        return (
-            f"{len(prompt)} prompt tokens + {max_tokens} new tokens need "
-            f"{len(prompt) + max_tokens - 1} positions, more than the model's context of "
-            f"{context}: ask for at most {context - len(prompt) + 1} new tokens"
-        )
-    return None
+def _load_greedy():
+    """stream_greedy.py from this model's version directory (not put on sys.path: two
+    stream models in one server would share the first one's module)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream_greedy.py")
+    spec = importlib.util.spec_from_file_location(f"stream_greedy_{id(path)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class TritonPythonModel:
@@ -49,10 +40,9 @@ class TritonPythonModel:
         torch.set_num_threads(1)  # tiny steps: threads cost more than they give
         path = os.path.join(args["model_repository"], args["model_version"], params["artifact"])
         self.module = torch.jit.load(path).eval()
+        self.greedy = _load_greedy()
         self.vocab = int(params["vocab"])
-        self.context = int(params["context"])
-        self.layers = self.module.gru.num_layers
-        self.hidden = self.module.gru.hidden_size
+        self.context = int(params["context"]) if params.get("context") else None
 
     def token(self, position, token):
         """The token sent at `position` (a test's subclass corrupts one)."""
@@ -82,30 +72,20 @@ class TritonPythonModel:
         )
         stop = pb_utils.get_input_tensor_by_name(request, "STOP_TOKEN")
         stop_token = int(stop.as_numpy().reshape(-1)[0]) if stop is not None else -1
-        problem = problem_of(prompt, max_tokens, self.vocab, self.context)
+        problem = self.greedy.problem_of(prompt, max_tokens, self.vocab, self.context)
         if problem:
             raise ValueError(problem)
-        with torch.inference_mode():
-            state = torch.zeros(self.layers, 1, self.hidden)
-            feed = torch.from_numpy(prompt.astype(np.int64)).reshape(1, -1)
-            start = torch.tensor(0)
-            for position in range(max_tokens):
-                if request.is_cancelled():
-                    break  # the client went away: stop generating for it
-                logits, state = self.module(feed, start, state)
-                token = int(torch.argmax(logits[0]))
-                sender.send(
-                    pb_utils.InferenceResponse(
-                        output_tensors=[
-                            pb_utils.Tensor(
-                                "TOKEN", np.array([self.token(position, token)], np.int64)
-                            ),
-                            pb_utils.Tensor("POSITION", np.array([position], np.int32)),
-                        ]
-                    )
+        tokens = self.greedy.greedy_tokens(self.module, prompt, max_tokens, stop_token, self.vocab)
+        for position, token in enumerate(tokens):
+            sender.send(
+                pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("TOKEN", np.array([self.token(position, token)], np.int64)),
+                        pb_utils.Tensor("POSITION", np.array([position], np.int32)),
+                    ]
                 )
-                if token == stop_token:
-                    break
-                start = start + feed.shape[1]
-                feed = torch.tensor([[token]], dtype=torch.int64)
+            )
+            if request.is_cancelled():
+                tokens.close()
+                break  # the client went away: stop generating for it
         self.finish(sender)
