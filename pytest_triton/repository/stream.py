@@ -24,12 +24,20 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton.base import moved
 from pytest_triton.base.errors import SpecError
-from pytest_triton.client.streaming import MAX_TOKENS, NO_STOP, POSITION, PROMPT, STOP_TOKEN, TOKEN
+from pytest_triton.client.stream_interface import PROJECT, StreamInterface
+from pytest_triton.client.streaming import NO_STOP
 from pytest_triton.repository import pbtxt, stream_greedy
 
 MODEL_SOURCE = Path(__file__).with_name("stream_model.py")
 GREEDY_SOURCE = Path(__file__).with_name("stream_greedy.py")
 ARTIFACT = "model.pt"
+TOKENIZER = "tokenizer.json"
+
+
+def _config_type(datatype: str) -> str:
+    """Triton's wire datatype as model_config's TYPE_ suffix (BYTES is TYPE_STRING)."""
+    return "STRING" if datatype == "BYTES" else datatype
+
 
 __getattr__ = moved.moved_names(__name__)  # TinyGenerator went to models/tiny_generator.py
 
@@ -37,14 +45,18 @@ __getattr__ = moved.moved_names(__name__)  # TinyGenerator went to models/tiny_g
 @dataclass(frozen=True)
 class StreamSpec:
     """A decoupled generator to serve: its name, `generator` (a callable building the causal
-    module, in eval mode), the vocabulary its logits cover, its context (None: any length) and
-    its instances."""
+    module, in eval mode), the vocabulary its logits cover, its context (None: any length), its
+    instances, the tensors it speaks (`interface`: pytest-triton's own layout, or a preset of
+    client/stream_interface.py) and, for a text layout, its `tokenizer` (a
+    `tokenizers.Tokenizer` whose ids are the module's)."""
 
     name: str = "tiny_stream"
     generator: Callable[[], nn.Module] | None = None
     vocab: int = 64
     context: int | None = None
     instances: int = 2
+    interface: StreamInterface = PROJECT
+    tokenizer: Any = None
 
     def __post_init__(self) -> None:
         if self.generator is None:
@@ -52,6 +64,11 @@ class StreamSpec:
                 f"StreamSpec {self.name!r} has no generator: pass generator=<a callable "
                 "building your causal module>, or use the zoo's "
                 "pytest_triton.models.tiny_generator.stream_spec()"
+            )
+        if self.interface.text and self.tokenizer is None:
+            raise SpecError(
+                f"StreamSpec {self.name!r} speaks the text layout {self.interface.layout!r}: "
+                "give tokenizer=<a tokenizers.Tokenizer over the module's token ids>"
             )
         if self.vocab < 1:
             raise SpecError(f"StreamSpec {self.name!r}: vocab is {self.vocab}, give at least 1")
@@ -135,19 +152,24 @@ def stream_config(spec: StreamSpec) -> mc.ModelConfig:
     """The decoupled python-backend model's ModelConfig (written with model_config_pb2)."""
     config = mc.ModelConfig(name=spec.name, backend="python", max_batch_size=0)
     config.model_transaction_policy.decoupled = True
-    config.input.extend(
-        [
-            mc.ModelInput(name=PROMPT, data_type=mc.TYPE_INT64, dims=[-1]),
-            mc.ModelInput(name=MAX_TOKENS, data_type=mc.TYPE_INT32, dims=[1]),
-            mc.ModelInput(name=STOP_TOKEN, data_type=mc.TYPE_INT32, dims=[1], optional=True),
-        ]
-    )
-    config.output.extend(
-        [
-            mc.ModelOutput(name=TOKEN, data_type=mc.TYPE_INT64, dims=[1]),
-            mc.ModelOutput(name=POSITION, data_type=mc.TYPE_INT32, dims=[1]),
-        ]
-    )
+    interface = spec.interface
+    for tensor in interface.inputs():
+        config.input.append(
+            mc.ModelInput(
+                name=tensor.name,
+                data_type=mc.DataType.Value(f"TYPE_{_config_type(tensor.datatype)}"),
+                dims=list(tensor.shape),
+                optional=interface.optional(tensor),
+            )
+        )
+    for tensor in interface.outputs():
+        config.output.append(
+            mc.ModelOutput(
+                name=tensor.name,
+                data_type=mc.DataType.Value(f"TYPE_{_config_type(tensor.datatype)}"),
+                dims=list(tensor.shape),
+            )
+        )
     config.instance_group.append(
         mc.ModelInstanceGroup(count=spec.instances, kind=mc.ModelInstanceGroup.KIND_CPU)
     )
@@ -155,6 +177,7 @@ def stream_config(spec: StreamSpec) -> mc.ModelConfig:
         "artifact": ARTIFACT,
         "vocab": str(spec.vocab),
         "context": "" if spec.context is None else str(spec.context),
+        "interface": interface.to_json(),
     }.items():
         config.parameters[key].string_value = value
     return config
@@ -185,6 +208,8 @@ def write_stream_model(root: Path, spec: StreamSpec, source: str | None = None) 
     version.mkdir(parents=True, exist_ok=True)
     scripted.save(str(version / ARTIFACT))
     shutil.copyfile(GREEDY_SOURCE, version / GREEDY_SOURCE.name)
+    if spec.tokenizer is not None:
+        (version / TOKENIZER).write_text(spec.tokenizer.to_str())
     if source is None:
         shutil.copyfile(MODEL_SOURCE, version / "model.py")
     else:

@@ -1,0 +1,166 @@
+"""Stream interfaces: the tensors of a decoupled generator declared once and read by the
+client, the served layout model and the parity check. Each preset is proven on the real
+bundled tritonserver (one for the module) against a python-backend model that speaks exactly
+that layout: the vLLM backend's (text in and out, through a WordLevel tokenizer built here
+with `tokenizers`) and the TensorRT-LLM backend's (token ids with batch and beam axes), each
+streamed answer checked against PyTorch's greedy generation; a faulty model of each layout
+fails naming the stream and the position."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import WhitespaceSplit
+
+from pytest_triton.base.errors import ConfigError, SpecError
+from pytest_triton.client.stream_interface import PROJECT, TRTLLM, VLLM, StreamInterface
+from pytest_triton.client.streaming import GrpcStreams, StreamError, generate_http
+from pytest_triton.models.gru_lm import gru_lm_spec
+from pytest_triton.parity.token_match import assert_stream_parity
+from pytest_triton.repository.stream import StreamSpec, generate, write_stream_model
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.launcher import Endpoints
+from tests.helpers.stream_models import CORRUPT_AT, write_faulty
+
+VOCAB = 32
+MAX_TOKENS = 10
+
+
+def word_tokenizer() -> Tokenizer:
+    """A WordLevel tokenizer whose ids are the model's: "w0" .. "w31" (and [UNK] past them)."""
+    words = {f"w{i}": i for i in range(VOCAB)} | {"[UNK]": VOCAB}
+    tokenizer = Tokenizer(WordLevel(words, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = WhitespaceSplit()
+    return tokenizer
+
+
+TOKENIZER = word_tokenizer()
+BASE = gru_lm_spec(vocab=VOCAB)
+SPECS = {
+    "vllm": StreamSpec(
+        "vllm_lm", BASE.generator, VOCAB, interface=VLLM, tokenizer=TOKENIZER, instances=1
+    ),
+    "trtllm": StreamSpec("trtllm_lm", BASE.generator, VOCAB, interface=TRTLLM, instances=1),
+}
+PROMPTS = BASE.prompts(4, length=5)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    root: Path = tmp_path_factory.mktemp("layouts")
+    for spec in SPECS.values():
+        write_stream_model(root, spec)
+        write_faulty(root, spec)
+    with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
+        yield server.endpoints
+
+
+def expected(prompt: list[int], stop: int = -1) -> list[int]:
+    return generate(BASE.module(), prompt, MAX_TOKENS, stop, vocab=VOCAB)
+
+
+# -- the interface, no server ----------------------------------------------------------------
+def test_each_preset_builds_its_layouts_request() -> None:
+    trt = TRTLLM.request([3, 4, 5], 8, 2)
+    assert {k: (v.dtype.name, v.shape) for k, v in trt.items()} == {
+        "input_ids": ("int32", (1, 3)),
+        "input_lengths": ("int32", (1, 1)),
+        "request_output_len": ("int32", (1, 1)),
+        "end_id": ("int32", (1, 1)),
+        "streaming": ("bool", (1, 1)),
+    }
+    vllm = VLLM.request([3, 4, 5], 8, 2, TOKENIZER)
+    assert vllm["text_input"].tolist() == [b"w3 w4 w5"]
+    assert vllm["stream"].tolist() == [True]
+    assert json.loads(vllm["sampling_parameters"][0]) == {
+        "temperature": 0.0,
+        "max_tokens": 8,
+        "stop_token_ids": [2],
+    }
+    assert PROJECT.request([3], 8, -1)["PROMPT"].dtype == np.int64
+    assert VLLM.tokens(np.array([b"w7"], dtype=object), TOKENIZER) == [7]
+    with pytest.raises(ConfigError, match="speaks text: give a tokenizer"):
+        VLLM.request([1], 2, -1)
+
+
+def test_an_interface_naming_what_the_model_lacks_is_told_apart() -> None:
+    served_inputs = {"text_input": "BYTES", "stream": "BOOL", "sampling_parameters": "INT32"}
+    assert VLLM.mismatches(served_inputs, {"text": "BYTES"}) == [
+        "the 'vllm' layout's input 'sampling_parameters' is BYTES; the model's is INT32",
+        "the 'vllm' layout's output 'text_output' (BYTES) is not among the model's outputs: "
+        "{'text': 'BYTES'}",
+    ]
+    with pytest.raises(ConfigError, match="declares no token budget"):
+        StreamInterface("bare", VLLM.prompt, VLLM.output)
+    with pytest.raises(SpecError, match="give tokenizer="):
+        StreamSpec("text", BASE.generator, VOCAB, interface=VLLM)
+
+
+# -- served on the real tritonserver ---------------------------------------------------------
+def test_a_vllm_layout_model_streams_the_greedy_tokens_as_text(served: Endpoints) -> None:
+    with GrpcStreams(served.grpc, interface=VLLM, codec=TOKENIZER) as streams:
+        together = streams.generate_many("vllm_lm", PROMPTS, MAX_TOKENS)
+        stop = expected(PROMPTS[1])[3]
+        stopped = streams.generate("vllm_lm", PROMPTS[1], MAX_TOKENS, stop)
+    for i, streamed in enumerate(together):
+        assert_stream_parity(streamed.tokens, expected(PROMPTS[i]), context=f"prompt {i}")
+    assert stopped.tokens == expected(PROMPTS[1], stop)
+    over_http = generate_http(
+        served.http, "vllm_lm", PROMPTS[2], MAX_TOKENS, interface=VLLM, codec=TOKENIZER
+    )
+    assert_stream_parity(over_http.tokens, expected(PROMPTS[2]), context="HTTP")
+
+
+def test_a_tensorrt_llm_layout_model_streams_the_greedy_ids(served: Endpoints) -> None:
+    with GrpcStreams(served.grpc, interface=TRTLLM) as streams:
+        together = streams.generate_many("trtllm_lm", PROMPTS, MAX_TOKENS)
+        stop = expected(PROMPTS[0])[2]
+        stopped = streams.generate("trtllm_lm", PROMPTS[0], MAX_TOKENS, stop)
+    for i, streamed in enumerate(together):
+        assert_stream_parity(streamed.tokens, expected(PROMPTS[i]), context=f"prompt {i}")
+    assert stopped.tokens == expected(PROMPTS[0], stop)
+
+
+@pytest.mark.parametrize("layout", sorted(SPECS))
+def test_a_faulty_model_of_each_layout_fails_naming_the_stream_and_position(
+    served: Endpoints, layout: str
+) -> None:
+    spec = SPECS[layout]
+    with GrpcStreams(served.grpc, interface=spec.interface, codec=spec.tokenizer) as streams:
+        streamed = streams.generate(
+            f"{spec.name}_faulty", PROMPTS[3], MAX_TOKENS, parameters={"fault": "corrupt"}
+        )
+    want = expected(PROMPTS[3])
+    with pytest.raises(AssertionError) as caught:
+        assert_stream_parity(streamed.tokens, want, context=f"{layout} prompt 3")
+    assert (
+        f"{layout} prompt 3: streamed tokens differ from PyTorch's greedy generation first at "
+        f"position {CORRUPT_AT}: served {(want[CORRUPT_AT] + 1) % VOCAB}, expected "
+        f"{want[CORRUPT_AT]}"
+    ) in str(caught.value)
+
+
+def test_a_rejected_sampling_parameter_names_the_stream_and_the_server_serves_on(
+    served: Endpoints,
+) -> None:
+    """A client that puts the stop token under another key ("stop") than the model takes."""
+    other = dataclasses.replace(VLLM, sampling_keys=("max_tokens", "stop"))
+    with (
+        GrpcStreams(served.grpc, interface=other, codec=TOKENIZER) as streams,
+        pytest.raises(StreamError) as caught,
+    ):
+        streams.generate("vllm_lm", PROMPTS[0], 4, stop_token=3)
+    assert re.search(
+        r"stream \d+ of model 'vllm_lm' over gRPC failed after 0 token", str(caught.value)
+    )
+    assert "sampling parameter(s) ['stop'] not supported: this model takes" in str(caught.value)
+    with GrpcStreams(served.grpc, interface=VLLM, codec=TOKENIZER) as streams:
+        assert streams.generate("vllm_lm", PROMPTS[0], 4).tokens == expected(PROMPTS[0])[:4]
