@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from pytest_triton.base.errors import TritonTestError
+from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stream_interface import PROJECT, Codec, StreamInterface, WireTensor
 
@@ -334,3 +334,29 @@ def _json_value(tensor: WireTensor, array: np.ndarray[Any, Any]) -> Any:
     else a flat list."""
     values = [v.decode() if isinstance(v, bytes) else v for v in array.reshape(-1).tolist()]
     return values if -1 in tensor.shape else values[0]
+
+
+def check_interface(
+    url: str, model: str, interface: StreamInterface, protocol: StreamProtocol = "grpc"
+) -> None:
+    """Refuse, before any stream, an interface naming a tensor the served model lacks or
+    declares with another datatype (read from the model's metadata), naming both."""
+    if protocol == "grpc":
+        with grpcclient.InferenceServerClient(url) as client:
+            metadata = client.get_model_metadata(model, as_json=True)
+    else:
+        import tritonclient.http as httpclient
+
+        _, address = parse_url(url)
+        with httpclient.InferenceServerClient(address) as client:
+            metadata = client.get_model_metadata(model)
+    problems = interface.mismatches(
+        {t["name"]: t["datatype"] for t in metadata.get("inputs", [])},
+        {t["name"]: t["datatype"] for t in metadata.get("outputs", [])},
+    )
+    if problems:
+        raise ConfigError(
+            f"model {model!r} does not speak the {interface.layout!r} stream layout: "
+            + "; ".join(problems)
+            + " (give the interface the model's names, e.g. interface.renamed(...))"
+        )

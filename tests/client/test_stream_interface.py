@@ -16,40 +16,33 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import WhitespaceSplit
 
 from pytest_triton.base.errors import ConfigError, SpecError
 from pytest_triton.client.stream_interface import PROJECT, TRTLLM, VLLM, StreamInterface
-from pytest_triton.client.streaming import GrpcStreams, StreamError, generate_http
-from pytest_triton.models.gru_lm import gru_lm_spec
+from pytest_triton.client.streaming import (
+    GrpcStreams,
+    StreamError,
+    check_interface,
+    generate_http,
+)
 from pytest_triton.parity.token_match import assert_stream_parity
 from pytest_triton.repository.stream import StreamSpec, generate, write_stream_model
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
-from tests.helpers.stream_models import CORRUPT_AT, write_faulty
+from tests.helpers.locust_runs import REPO, run_locust
+from tests.helpers.stream_models import (
+    CORRUPT_AT,
+    LAYOUT_BASE,
+    LAYOUT_SPECS,
+    LAYOUT_VOCAB,
+    write_faulty,
+)
 
-VOCAB = 32
+VOCAB = LAYOUT_VOCAB
 MAX_TOKENS = 10
-
-
-def word_tokenizer() -> Tokenizer:
-    """A WordLevel tokenizer whose ids are the model's: "w0" .. "w31" (and [UNK] past them)."""
-    words = {f"w{i}": i for i in range(VOCAB)} | {"[UNK]": VOCAB}
-    tokenizer = Tokenizer(WordLevel(words, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = WhitespaceSplit()
-    return tokenizer
-
-
-TOKENIZER = word_tokenizer()
-BASE = gru_lm_spec(vocab=VOCAB)
-SPECS = {
-    "vllm": StreamSpec(
-        "vllm_lm", BASE.generator, VOCAB, interface=VLLM, tokenizer=TOKENIZER, instances=1
-    ),
-    "trtllm": StreamSpec("trtllm_lm", BASE.generator, VOCAB, interface=TRTLLM, instances=1),
-}
+SPECS = LAYOUT_SPECS
+BASE = LAYOUT_BASE
+TOKENIZER = SPECS["vllm"].tokenizer
 PROMPTS = BASE.prompts(4, length=5)
 
 
@@ -164,3 +157,49 @@ def test_a_rejected_sampling_parameter_names_the_stream_and_the_server_serves_on
     assert "sampling parameter(s) ['stop'] not supported: this model takes" in str(caught.value)
     with GrpcStreams(served.grpc, interface=VLLM, codec=TOKENIZER) as streams:
         assert streams.generate("vllm_lm", PROMPTS[0], 4).tokens == expected(PROMPTS[0])[:4]
+
+
+def test_an_interface_the_served_model_does_not_speak_is_refused_before_streaming(
+    served: Endpoints,
+) -> None:
+    check_interface(served.grpc, "trtllm_lm", TRTLLM)
+    check_interface(served.http, "vllm_lm", VLLM, "http")
+    with pytest.raises(ConfigError) as caught:
+        check_interface(served.grpc, "vllm_lm", VLLM.renamed(prompt="prompt_text"))
+    assert (
+        "model 'vllm_lm' does not speak the 'vllm' stream layout: the 'vllm' layout's input "
+        "'prompt_text' (BYTES) is not among the model's inputs: {'text_input': 'BYTES'"
+    ) in str(caught.value)
+    with pytest.raises(ConfigError, match="input 'stream' is BYTES; the model's is BOOL"):
+        check_interface(served.grpc, "vllm_lm", VLLM.renamed(prompt="stream"))
+
+
+LAYOUTS_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "streams_layouts.py"
+
+
+def test_stream_users_drive_both_layouts_and_every_answer_is_checked(
+    served: Endpoints, tmp_path: Path
+) -> None:
+    """StreamUser reads the layout from its spec: TensorRT-LLM's over gRPC all right, vLLM's
+    over HTTP generate_stream from the faulty model, every stream checked."""
+    done = run_locust(
+        LAYOUTS_LOCUSTFILE,
+        "--headless", "-t", "4s", "-u", "2", "-r", "2",
+        "--triton-load-warmup", "1000", "--triton-check-every", "1",
+        "--host", f"http://{served.http}",
+        "--triton-grpc-url", f"grpc://{served.grpc}",
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    assert done.code == 1, done.tail()
+    right = re.search(r"gRPC-stream +trtllm_lm +(\d+) +0\(0\.00%\)", done.output)
+    wrong = re.search(r"HTTP-stream +vllm_lm_faulty +(\d+) +(\d+)\(100\.00%\)", done.output)
+    assert right and int(right[1]) > 0, done.tail()
+    assert wrong and wrong[1] == wrong[2] != "0", done.tail()
+    counts = re.search(r"whole run: (\d+) streams \((\d+) failed\), (\d+) checked", done.output)
+    assert counts is not None, done.tail()
+    assert int(counts[3]) == int(counts[1]) + int(counts[2])  # every stream checked
+    assert re.search(
+        r"wrong answer: model 'vllm_lm_faulty', prompt \[[\d, ]+\]: streamed tokens differ "
+        rf"from PyTorch's greedy generation first at position {CORRUPT_AT}: served \d+",
+        done.output,
+    ), done.tail()
