@@ -32,13 +32,11 @@ from pytest_triton.base.urls import parse_url
 from pytest_triton.client.stream_interface import PROJECT, Codec, StreamInterface, WireTensor
 
 PROMPT, MAX_TOKENS, STOP_TOKEN, TOKEN, POSITION = (
-    PROJECT.prompt.name,
-    "MAX_TOKENS",
-    "STOP_TOKEN",
-    PROJECT.output.name,
-    "POSITION",
+    t.name if t is not None else ""
+    for t in (PROJECT.prompt, PROJECT.max_tokens, PROJECT.stop, PROJECT.output, PROJECT.position)
 )
-"""The wire names of pytest-triton's own layout (stream_interface.PROJECT)."""
+"""The wire names of pytest-triton's own layout, read from stream_interface.PROJECT (kept
+for code that names them)."""
 NO_STOP = -1
 """STOP_TOKEN value that never stops generation early."""
 StreamProtocol = Literal["grpc", "http"]

@@ -3,11 +3,13 @@ client, the served layout model and the parity check. Each preset is proven on t
 bundled tritonserver (one for the module) against a python-backend model that speaks exactly
 that layout: the vLLM backend's (text in and out, through a WordLevel tokenizer built here
 with `tokenizers`) and the TensorRT-LLM backend's (token ids with batch and beam axes), each
-streamed answer checked against PyTorch's greedy generation; a faulty model of each layout
-fails naming the stream and the position."""
+streamed answer checked against PyTorch's greedy generation, over the client, StreamUser
+(Locust) and triton-perf; a faulty model of each layout fails naming the stream and the
+position."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import re
@@ -29,7 +31,7 @@ from pytest_triton.parity.token_match import assert_stream_parity
 from pytest_triton.repository.stream import StreamSpec, generate, write_stream_model
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
-from tests.helpers.locust_runs import REPO, run_locust
+from tests.helpers.locust_runs import REPO, Locust, run_locust, triton_perf_args
 from tests.helpers.stream_models import (
     CORRUPT_AT,
     LAYOUT_BASE,
@@ -203,3 +205,24 @@ def test_stream_users_drive_both_layouts_and_every_answer_is_checked(
         rf"from PyTorch's greedy generation first at position {CORRUPT_AT}: served \d+",
         done.output,
     ), done.tail()
+
+
+SWEEP = ("--concurrency-range", "2", "--check-every", "1", "--triton-load-warmup", "200",
+         "--triton-measurement-interval", "500", "--triton-stability-percentage", "50",
+         "--max-trials", "3", "--no-progress")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("layout", "url"), [("trtllm", "grpc://{grpc}"), ("vllm", "http://{http}")]
+)
+def test_triton_perf_drives_each_layout_with_every_answer_checked(
+    served: Endpoints, tmp_path: Path, layout: str, url: str
+) -> None:
+    out = tmp_path / f"{layout}.csv"
+    where = url.format(grpc=served.grpc, http=served.http)
+    model = f"tests.helpers.stream_models:{layout}_layout_spec"
+    done = Locust([*triton_perf_args(model), "--url", where, *SWEEP, "-f", str(out)]).finish(120)
+    assert done.code == 0, done.tail()
+    (row,) = list(csv.DictReader(out.open()))
+    assert int(row["Answers Checked"]) > 0 and int(row["Wrong Answers"]) == 0, row
+    assert int(row["Output Tokens"]) == 16 * int(row["Streams"]), row

@@ -87,3 +87,13 @@ LAYOUT_SPECS = {
         "trtllm_lm", LAYOUT_BASE.generator, LAYOUT_VOCAB, interface=TRTLLM, instances=1
     ),
 }
+
+
+def trtllm_layout_spec() -> StreamSpec:
+    """The TensorRT-LLM-layout spec, for `triton-perf -m tests.helpers.stream_models:...`."""
+    return LAYOUT_SPECS["trtllm"]
+
+
+def vllm_layout_spec() -> StreamSpec:
+    """The vLLM-layout spec, for `triton-perf -m tests.helpers.stream_models:...`."""
+    return LAYOUT_SPECS["vllm"]
