@@ -1,8 +1,9 @@
 """A decoupled token generator under streaming load: time to first token, inter-token latency,
 output tokens/s, and one stream in N compared token by token with PyTorch's greedy generation.
 
-With no --host the locustfile serves the zoo's streaming example itself (StreamSpec: a small
-GRU generator with random weights, TorchScript in a decoupled python-backend model).
+With no --host the locustfile serves the zoo's streaming example itself
+(models/tiny_generator.py: a small GRU generator with random weights, TorchScript in a
+decoupled python-backend model).
 
     locust -f locustfiles/streams.py --headless -u 4 -r 4 -t 20s              # embedded server
     locust -f locustfiles/streams.py --headless -u 4 -t 30s --perf-ttft-p99 200 \

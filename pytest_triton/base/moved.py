@@ -123,6 +123,8 @@ MOVED_NAMES: dict[str, dict[str, str]] = {
         "join_dash_values": "base.setting_sources",
         "resolve": "base.config_resolution",
     },
+    # the zoo's generator went to the zoo; the module keeps the generic StreamSpec
+    "repository.stream": {"TinyGenerator": "models.tiny_generator"},
     "load.perf.command": {"perf_main": "cli.triton_perf", "perf_config": "cli.triton_perf"},
     "load.tune.tuner": {
         "tune_main": "cli.triton_tune",

@@ -27,17 +27,16 @@ from typing import Any, Literal
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from pytest_triton.base.errors import TritonTestError
+from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.urls import parse_url
+from pytest_triton.client.stream_interface import PROJECT, Codec, StreamInterface, WireTensor
 
 PROMPT, MAX_TOKENS, STOP_TOKEN, TOKEN, POSITION = (
-    "PROMPT",
-    "MAX_TOKENS",
-    "STOP_TOKEN",
-    "TOKEN",
-    "POSITION",
+    t.name if t is not None else ""
+    for t in (PROJECT.prompt, PROJECT.max_tokens, PROJECT.stop, PROJECT.output, PROJECT.position)
 )
-"""The wire names of a token-generating decoupled model (repository/stream.py serves them)."""
+"""The wire names of pytest-triton's own layout, read from stream_interface.PROJECT (kept
+for code that names them)."""
 NO_STOP = -1
 """STOP_TOKEN value that never stops generation early."""
 StreamProtocol = Literal["grpc", "http"]
@@ -80,28 +79,37 @@ class Streamed:
         return end - self.sent_at
 
 
-def _inputs(prompt: Sequence[int], max_tokens: int, stop_token: int) -> list[Any]:
-    arrays: dict[str, np.ndarray[Any, Any]] = {
-        PROMPT: np.asarray(prompt, dtype=np.int64).reshape(-1),
-        MAX_TOKENS: np.array([max_tokens], dtype=np.int32),
-        STOP_TOKEN: np.array([stop_token], dtype=np.int32),
-    }
+def _inputs(
+    interface: StreamInterface,
+    codec: Codec | None,
+    prompt: Sequence[int],
+    max_tokens: int,
+    stop_token: int,
+) -> list[Any]:
+    datatypes = {t.name: t.datatype for t in interface.inputs()}
     inputs = []
-    for name, array in arrays.items():
-        tensor = grpcclient.InferInput(
-            name, list(array.shape), "INT64" if name == PROMPT else "INT32"
-        )
+    for name, array in interface.request(prompt, max_tokens, stop_token, codec).items():
+        tensor = grpcclient.InferInput(name, list(array.shape), datatypes[name])
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
     return inputs
 
 
 class GrpcStreams:
-    """Streams to decoupled models over one gRPC bidirectional stream (tritonclient's)."""
+    """Streams to decoupled models over one gRPC bidirectional stream (tritonclient's), in
+    the tensors `interface` declares (a text layout through `codec`, a tokenizer)."""
 
-    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float = 30.0,
+        interface: StreamInterface = PROJECT,
+        codec: Codec | None = None,
+    ) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self.interface = interface
+        self.codec = codec
         self._client = grpcclient.InferenceServerClient(url)
         self._queues: dict[str, queue.Queue[tuple[float, Any, Any]]] = {}
         self._lock = threading.Lock()
@@ -144,9 +152,9 @@ class GrpcStreams:
         streamed = Streamed(list(prompt), time.perf_counter())
         self._client.async_stream_infer(
             model,
-            _inputs(prompt, max_tokens, stop_token),
+            _inputs(self.interface, self.codec, prompt, max_tokens, stop_token),
             request_id=request_id,
-            outputs=[grpcclient.InferRequestedOutput(TOKEN)],
+            outputs=[grpcclient.InferRequestedOutput(self.interface.output.name)],
             enable_empty_final_response=True,
             parameters=dict(parameters) if parameters else None,
         )
@@ -173,10 +181,11 @@ class GrpcStreams:
                         streamed,
                     )
                 response = result.get_response()
-                token = result.as_numpy(TOKEN)
-                if token is not None and token.size:
-                    streamed.tokens.append(int(token.reshape(-1)[0]))
-                    streamed.arrived.append(arrived)
+                output = result.as_numpy(self.interface.output.name)
+                if output is not None and output.size:
+                    tokens = self._tokens(model, request_id, streamed, output)
+                    streamed.tokens.extend(tokens)
+                    streamed.arrived.extend([arrived] * len(tokens))
                 final = response.parameters.get(FINAL)
                 if final is not None and final.bool_param:
                     streamed.final_at = arrived
@@ -184,6 +193,20 @@ class GrpcStreams:
         finally:
             with self._lock:
                 self._queues.pop(request_id, None)
+
+    def _tokens(
+        self, model: str, request_id: str, streamed: Streamed, output: np.ndarray[Any, Any]
+    ) -> list[int]:
+        try:
+            return self.interface.tokens(output, self.codec)
+        except Exception as exc:
+            raise StreamError(
+                f"stream {request_id} of model {model!r} over gRPC: the response at position "
+                f"{len(streamed.tokens)} cannot be read as tokens of the "
+                f"{self.interface.layout!r} layout ({self.interface.output.name} = "
+                f"{output.reshape(-1)[:4].tolist()!r}): {type(exc).__name__}: {exc}",
+                streamed,
+            ) from None
 
     def generate(
         self,
@@ -239,12 +262,17 @@ def generate_http(
     stop_token: int = NO_STOP,
     timeout_s: float = 30.0,
     parameters: Mapping[str, Any] | None = None,
+    interface: StreamInterface = PROJECT,
+    codec: Codec | None = None,
 ) -> Streamed:
     """One stream over HTTP: Triton's generate-stream endpoint, read as server-sent events
-    (request `parameters`, if any, go in its `parameters` field)."""
+    (request `parameters`, if any, go in its `parameters` field), in `interface`'s tensors.
+    The endpoint takes each input as a JSON field, a value or a flat list: a layout whose
+    inputs carry a batch axis (TRTLLM) is driven over gRPC."""
     _, address = parse_url(url)
     host, _, port = address.rpartition(":")
-    fields: dict[str, Any] = {PROMPT: list(prompt), MAX_TOKENS: max_tokens, STOP_TOKEN: stop_token}
+    arrays = interface.request(prompt, max_tokens, stop_token, codec)
+    fields: dict[str, Any] = {t.name: _json_value(t, arrays[t.name]) for t in interface.inputs()}
     if parameters:
         fields["parameters"] = dict(parameters)
     body = json.dumps(fields)
@@ -272,10 +300,20 @@ def generate_http(
                     f"{where} failed after {len(streamed.tokens)} token(s): {event['error']}",
                     streamed,
                 )
-            token = event.get(TOKEN)
-            if token is not None:
-                streamed.tokens.append(int(np.asarray(token).reshape(-1)[0]))
-                streamed.arrived.append(arrived)
+            value = event.get(interface.output.name)
+            if value is not None:
+                output = np.asarray(value if isinstance(value, list) else [value], dtype=object)
+                try:
+                    tokens = interface.tokens(output, codec)
+                except Exception as exc:
+                    raise StreamError(
+                        f"{where}: the event at position {len(streamed.tokens)} cannot be read "
+                        f"as tokens of the {interface.layout!r} layout "
+                        f"({interface.output.name} = {value!r}): {type(exc).__name__}: {exc}",
+                        streamed,
+                    ) from None
+                streamed.tokens.extend(tokens)
+                streamed.arrived.extend([arrived] * len(tokens))
         # The endpoint closes the event stream after the final flag, and only then.
         streamed.final_at = time.perf_counter()
         return streamed
@@ -287,3 +325,36 @@ def generate_http(
         ) from None
     finally:
         connection.close()
+
+
+def _json_value(tensor: WireTensor, array: np.ndarray[Any, Any]) -> Any:
+    """One input as the generate endpoint's JSON field: a value where the tensor holds one,
+    else a flat list."""
+    values = [v.decode() if isinstance(v, bytes) else v for v in array.reshape(-1).tolist()]
+    return values if -1 in tensor.shape else values[0]
+
+
+def check_interface(
+    url: str, model: str, interface: StreamInterface, protocol: StreamProtocol = "grpc"
+) -> None:
+    """Refuse, before any stream, an interface naming a tensor the served model lacks or
+    declares with another datatype (read from the model's metadata), naming both."""
+    if protocol == "grpc":
+        with grpcclient.InferenceServerClient(url) as client:
+            metadata = client.get_model_metadata(model, as_json=True)
+    else:
+        import tritonclient.http as httpclient
+
+        _, address = parse_url(url)
+        with httpclient.InferenceServerClient(address) as client:
+            metadata = client.get_model_metadata(model)
+    problems = interface.mismatches(
+        {t["name"]: t["datatype"] for t in metadata.get("inputs", [])},
+        {t["name"]: t["datatype"] for t in metadata.get("outputs", [])},
+    )
+    if problems:
+        raise ConfigError(
+            f"model {model!r} does not speak the {interface.layout!r} stream layout: "
+            + "; ".join(problems)
+            + " (give the interface the model's names, e.g. interface.renamed(...))"
+        )

@@ -27,14 +27,17 @@ from typing import Any, ClassVar
 import locust
 import torch
 from locust import User, constant, task
+from tritonclient.utils import InferenceServerException
 
 from pytest_triton.base.errors import ConfigError
+from pytest_triton.client.stream_interface import PROJECT, Codec, StreamInterface
 from pytest_triton.client.streaming import (
     NO_STOP,
     GrpcStreams,
     Streamed,
     StreamError,
     StreamProtocol,
+    check_interface,
     generate_http,
 )
 from pytest_triton.load.runner import grpc_gevent, listeners, stream_recording
@@ -44,6 +47,7 @@ from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
 from pytest_triton.load.runner.user_settings import user_endpoint, user_model
 from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
 from pytest_triton.load.webui import events
+from pytest_triton.models import tiny_generator
 from pytest_triton.parity.token_match import wrong_stream
 from pytest_triton.repository.stream import StreamSpec, generate
 
@@ -59,8 +63,9 @@ __all__ = ["EmbeddedStream", "StreamSpec", "StreamUser", "stream_model"]
 
 
 def stream_model(spec: StreamSpec | None = None) -> EmbeddedStream:
-    """The generator a stream locustfile serves itself without --host (default: StreamSpec())."""
-    return EmbeddedStream(spec or StreamSpec())
+    """The generator a stream locustfile serves itself without --host (default: the zoo's
+    tiny_generator.stream_spec())."""
+    return EmbeddedStream(spec or tiny_generator.stream_spec())
 
 
 class StreamUser(User):
@@ -70,7 +75,10 @@ class StreamUser(User):
     started when no --host is given), `protocol` ("grpc" or "http"), `prompts` (default: 16
     of `served`'s), `max_tokens`, `stop_token`, `reference` (prompt, max_tokens, stop_token
     -> the tokens a right stream carries; default: `served`'s greedy generation), `parameters`
-    (Triton request parameters sent with every prompt).
+    (Triton request parameters sent with every prompt), `interface` (the tensors the model
+    speaks, client/stream_interface.py; default: `served`'s, else pytest-triton's own) and
+    `codec` (a text layout's tokenizer; default: `served`'s). The interface is checked against
+    the served model's metadata before the first stream.
     """
 
     abstract = True
@@ -83,6 +91,8 @@ class StreamUser(User):
     stop_token: int = NO_STOP
     parameters: ClassVar[Mapping[str, Any] | None] = None  # Triton request parameters
     reference: ClassVar[Reference | None] = None
+    interface: ClassVar[StreamInterface | None] = None
+    codec: ClassVar[Codec | None] = None
     timeout_s: float = 30.0
 
     _open_loop: OpenLoop | ReplayLoop | None = None
@@ -111,10 +121,29 @@ class StreamUser(User):
             self._slo_ttft_s = (config.gate.perf_slo_ttft_ms or math.inf) / 1e3
             self._slo_itl_s = (config.gate.perf_slo_itl_ms or math.inf) / 1e3
             self._open_loop = open_loop(self.environment, config, number)
-            self._grpc = GrpcStreams(self._url, self.timeout_s) if cls.protocol == "grpc" else None
+            self._interface, self._codec = self._layout_of(cls)
+            with contextlib.suppress(InferenceServerException):  # unreachable: streams say
+                check_interface(self._url, self._model, self._interface, cls.protocol)
+            self._grpc = (
+                GrpcStreams(self._url, self.timeout_s, self._interface, self._codec)
+                if cls.protocol == "grpc"
+                else None
+            )
         except ConfigError as exc:
             refuse_user(self.environment, exc)
         self._request_type = "gRPC-stream" if cls.protocol == "grpc" else "HTTP-stream"
+
+    @staticmethod
+    def _layout_of(cls: type[StreamUser]) -> tuple[StreamInterface, Codec | None]:
+        spec = cls.served.spec if cls.served is not None else None
+        interface = cls.interface or (spec.interface if spec is not None else PROJECT)
+        codec = cls.codec or (spec.tokenizer if spec is not None else None)
+        if interface.text and codec is None:
+            raise ConfigError(
+                f"{cls.__name__} speaks the text layout {interface.layout!r}: set `codec` to "
+                "the model's tokenizer (a tokenizers.Tokenizer)"
+            )
+        return interface, codec
 
     @staticmethod
     def _reference_of(cls: type[StreamUser]) -> Reference | None:
@@ -122,8 +151,10 @@ class StreamUser(User):
             return cls.reference
         if cls.served is None:
             return None
-        module = cls.served.reference()
-        return lambda prompt, max_tokens, stop: generate(module, prompt, max_tokens, stop)
+        module, spec = cls.served.reference(), cls.served.spec
+        return lambda prompt, max_tokens, stop: generate(
+            module, prompt, max_tokens, stop, vocab=spec.vocab, context=spec.context
+        )
 
     @task
     def stream(self) -> None:
@@ -154,6 +185,8 @@ class StreamUser(User):
                     self.stop_token,
                     self.timeout_s,
                     self.parameters,
+                    self._interface,
+                    self._codec,
                 )
         except StreamError as exc:
             error, streamed = exc, exc.streamed

@@ -1,74 +1,81 @@
-"""A decoupled (streaming) model: a small causal PyTorch generator, its greedy reference, and
-its Triton model directory.
+"""A decoupled (streaming) model: the user's causal PyTorch generator, its greedy reference,
+and its Triton model directory.
 
 Token generation is what decoupled Triton models serve: one request, one response per token,
-then a final flag. `TinyGenerator` is the smallest real case (an embedding and a positional
-embedding over a fixed context, a two-layer GRU, a linear head; random weights from a seed).
-PyTorch's greedy generation in process is the reference; the served model (stream_model.py, a
-python-backend model with `model_transaction_policy { decoupled: true }`) runs the exported
-TorchScript artifact of the same module, one response per token through `response_sender`.
+then a final flag. A StreamSpec takes any causal module (stream_greedy.py names the two kinds:
+`forward(tokens) -> logits`, or one carrying a state with `initial_state()`); PyTorch's greedy
+generation in process is the reference, and the served model (stream_model.py, a
+python-backend model with `model_transaction_policy { decoupled: true }`) runs the module's
+TorchScript artifact through the same greedy loop, one response per token through
+`response_sender`. The zoo's examples are `models/tiny_generator.py` and `models/gru_lm.py`.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pytest_triton.base import moved
 from pytest_triton.base.errors import SpecError
-from pytest_triton.client.streaming import MAX_TOKENS, NO_STOP, POSITION, PROMPT, STOP_TOKEN, TOKEN
-from pytest_triton.repository import pbtxt, torchscript_notice
+from pytest_triton.client.stream_interface import PROJECT, StreamInterface
+from pytest_triton.client.streaming import NO_STOP
+from pytest_triton.repository import pbtxt, stream_greedy, torchscript_notice
 
 MODEL_SOURCE = Path(__file__).with_name("stream_model.py")
+GREEDY_SOURCE = Path(__file__).with_name("stream_greedy.py")
 ARTIFACT = "model.pt"
+TOKENIZER = "tokenizer.json"
 
 
-class TinyGenerator(nn.Module):
-    """A causal model over `vocab` tokens and a fixed `context`: forward(tokens, h) gives the
-    next token's logits after the last one and the GRU state, so generation feeds one token
-    at a time after the prompt."""
+def _config_type(datatype: str) -> str:
+    """Triton's wire datatype as model_config's TYPE_ suffix (BYTES is TYPE_STRING)."""
+    return "STRING" if datatype == "BYTES" else datatype
 
-    def __init__(self, vocab: int = 64, context: int = 64, dim: int = 32, hidden: int = 64):
-        super().__init__()
-        self.context = context
-        self.embed = nn.Embedding(vocab, dim)
-        self.position = nn.Embedding(context, dim)
-        self.gru = nn.GRU(dim, hidden, num_layers=2, batch_first=True)
-        # The head also sees the last token's embedding: a random GRU alone soon repeats one
-        # token, and a stream of repeats would hide a model that ignores its prompt.
-        self.head = nn.Linear(hidden + dim, vocab)
-        with torch.no_grad():  # larger recurrent weights keep the prompt in the state longer
-            for name, weight in self.gru.named_parameters():
-                if name.startswith("weight"):
-                    weight.mul_(3.0)
 
-    def forward(
-        self, tokens: torch.Tensor, start: torch.Tensor, state: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(tokens.shape[1]) + start
-        x = self.embed(tokens) + self.position(positions).unsqueeze(0)
-        out, state = self.gru(x, state)
-        return self.head(torch.cat([out[:, -1], x[:, -1]], 1)), state
+__getattr__ = moved.moved_names(__name__)  # TinyGenerator went to models/tiny_generator.py
 
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """A decoupled generator to serve: name, seed of its random weights, sizes, instances."""
+    """A decoupled generator to serve: its name, `generator` (a callable building the causal
+    module, in eval mode), the vocabulary its logits cover, its context (None: any length), its
+    instances, the tensors it speaks (`interface`: pytest-triton's own layout, or a preset of
+    client/stream_interface.py) and, for a text layout, its `tokenizer` (a
+    `tokenizers.Tokenizer` whose ids are the module's)."""
 
     name: str = "tiny_stream"
-    seed: int = 0
+    generator: Callable[[], nn.Module] | None = None
     vocab: int = 64
-    context: int = 64
+    context: int | None = None
     instances: int = 2
+    interface: StreamInterface = PROJECT
+    tokenizer: Any = None
 
-    def module(self) -> TinyGenerator:
-        torch.manual_seed(self.seed)
-        return TinyGenerator(self.vocab, self.context).eval()
+    def __post_init__(self) -> None:
+        if self.generator is None:
+            raise SpecError(
+                f"StreamSpec {self.name!r} has no generator: pass generator=<a callable "
+                "building your causal module>, or use the zoo's "
+                "pytest_triton.models.tiny_generator.stream_spec()"
+            )
+        if self.interface.text and self.tokenizer is None:
+            raise SpecError(
+                f"StreamSpec {self.name!r} speaks the text layout {self.interface.layout!r}: "
+                "give tokenizer=<a tokenizers.Tokenizer over the module's token ids>"
+            )
+        if self.vocab < 1:
+            raise SpecError(f"StreamSpec {self.name!r}: vocab is {self.vocab}, give at least 1")
+
+    def module(self) -> nn.Module:
+        assert self.generator is not None  # __post_init__ refused None
+        return self.generator()
 
     def prompts(self, count: int, length: int = 6, seed: int = 1) -> list[list[int]]:
         """`count` prompts of `length` tokens drawn from the vocabulary, reproducibly."""
@@ -77,93 +84,134 @@ class StreamSpec:
         return [[int(t) for t in row] for row in drawn]
 
 
-def check_prompt(prompt: Sequence[int], max_tokens: int, vocab: int, context: int) -> str | None:
+def check_prompt(
+    prompt: Sequence[int], max_tokens: int, vocab: int, context: int | None
+) -> str | None:
     """Why a request cannot be generated (None when it can): the served model and the
-    reference refuse the same requests with the same words."""
-    if not prompt:
-        return "the prompt is empty: send at least one token"
-    if len(prompt) > context:
-        return (
-            f"the prompt has {len(prompt)} tokens, longer than the model's context of "
-            f"{context}: shorten it to at most {context}"
-        )
-    bad = [t for t in prompt if not 0 <= t < vocab]
-    if bad:
-        return f"prompt token {bad[0]} is outside the vocabulary [0, {vocab})"
-    if max_tokens < 1:
-        return f"MAX_TOKENS is {max_tokens}: ask for at least one token"
-    if len(prompt) + max_tokens - 1 > context:
-        return (
-            f"{len(prompt)} prompt tokens + {max_tokens} new tokens need "
-            f"{len(prompt) + max_tokens - 1} positions, more than the model's context of "
-            f"{context}: ask for at most {context - len(prompt) + 1} new tokens"
-        )
-    return None
+    reference refuse the same requests with the same words (stream_greedy.problem_of)."""
+    return stream_greedy.problem_of(prompt, max_tokens, vocab, context)
 
 
 def generate(
-    module: TinyGenerator, prompt: Sequence[int], max_tokens: int, stop_token: int = NO_STOP
+    module: nn.Module,
+    prompt: Sequence[int],
+    max_tokens: int,
+    stop_token: int = NO_STOP,
+    *,
+    vocab: int | None = None,
+    context: int | None = None,
 ) -> list[int]:
     """Greedy generation in process: the tokens a right stream carries, in order (the stop
-    token, when generated, is the last)."""
-    problem = check_prompt(prompt, max_tokens, module.head.out_features, module.context)
+    token, when generated, is the last). `vocab` defaults to the module's first logits' width,
+    `context` to its `context` attribute (none: no limit)."""
+    if context is None:
+        context = getattr(module, "context", None)
+    if vocab is None:
+        vocab = _logits_width(module)
+    problem = check_prompt(prompt, max_tokens, vocab, context)
     if problem:
         raise SpecError(problem)
-    hidden, layers = module.gru.hidden_size, module.gru.num_layers
-    tokens: list[int] = []
+    tokens = stream_greedy.greedy_tokens(module, prompt, max_tokens, stop_token, vocab)
+    try:
+        return list(tokens)
+    except ValueError as exc:
+        raise SpecError(f"{type(module).__name__}: {exc}") from None
+
+
+def _logits_width(module: nn.Module) -> int:
+    """The width of the logits after one token (0): the vocabulary a module generates over."""
     with torch.inference_mode():
-        state = torch.zeros(layers, 1, hidden)
-        feed = torch.tensor([list(prompt)], dtype=torch.int64)
-        start = torch.tensor(0)
-        for _ in range(max_tokens):
-            logits, state = module(feed, start, state)
-            token = int(torch.argmax(logits[0]))
-            tokens.append(token)
-            if token == stop_token:
-                break
-            start = start + feed.shape[1]
-            feed = torch.tensor([[token]], dtype=torch.int64)
-    return tokens
+        feed = torch.tensor([[0]], dtype=torch.int64)
+        stateful: Any = module  # initial_state is the module's own method, unknown to nn
+        out: Any = (
+            stateful(feed, torch.tensor(0), stateful.initial_state())
+            if stream_greedy.carries_state(module)
+            else module(feed)
+        )
+    logits = out[0] if isinstance(out, tuple) else out
+    return int(logits.shape[-1])
+
+
+def check_generator(spec: StreamSpec, module: nn.Module) -> None:
+    """Refuse, before anything is written or loaded, a module whose forward does not map token
+    ids to next-token logits of the spec's vocabulary (one greedy step on a two-token prompt)."""
+    try:
+        next(stream_greedy.greedy_tokens(module, [0, 0], 1, NO_STOP, spec.vocab))
+    except Exception as exc:
+        kind = "forward(tokens, start, state) -> (logits, state)"
+        if not stream_greedy.carries_state(module):
+            kind = "forward(tokens) -> logits"
+        raise SpecError(
+            f"StreamSpec {spec.name!r}: {type(module).__name__} does not generate as a causal "
+            f"model ({kind}, token ids [1, T] int64, logits [1, {spec.vocab}]): "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
 
 
 def stream_config(spec: StreamSpec) -> mc.ModelConfig:
     """The decoupled python-backend model's ModelConfig (written with model_config_pb2)."""
     config = mc.ModelConfig(name=spec.name, backend="python", max_batch_size=0)
     config.model_transaction_policy.decoupled = True
-    config.input.extend(
-        [
-            mc.ModelInput(name=PROMPT, data_type=mc.TYPE_INT64, dims=[-1]),
-            mc.ModelInput(name=MAX_TOKENS, data_type=mc.TYPE_INT32, dims=[1]),
-            mc.ModelInput(name=STOP_TOKEN, data_type=mc.TYPE_INT32, dims=[1], optional=True),
-        ]
-    )
-    config.output.extend(
-        [
-            mc.ModelOutput(name=TOKEN, data_type=mc.TYPE_INT64, dims=[1]),
-            mc.ModelOutput(name=POSITION, data_type=mc.TYPE_INT32, dims=[1]),
-        ]
-    )
+    interface = spec.interface
+    for tensor in interface.inputs():
+        config.input.append(
+            mc.ModelInput(
+                name=tensor.name,
+                data_type=mc.DataType.Value(f"TYPE_{_config_type(tensor.datatype)}"),
+                dims=list(tensor.shape),
+                optional=interface.optional(tensor),
+            )
+        )
+    for tensor in interface.outputs():
+        config.output.append(
+            mc.ModelOutput(
+                name=tensor.name,
+                data_type=mc.DataType.Value(f"TYPE_{_config_type(tensor.datatype)}"),
+                dims=list(tensor.shape),
+            )
+        )
     config.instance_group.append(
         mc.ModelInstanceGroup(count=spec.instances, kind=mc.ModelInstanceGroup.KIND_CPU)
     )
     for key, value in {
         "artifact": ARTIFACT,
         "vocab": str(spec.vocab),
-        "context": str(spec.context),
+        "context": "" if spec.context is None else str(spec.context),
+        "interface": interface.to_json(),
     }.items():
         config.parameters[key].string_value = value
     return config
 
 
+def script(spec: StreamSpec, module: nn.Module) -> torch.jit.ScriptModule:
+    """The module in TorchScript (what the served model loads), or a SpecError saying why not."""
+    try:
+        with torchscript_notice.torchscript_calls():
+            return torch.jit.script(module)
+    except Exception as exc:
+        raise SpecError(
+            f"StreamSpec {spec.name!r}: torch.jit.script cannot compile "
+            f"{type(module).__name__} ({type(exc).__name__}: {str(exc).splitlines()[0]}); the "
+            "served model loads TorchScript: make forward (and initial_state, if any) "
+            "scriptable"
+        ) from None
+
+
 def write_stream_model(root: Path, spec: StreamSpec, source: str | None = None) -> Path:
-    """root/NAME/config.pbtxt and root/NAME/1/{model.py, model.pt}: the spec's module
-    scripted with TorchScript, served by stream_model.py (or `source`, a model.py that
-    builds on it)."""
+    """root/NAME/config.pbtxt and root/NAME/1/{model.py, stream_greedy.py, model.pt}: the
+    spec's module checked and scripted with TorchScript, served by stream_model.py (or
+    `source`, a model.py that builds on it)."""
+    module = spec.module()
+    check_generator(spec, module)
+    scripted = script(spec, module)
     directory = root / spec.name
     version = directory / "1"
     version.mkdir(parents=True, exist_ok=True)
     with torchscript_notice.torchscript_calls():
-        torch.jit.script(spec.module()).save(str(version / ARTIFACT))
+        scripted.save(str(version / ARTIFACT))
+    shutil.copyfile(GREEDY_SOURCE, version / GREEDY_SOURCE.name)
+    if spec.tokenizer is not None:
+        (version / TOKENIZER).write_text(spec.tokenizer.to_str())
     if source is None:
         shutil.copyfile(MODEL_SOURCE, version / "model.py")
     else:

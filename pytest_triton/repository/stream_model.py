@@ -1,18 +1,25 @@
-"""Decoupled python-backend model: greedy generation of an exported TorchScript generator, one
-response per token through the request's response sender, then the final flag.
+"""Decoupled python-backend model serving any causal generator in any declared layout (the
+interface's JSON, a config parameter: tensor names, datatypes and shapes, as
+client/stream_interface.py declares them; a text layout through tokenizer.json beside it):
+greedy generation of its exported TorchScript artifact (stream_greedy.py, copied beside
+this file, holds the loop the reference runs too), one response per token through the
+request's response sender, then the final flag.
 
 Copied into a stream model's version directory as model.py; it runs inside Triton's python
-stub, so it imports nothing from pytest_triton (stream.py's check_prompt says the same words).
-A bad request gets one error response with the final flag: the stream ends with a reason and
-the instance serves the next one. Subclasses (in tests) override `token` or `finish` to prove
-that the checks catch a wrong token or a stream without its final flag.
+stub, so it imports nothing from pytest_triton. A bad request gets one error response with the
+final flag: the stream ends with a reason and the instance serves the next one. Subclasses (in
+tests) override `token` or `finish` to prove that the checks catch a wrong token or a stream
+without its final flag.
 """
 
+import importlib.util
 import json
 import os
 
 import numpy as np
 import torch
+
+NUMPY = {"INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_}
 
 try:
     import triton_python_backend_utils as pb_utils
@@ -20,26 +27,14 @@ except ImportError:  # imported outside Triton's stub (a syntax check)
     pb_utils = None
 
 
-def problem_of(prompt, max_tokens, vocab, context):
-    if len(prompt) == 0:
-        return "the prompt is empty: send at least one token"
-    if len(prompt) > context:
-        return (
-            f"the prompt has {len(prompt)} tokens, longer than the model's context of "
-            f"{context}: shorten it to at most {context}"
-        )
-    bad = [int(t) for t in prompt if not 0 <= int(t) < vocab]
-    if bad:
-        return f"prompt token {bad[0]} is outside the vocabulary [0, {vocab})"
-    if max_tokens < 1:
-        return f"MAX_TOKENS is {max_tokens}: ask for at least one token"
-    if len(prompt) + max_tokens - 1 > context:
-        return (
-            f"{len(prompt)} prompt tokens + {max_tokens} new tokens need "
-            f"{len(prompt) + max_tokens - 1} positions, more than the model's context of "
-            f"{context}: ask for at most {context - len(prompt) + 1} new tokens"
-        )
-    return None
+def _load_greedy():
+    """stream_greedy.py from this model's version directory (not put on sys.path: two
+    stream models in one server would share the first one's module)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream_greedy.py")
+    spec = importlib.util.spec_from_file_location(f"stream_greedy_{id(path)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class TritonPythonModel:
@@ -49,10 +44,16 @@ class TritonPythonModel:
         torch.set_num_threads(1)  # tiny steps: threads cost more than they give
         path = os.path.join(args["model_repository"], args["model_version"], params["artifact"])
         self.module = torch.jit.load(path).eval()
+        self.greedy = _load_greedy()
         self.vocab = int(params["vocab"])
-        self.context = int(params["context"])
-        self.layers = self.module.gru.num_layers
-        self.hidden = self.module.gru.hidden_size
+        self.context = int(params["context"]) if params.get("context") else None
+        self.interface = json.loads(params["interface"])
+        self.tokenizer = None
+        here = os.path.join(args["model_repository"], args["model_version"], "tokenizer.json")
+        if os.path.exists(here):
+            from tokenizers import Tokenizer
+
+            self.tokenizer = Tokenizer.from_file(here)
 
     def token(self, position, token):
         """The token sent at `position` (a test's subclass corrupts one)."""
@@ -75,37 +76,95 @@ class TritonPythonModel:
                 )
         return None
 
+    def _input(self, request, role):
+        """The request's array for an interface role (None: not declared or not sent)."""
+        tensor = self.interface.get(role)
+        if tensor is None:
+            return None
+        found = pb_utils.get_input_tensor_by_name(request, tensor["name"])
+        return None if found is None else found.as_numpy()
+
+    def _text(self, array):
+        value = array.reshape(-1)[0]
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def _request(self, request):
+        """The prompt's ids, the budget and the stop token, read in the interface's layout."""
+        prompt = self._input(request, "prompt")
+        if self.tokenizer is not None:
+            ids = np.array(self.tokenizer.encode(self._text(prompt)).ids, np.int64)
+        else:
+            ids = prompt.reshape(-1).astype(np.int64)
+        length = self._input(request, "prompt_length")
+        if length is not None and int(length.reshape(-1)[0]) != len(ids):
+            raise ValueError(
+                f"{self.interface['prompt_length']['name']} is {int(length.reshape(-1)[0])} "
+                f"but the prompt has {len(ids)} tokens"
+            )
+        streaming = self._input(request, "streaming")
+        if streaming is not None and not bool(streaming.reshape(-1)[0]):
+            raise ValueError(
+                f"{self.interface['streaming']['name']} is false: this model only streams"
+            )
+        budget, stop = self._input(request, "max_tokens"), self._input(request, "stop")
+        max_tokens = None if budget is None else int(budget.reshape(-1)[0])
+        stop_token = -1 if stop is None else int(stop.reshape(-1)[0])
+        sampling = self._input(request, "sampling")
+        if sampling is not None:
+            max_tokens, stop_token = self._sampling(
+                json.loads(self._text(sampling)), max_tokens, stop_token
+            )
+        if max_tokens is None:
+            raise ValueError(
+                f"the request gives no token budget ({self.interface['sampling_keys'][0]})"
+            )
+        return ids, max_tokens, stop_token
+
+    def _sampling(self, fields, max_tokens, stop_token):
+        """The budget and stop token from the sampling parameters; greedy only."""
+        budget_key, stop_key = self.interface["sampling_keys"]
+        unknown = sorted(set(fields) - {budget_key, stop_key, "temperature"})
+        if unknown:
+            raise ValueError(
+                f"sampling parameter(s) {unknown} not supported: this model takes "
+                f"{[budget_key, stop_key, 'temperature']}"
+            )
+        if float(fields.get("temperature", 0.0)) != 0.0:
+            raise ValueError(
+                f"temperature {fields['temperature']}: this model generates greedily, send 0"
+            )
+        if budget_key in fields:
+            max_tokens = int(fields[budget_key])
+        if fields.get(stop_key):
+            stop_token = int(fields[stop_key][0])
+        return max_tokens, stop_token
+
+    def _tensor(self, role, values):
+        tensor = self.interface[role]
+        shape = [len(values) if d == -1 else d for d in tensor["shape"]]
+        if tensor["datatype"] == "BYTES":
+            array = np.array([str(v).encode() for v in values], dtype=np.object_)
+        else:
+            array = np.array(values, dtype=NUMPY[tensor["datatype"]])
+        return pb_utils.Tensor(tensor["name"], array.reshape(shape))
+
     def _generate(self, request, sender):
-        prompt = pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy().reshape(-1)
-        max_tokens = int(
-            pb_utils.get_input_tensor_by_name(request, "MAX_TOKENS").as_numpy().reshape(-1)[0]
-        )
-        stop = pb_utils.get_input_tensor_by_name(request, "STOP_TOKEN")
-        stop_token = int(stop.as_numpy().reshape(-1)[0]) if stop is not None else -1
-        problem = problem_of(prompt, max_tokens, self.vocab, self.context)
+        ids, max_tokens, stop_token = self._request(request)
+        problem = self.greedy.problem_of(ids, max_tokens, self.vocab, self.context)
         if problem:
             raise ValueError(problem)
-        with torch.inference_mode():
-            state = torch.zeros(self.layers, 1, self.hidden)
-            feed = torch.from_numpy(prompt.astype(np.int64)).reshape(1, -1)
-            start = torch.tensor(0)
-            for position in range(max_tokens):
-                if request.is_cancelled():
-                    break  # the client went away: stop generating for it
-                logits, state = self.module(feed, start, state)
-                token = int(torch.argmax(logits[0]))
-                sender.send(
-                    pb_utils.InferenceResponse(
-                        output_tensors=[
-                            pb_utils.Tensor(
-                                "TOKEN", np.array([self.token(position, token)], np.int64)
-                            ),
-                            pb_utils.Tensor("POSITION", np.array([position], np.int32)),
-                        ]
-                    )
-                )
-                if token == stop_token:
-                    break
-                start = start + feed.shape[1]
-                feed = torch.tensor([[token]], dtype=torch.int64)
+        tokens = self.greedy.greedy_tokens(self.module, ids, max_tokens, stop_token, self.vocab)
+        for position, token in enumerate(tokens):
+            sent = self.token(position, token)
+            if self.tokenizer is not None:
+                sent = self.tokenizer.decode([sent])
+            outputs = [self._tensor("output", [sent])]
+            if self.interface.get("position") is not None:
+                outputs.append(self._tensor("position", [position]))
+            if self.interface.get("length") is not None:
+                outputs.append(self._tensor("length", [len(ids) + position + 1]))
+            sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
+            if request.is_cancelled():
+                tokens.close()
+                break  # the client went away: stop generating for it
         self.finish(sender)

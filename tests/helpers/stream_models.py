@@ -8,6 +8,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import WhitespaceSplit
+
+from pytest_triton.client.stream_interface import TRTLLM, VLLM
+from pytest_triton.models.gru_lm import gru_lm_spec
 from pytest_triton.repository.stream import MODEL_SOURCE, StreamSpec, write_stream_model
 
 CORRUPT_AT = 5
@@ -51,3 +57,43 @@ def write_faulty(root: Path, spec: StreamSpec) -> str:
         root, dataclasses.replace(spec, name=name, instances=1), MODEL_SOURCE.read_text() + FAULTY
     )
     return name
+
+
+LAYOUT_VOCAB = 32
+
+
+def word_tokenizer() -> Tokenizer:
+    """A WordLevel tokenizer built in code whose ids are the model's: "w0" .. "w31" (and
+    [UNK] past them, which the model refuses as outside its vocabulary)."""
+    words = {f"w{i}": i for i in range(LAYOUT_VOCAB)} | {"[UNK]": LAYOUT_VOCAB}
+    tokenizer = Tokenizer(WordLevel(words, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = WhitespaceSplit()
+    return tokenizer
+
+
+LAYOUT_BASE = gru_lm_spec(vocab=LAYOUT_VOCAB)
+"""One GRU language model served in each backend's layout (its greedy generation the
+reference of every one)."""
+LAYOUT_SPECS = {
+    "vllm": StreamSpec(
+        "vllm_lm",
+        LAYOUT_BASE.generator,
+        LAYOUT_VOCAB,
+        interface=VLLM,
+        tokenizer=word_tokenizer(),
+        instances=1,
+    ),
+    "trtllm": StreamSpec(
+        "trtllm_lm", LAYOUT_BASE.generator, LAYOUT_VOCAB, interface=TRTLLM, instances=1
+    ),
+}
+
+
+def trtllm_layout_spec() -> StreamSpec:
+    """The TensorRT-LLM-layout spec, for `triton-perf -m tests.helpers.stream_models:...`."""
+    return LAYOUT_SPECS["trtllm"]
+
+
+def vllm_layout_spec() -> StreamSpec:
+    """The vLLM-layout spec, for `triton-perf -m tests.helpers.stream_models:...`."""
+    return LAYOUT_SPECS["vllm"]

@@ -36,13 +36,12 @@ from pytest_triton.load.runner.embedded import (
     EmbeddedServer,
     EmbeddedStream,
 )
-from pytest_triton.models import streaming_gru
-from pytest_triton.repository.stream import StreamSpec
+from pytest_triton.models import streaming_gru, tiny_generator
 from tests.helpers.locust_runs import Locust, triton_perf_args
 from tests.helpers.sequence_models import buffer_gru_spec
 
 GRU = streaming_gru.sequence_spec("small", "direct")
-STREAM = StreamSpec(instances=1)  # the weights of -m tiny_stream's StreamSpec(), one stub
+STREAM = tiny_generator.stream_spec(instances=1)  # -m tiny_stream's weights, one stub
 SHORT = (  # a point: 200 ms of warm-up, then three 500 ms windows (stable within 50% or not)
     "--triton-load-warmup",
     "200",

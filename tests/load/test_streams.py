@@ -16,17 +16,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from torch import nn
 
 from pytest_triton.base.errors import SpecError
 from pytest_triton.client.streaming import GrpcStreams, StreamError, generate_http
+from pytest_triton.models.tiny_generator import stream_spec
 from pytest_triton.parity.token_match import assert_stream_parity
-from pytest_triton.repository.stream import StreamSpec, TinyGenerator, generate, write_stream_model
+from pytest_triton.repository.stream import generate, write_stream_model
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
 from tests.helpers.locust_runs import LOCUSTFILES, REPO, run_locust, subprocess_env
 from tests.helpers.stream_models import CORRUPT_AT, ERROR_AT, SLOW_TOKEN_S, write_faulty
 
-SPEC = StreamSpec(instances=1)  # one stub a model: 8 streams at once still queue on it
+SPEC = stream_spec(instances=1)  # one stub a model: 8 streams at once still queue on it
 FAULTY = f"{SPEC.name}_faulty"
 MAX_TOKENS = 16
 FAULTY_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "streams_faulty.py"
@@ -44,21 +46,21 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
 
 
 @pytest.fixture(scope="module")
-def module() -> TinyGenerator:
+def module() -> nn.Module:
     return SPEC.module()
 
 
-def expected(module: TinyGenerator, prompt: list[int], max_tokens: int = MAX_TOKENS) -> list[int]:
+def expected(module: nn.Module, prompt: list[int], max_tokens: int = MAX_TOKENS) -> list[int]:
     return generate(module, prompt, max_tokens)
 
 
-def test_reference_tells_prompts_apart(module: TinyGenerator) -> None:
+def test_reference_tells_prompts_apart(module: nn.Module) -> None:
     """A parity that a model ignoring its prompt would pass proves nothing."""
     answers = {tuple(expected(module, p)) for p in PROMPTS}
     assert len(answers) == len(PROMPTS)
 
 
-def test_grpc_streams_equal_greedy_generation(served: Endpoints, module: TinyGenerator) -> None:
+def test_grpc_streams_equal_greedy_generation(served: Endpoints, module: nn.Module) -> None:
     with GrpcStreams(served.grpc, timeout_s=30) as streams:
         together = streams.generate_many(SPEC.name, PROMPTS, MAX_TOKENS)
         alone = [streams.generate(SPEC.name, p, MAX_TOKENS) for p in PROMPTS[:2]]
@@ -70,14 +72,14 @@ def test_grpc_streams_equal_greedy_generation(served: Endpoints, module: TinyGen
 
 
 def test_http_generate_stream_equals_greedy_generation(
-    served: Endpoints, module: TinyGenerator
+    served: Endpoints, module: nn.Module
 ) -> None:
     for i, prompt in enumerate(PROMPTS):
         streamed = generate_http(served.http, SPEC.name, prompt, MAX_TOKENS)
         assert_stream_parity(streamed.tokens, expected(module, prompt), context=f"prompt {i}")
 
 
-def test_stop_token_ends_the_stream(served: Endpoints, module: TinyGenerator) -> None:
+def test_stop_token_ends_the_stream(served: Endpoints, module: nn.Module) -> None:
     full = expected(module, PROMPTS[0])
     stop = full[4]
     want = full[: full.index(stop) + 1]
@@ -86,9 +88,7 @@ def test_stop_token_ends_the_stream(served: Endpoints, module: TinyGenerator) ->
     assert streamed.tokens == want == generate(module, PROMPTS[0], MAX_TOKENS, stop)
 
 
-def test_a_corrupted_token_under_concurrency_is_named(
-    served: Endpoints, module: TinyGenerator
-) -> None:
+def test_a_corrupted_token_under_concurrency_is_named(served: Endpoints, module: nn.Module) -> None:
     with GrpcStreams(served.grpc) as streams:
         answers = streams.generate_many(
             FAULTY, PROMPTS, MAX_TOKENS, parameters={"fault": "corrupt"}
@@ -105,7 +105,7 @@ def test_a_corrupted_token_under_concurrency_is_named(
 
 
 def test_an_error_mid_stream_names_it_and_the_server_serves_on(
-    served: Endpoints, module: TinyGenerator
+    served: Endpoints, module: nn.Module
 ) -> None:
     with GrpcStreams(served.grpc) as streams:
         with pytest.raises(StreamError, match=f"failed after {ERROR_AT} token") as caught:
@@ -128,10 +128,8 @@ def test_a_stream_without_its_final_flag_times_out_clearly(served: Endpoints) ->
         assert streams.generate(SPEC.name, PROMPTS[0], 2).final_at is not None
 
 
-def test_a_prompt_longer_than_the_context_is_refused(
-    served: Endpoints, module: TinyGenerator
-) -> None:
-    long_prompt = [1] * (SPEC.context + 6)
+def test_a_prompt_longer_than_the_context_is_refused(served: Endpoints, module: nn.Module) -> None:
+    long_prompt = [1] * (64 + 6)
     words = f"the prompt has {len(long_prompt)} tokens, longer than the model's context of 64"
     with pytest.raises(SpecError, match=words):
         generate(module, long_prompt, 4)
@@ -163,7 +161,7 @@ time.sleep(60)
 
 
 def test_a_client_killed_mid_stream_leaves_the_server_serving(
-    served: Endpoints, module: TinyGenerator
+    served: Endpoints, module: nn.Module
 ) -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", KILLED_CLIENT, served.grpc, FAULTY],

@@ -78,7 +78,9 @@ def perf_source(
     from pytest_triton.repository.stream import StreamSpec
 
     if source == STREAM_ZOO:
-        return EmbeddedStream(StreamSpec())
+        from pytest_triton.models import tiny_generator
+
+        return EmbeddedStream(tiny_generator.stream_spec())
     made = _made(source)
     if isinstance(made, SequenceSpec):
         return EmbeddedSequenceModel(made)

@@ -24,11 +24,13 @@ from pytest_triton.base.importing import load_object
 from pytest_triton.base.urls import Endpoints
 
 if TYPE_CHECKING:  # the repository layer imports torch: only a model served here needs it
+    from torch import nn
+
     from pytest_triton.repository.builder import Repository
     from pytest_triton.repository.reference import NativeModel
     from pytest_triton.repository.sequence import SequenceSpec
     from pytest_triton.repository.spec import ModelSpec
-    from pytest_triton.repository.stream import StreamSpec, TinyGenerator
+    from pytest_triton.repository.stream import StreamSpec
     from pytest_triton.repository.variants import Variant
     from pytest_triton.session.deployment import Deployment
 
@@ -142,7 +144,7 @@ class EmbeddedStream:
 
         write_stream_model(root, self.spec)
 
-    def reference(self) -> TinyGenerator:
+    def reference(self) -> nn.Module:
         """The PyTorch module whose greedy generation a right stream carries."""
         return self.spec.module()
 

@@ -2,9 +2,10 @@
 faulty one (tests/helpers/stream_models.py) corrupting the token at CORRUPT_AT over gRPC."""
 
 from pytest_triton.load.stream_users import StreamUser, stream_model
-from pytest_triton.repository.stream import StreamSpec, generate
+from pytest_triton.models import tiny_generator
+from pytest_triton.repository.stream import generate
 
-SPEC = StreamSpec(instances=1)
+SPEC = tiny_generator.stream_spec(instances=1)
 MODULE = SPEC.module()
 
 

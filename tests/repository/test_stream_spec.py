@@ -1,0 +1,158 @@
+"""A user's own generator as a StreamSpec: the greedy reference from the module, refusals of
+a module that is not a causal model, and, on the real bundled tritonserver (one for the
+module), a GRU language model (`forward(tokens) -> logits`) and a user's module carrying a
+state, each served by the generic decoupled model.py and checked token by token over gRPC
+streaming and HTTP generate_stream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from pytest_triton.base.errors import SpecError
+from pytest_triton.client.streaming import GrpcStreams, generate_http
+from pytest_triton.models.gru_lm import GruLM, gru_lm, gru_lm_spec
+from pytest_triton.parity.token_match import assert_stream_parity
+from pytest_triton.repository.stream import StreamSpec, generate, write_stream_model
+from pytest_triton.server import LocalLauncher, ServerArgs
+from pytest_triton.server.launcher import Endpoints
+
+VOCAB = 40
+MAX_TOKENS = 12
+
+
+class CachedLM(nn.Module):
+    """A user's generator that carries its GRU state between steps (no positions: `start`
+    is taken and unused), written here, not in the zoo."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 16)
+        self.gru = nn.GRU(16, 32, batch_first=True)
+        self.head = nn.Linear(32 + 16, VOCAB)
+
+    @torch.jit.export
+    def initial_state(self) -> torch.Tensor:
+        return torch.zeros(1, 1, 32)
+
+    def forward(
+        self, tokens: torch.Tensor, start: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed(tokens)
+        out, state = self.gru(x, state)
+        return self.head(torch.cat([out[:, -1], x[:, -1]], 1)), state
+
+
+def cached_lm() -> CachedLM:
+    torch.manual_seed(3)
+    return CachedLM().eval()
+
+
+GRU_SPEC = gru_lm_spec(name="user_gru_lm", vocab=VOCAB)
+CACHED_SPEC = StreamSpec(name="user_cached_lm", generator=cached_lm, vocab=VOCAB, instances=1)
+SPECS = (GRU_SPEC, CACHED_SPEC)
+PROMPTS = GRU_SPEC.prompts(4, length=5)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    root: Path = tmp_path_factory.mktemp("user_streams")
+    for spec in SPECS:
+        write_stream_model(root, spec)
+    with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
+        yield server.endpoints
+
+
+def expected(spec: StreamSpec, prompt: list[int], stop: int = -1) -> list[int]:
+    return generate(spec.module(), prompt, MAX_TOKENS, stop, vocab=spec.vocab)
+
+
+# -- the reference, no server ----------------------------------------------------------------
+def test_stateless_greedy_feeds_the_whole_sequence() -> None:
+    """The reference of a forward(tokens) -> logits model is argmax over the sequence so far,
+    step by step (written out here with the module's own forward)."""
+    module = gru_lm(vocab=VOCAB)
+    sequence = list(PROMPTS[0])
+    with torch.inference_mode():
+        for _ in range(MAX_TOKENS):
+            sequence.append(int(module(torch.tensor([sequence])).argmax()))
+    assert generate(module, PROMPTS[0], MAX_TOKENS) == sequence[len(PROMPTS[0]) :]
+    assert len({tuple(expected(GRU_SPEC, p)) for p in PROMPTS}) == len(PROMPTS)
+
+
+def test_a_state_carrying_generator_equals_feeding_the_whole_sequence() -> None:
+    """A GRU's state after the prompt and each token is the state after the whole sequence:
+    the state-carrying loop and a from-scratch pass agree token for token."""
+    module = cached_lm()
+    served_way = expected(CACHED_SPEC, PROMPTS[1])
+    sequence = list(PROMPTS[1])
+    with torch.inference_mode():
+        for _ in range(MAX_TOKENS):
+            feed = torch.tensor([sequence])
+            logits, _ = module(feed, torch.tensor(0), module.initial_state())
+            sequence.append(int(logits.argmax()))
+    assert served_way == sequence[len(PROMPTS[1]) :]
+
+
+class NotCausal(nn.Module):
+    """Gives logits for every position ([B, T, V]), not the next token's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed(tokens)
+
+
+def test_a_module_that_is_not_a_causal_generator_is_refused_before_writing(
+    tmp_path: Path,
+) -> None:
+    wrong_shape = StreamSpec(name="every_position", generator=NotCausal, vocab=VOCAB)
+    with pytest.raises(SpecError) as caught:
+        write_stream_model(tmp_path, wrong_shape)
+    assert "'every_position': NotCausal does not generate as a causal model" in str(caught.value)
+    assert f"a tensor of shape [1, 2, {VOCAB}]" in str(caught.value)
+    assert f"logits of shape [1, {VOCAB}]" in str(caught.value)
+    other_vocab = StreamSpec(name="small_vocab", generator=lambda: GruLM(vocab=8), vocab=VOCAB)
+    with pytest.raises(SpecError, match=r"shape \[1, 8\]: a causal model's forward"):
+        write_stream_model(tmp_path, other_vocab)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SpecError, match="has no generator: pass generator="):
+        StreamSpec(name="nothing")
+
+
+# -- served on the real tritonserver ---------------------------------------------------------
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_a_users_generator_streams_its_greedy_tokens_over_grpc_and_http(
+    served: Endpoints, spec: StreamSpec
+) -> None:
+    with GrpcStreams(served.grpc, timeout_s=30) as streams:
+        together = streams.generate_many(spec.name, PROMPTS, MAX_TOKENS)
+    for i, streamed in enumerate(together):
+        assert streamed.final_at is not None
+        assert_stream_parity(streamed.tokens, expected(spec, PROMPTS[i]), context=f"prompt {i}")
+    over_http = generate_http(served.http, spec.name, PROMPTS[2], MAX_TOKENS)
+    assert_stream_parity(over_http.tokens, expected(spec, PROMPTS[2]), context="HTTP")
+
+
+def test_the_stop_token_and_the_vocabulary_hold_for_a_users_generator(
+    served: Endpoints,
+) -> None:
+    full = expected(GRU_SPEC, PROMPTS[3])
+    stop = full[3]
+    with GrpcStreams(served.grpc) as streams:
+        stopped = streams.generate(GRU_SPEC.name, PROMPTS[3], MAX_TOKENS, stop_token=stop)
+        assert (
+            stopped.tokens == full[: full.index(stop) + 1] == expected(GRU_SPEC, PROMPTS[3], stop)
+        )
+        with pytest.raises(Exception, match=rf"prompt token {VOCAB} is outside the vocabulary"):
+            streams.generate(GRU_SPEC.name, [1, VOCAB], 3)
+        assert (
+            streams.generate(GRU_SPEC.name, PROMPTS[0], 3).tokens
+            == expected(GRU_SPEC, PROMPTS[0])[:3]
+        )
