@@ -25,9 +25,9 @@ from locust.stats import StatsEntry
 from pytest_triton.load.measure.window_log import WindowLog, runs
 from pytest_triton.load.runner import locust_stats
 from pytest_triton.load.runner.recording import window_log
+from pytest_triton.load.runner.run_state import StateKey, run_state
 
 FLUSH_S = 0.05
-ATTRIBUTE = "pytest_triton_bulk_requests"
 Key = tuple[str, str, int]
 """(request type, name, rows each)."""
 _LOCUSTS_BUCKETS = locust.stats.bucket_response_time
@@ -167,7 +167,7 @@ def only_known_listeners(environment: Environment, log: WindowLog) -> bool:
 
 def flush_requests(environment: Environment) -> None:
     """Enter what this process keeps now: before windows are cut up to the present."""
-    found: BulkRequests | None = getattr(environment, ATTRIBUTE, None)
+    found = run_state(environment).get(BULK)
     if found is not None:
         found.flush()
 
@@ -175,17 +175,20 @@ def flush_requests(environment: Environment) -> None:
 def bulk_requests(environment: Environment) -> BulkRequests | None:
     """This process's bulk entry, or None where requests must fire their events one by one
     (no window log, or another listener on the request event)."""
-    found: BulkRequests | None = getattr(environment, ATTRIBUTE, None)
+    found = run_state(environment).get(BULK)
     if found is not None:
         return found if only_known_listeners(environment, found._log) else None
     log = window_log(environment)
     if log is None or not only_known_listeners(environment, log):
         return None
     found = BulkRequests(environment, log)
-    setattr(environment, ATTRIBUTE, found)
+    run_state(environment)[BULK] = found
     events = environment.events
     events.test_stopping.add_listener(found.flush)
     events.test_stop.add_listener(found.flush)
     events.reset_stats.add_listener(found.drop)
     events.test_start.add_listener(found.drop)
     return found
+
+
+BULK = StateKey[BulkRequests]("bulk requests")

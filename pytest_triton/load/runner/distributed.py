@@ -26,13 +26,14 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from pytest_triton.load.runner.recording import window_log
+from pytest_triton.load.runner.run_state import StateKey, run_state
 
 log = logging.getLogger("pytest_triton.load")
 PING = "pytest_triton_clock_ping"
 PONG = "pytest_triton_clock_pong"
 REFUSED = "pytest_triton_refused"
 OFFSET_REPORT_KEY = "pytest_triton_clock_offset"
-OFFSETS_ATTRIBUTE = "pytest_triton_worker_offsets"
+OFFSETS = StateKey[dict[str, dict[str, float]]]("worker clock offsets")
 PINGS_AT_CONNECT = 5
 
 
@@ -62,7 +63,7 @@ class MasterClock:
 
 def worker_offsets(environment: Environment) -> dict[str, dict[str, float]]:
     """On the master: each worker's last reported clock offset and its round trip (s)."""
-    offsets: dict[str, dict[str, float]] = getattr(environment, OFFSETS_ATTRIBUTE, {})
+    offsets = run_state(environment).get(OFFSETS) or {}
     return offsets
 
 
@@ -100,7 +101,7 @@ def _install_worker(environment: Environment, runner: WorkerRunner) -> None:
 
 def _install_master(environment: Environment, runner: MasterRunner) -> None:
     offsets: dict[str, dict[str, float]] = {}
-    setattr(environment, OFFSETS_ATTRIBUTE, offsets)
+    run_state(environment)[OFFSETS] = offsets
 
     def on_ping(environment: Environment, msg: Any, **_: Any) -> None:
         runner.send_message(

@@ -13,8 +13,9 @@ from typing import Any
 
 import psutil
 
+from pytest_triton.load.runner.run_state import StateKey, run_state
+
 REPORT_KEY = "pytest_triton_cpu"
-ATTRIBUTE = "pytest_triton_cpu"
 
 
 class GeneratorCpu:
@@ -47,7 +48,7 @@ def attach_cpu_watch(environment: Any) -> GeneratorCpu:
     cpu = cpu_of(environment)
     if cpu is None:
         cpu = GeneratorCpu()
-        setattr(environment, ATTRIBUTE, cpu)
+        run_state(environment)[CPU] = cpu
         events = environment.events
         events.report_to_master.add_listener(cpu.on_report_to_master)
         events.worker_report.add_listener(cpu.on_worker_report)
@@ -56,4 +57,7 @@ def attach_cpu_watch(environment: Any) -> GeneratorCpu:
 
 
 def cpu_of(environment: Any) -> GeneratorCpu | None:
-    return getattr(environment, ATTRIBUTE, None)
+    return run_state(environment).get(CPU)
+
+
+CPU = StateKey[GeneratorCpu]("generator CPU")

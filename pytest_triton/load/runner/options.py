@@ -19,8 +19,9 @@ from pytest_triton.base.setting_sources import (
 )
 from pytest_triton.base.urls import is_loopback_host
 from pytest_triton.load.measure.targets import Targets
+from pytest_triton.load.runner.run_state import StateKey, run_state
 
-CONFIG_ATTRIBUTE = "pytest_triton_config"
+CONFIG = StateKey[TritonConfig]("attached config")
 WEB_HOST = "127.0.0.1"  # Locust's own default is every interface
 _locustfile_targets: dict[str, float | None] = {}
 
@@ -62,14 +63,14 @@ def web_ui_exposure(web_host: str | None, web_login: bool) -> str | None:
 
 def attach_config(environment: Any, config: TritonConfig) -> None:
     """Library use (triton-perf's generator): the config its users run with."""
-    setattr(environment, CONFIG_ATTRIBUTE, config)
+    run_state(environment)[CONFIG] = config
 
 
 def run_config(environment: Any) -> TritonConfig:
     """The run's settings: Locust's parsed options (the master's, on a worker) over the
     locustfile's default targets over the table's defaults."""
-    attached = getattr(environment, CONFIG_ATTRIBUTE, None)
-    if isinstance(attached, TritonConfig):
+    attached = run_state(environment).get(CONFIG)
+    if attached is not None:
         return attached
     sources = [from_mapping(_locustfile_targets, "locustfile default_targets()")]
     if environment.parsed_options is not None:

@@ -11,21 +11,22 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from pytest_triton.load.measure.arrivals import Lag
 from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.runner.run_state import StateKey, run_state
 
-ATTRIBUTE = "pytest_triton_window_log"
-LAG_ATTRIBUTE = "pytest_triton_schedule_lag"
+WINDOW_LOG = StateKey[WindowLog]("window log")
+LAG = StateKey[Lag]("schedule lag")
 
 
 def window_log(environment: Environment) -> WindowLog | None:
-    return getattr(environment, ATTRIBUTE, None)
+    return run_state(environment).get(WINDOW_LOG)
 
 
 def schedule_lag(environment: Environment, user_rate: float | None = None) -> Lag | None:
     """This process's open-loop lag (made by its first open-loop user, at its rate)."""
-    lag: Lag | None = getattr(environment, LAG_ATTRIBUTE, None)
+    lag = run_state(environment).get(LAG)
     if lag is None and user_rate is not None:
         lag = Lag(user_rate)
-        setattr(environment, LAG_ATTRIBUTE, lag)
+        run_state(environment)[LAG] = lag
     return lag
 
 
@@ -35,7 +36,7 @@ def attach_window_log(environment: Environment) -> WindowLog:
     if log is not None:
         return log
     log = WindowLog()
-    setattr(environment, ATTRIBUTE, log)
+    run_state(environment)[WINDOW_LOG] = log
     events = environment.events
     events.request.add_listener(log.on_request)
     events.test_start.add_listener(lambda **_: log.clear())

@@ -27,6 +27,7 @@ from pytest_triton.load.measure.window_log import Slice, WindowLog
 from pytest_triton.load.runner.checking import next_version_spec
 from pytest_triton.load.runner.embedded import EmbeddedServer
 from pytest_triton.load.runner.recording import window_log
+from pytest_triton.load.runner.run_state import StateKey, run_state
 
 if TYPE_CHECKING:  # the repository and session layers import torch: only an update needs them
     from pytest_triton.repository.variants import Variant
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # the repository and session layers import torch: only an upd
 
 log = logging.getLogger("pytest_triton.load")
 RETIRED = "pytest_triton_update_retired"
-RETIRED_ATTRIBUTE = "pytest_triton_update_retired_at"
+RETIRED_AT = StateKey[float]("update retired at")
 
 
 @dataclass
@@ -53,7 +54,7 @@ class PlannedUpdate:
 
     def start(self, environment: Environment) -> None:
         self.switch, self.error = None, None
-        environment.__dict__.pop(RETIRED_ATTRIBUTE, None)
+        run_state(environment).pop(RETIRED_AT)
         self._greenlet = gevent.spawn(self._run, environment)
 
     def _run(self, environment: Environment) -> None:
@@ -158,7 +159,7 @@ def plan_update(config: TritonConfig, server: EmbeddedServer | None) -> PlannedU
 def announce_retired(environment: Environment, at: float) -> None:
     """The old version retired at `at` (master's clock): this process's users and, from a
     master, every worker's check later answers against the new version only."""
-    setattr(environment, RETIRED_ATTRIBUTE, at)
+    run_state(environment)[RETIRED_AT] = at
     runner = environment.runner
     if isinstance(runner, MasterRunner):
         runner.send_message(RETIRED, {"at": at})
@@ -170,18 +171,18 @@ def listen_for_retirement(environment: Environment) -> None:
     if isinstance(runner, WorkerRunner):
 
         def on_retired(environment: Environment, msg: Any, **_: Any) -> None:
-            setattr(environment, RETIRED_ATTRIBUTE, float(msg.data["at"]))
+            run_state(environment)[RETIRED_AT] = float(msg.data["at"])
 
         runner.register_message(RETIRED, on_retired)
         environment.events.test_start.add_listener(
-            lambda **_: environment.__dict__.pop(RETIRED_ATTRIBUTE, None)
+            lambda **_: run_state(environment).pop(RETIRED_AT)
         )
 
 
 def sent_after_retirement(environment: Environment, latency_s: float) -> bool:
     """Whether a request just answered after `latency_s` was sent after the old version
     retired (on the master's clock, which the window log keeps)."""
-    retired: float | None = getattr(environment, RETIRED_ATTRIBUTE, None)
+    retired = run_state(environment).get(RETIRED_AT)
     if retired is None:
         return False
     requests = window_log(environment)

@@ -38,6 +38,7 @@ from pytest_triton.load.runner.embedded import (
 from pytest_triton.load.runner.monitor import RunMonitor
 from pytest_triton.load.runner.options import run_config
 from pytest_triton.load.runner.rollout import PlannedUpdate, plan_update
+from pytest_triton.load.runner.run_state import StateKey, run_state
 from pytest_triton.load.runner.scrape import (
     Scraper,
     embedded_pid,
@@ -59,11 +60,10 @@ from pytest_triton.load.runner.user_settings import (
 
 log = logging.getLogger("pytest_triton.load")
 DEFAULT_RUN_TIME_S = 30
-ATTRIBUTE = "pytest_triton_run"
 
 
 def run_of(environment: Environment) -> LoadRun | None:
-    return getattr(environment, ATTRIBUTE, None)
+    return run_state(environment).get(RUN)
 
 
 def _user_hosts(environment: Environment) -> set[str]:
@@ -142,7 +142,7 @@ class LoadRun:
         run = cls(environment, run_config(environment))
         check_goodput(run.config)
         check_stream_goodput(run.config)
-        setattr(environment, ATTRIBUTE, run)
+        run_state(environment)[RUN] = run
         atexit.register(run.stop_server)
         return run
 
@@ -354,3 +354,6 @@ def client_view(environment: Environment) -> tuple[dict[str, int], dict[str, flo
                 avg.get(name, 0.0) * previous + entry.avg_response_time * entry.num_requests
             ) / weight
     return counts, avg
+
+
+RUN = StateKey[LoadRun]("load run")

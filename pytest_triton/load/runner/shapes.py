@@ -27,11 +27,12 @@ from pytest_triton.load.measure.stages import (
     read_trace,
     stages_of,
 )
+from pytest_triton.load.runner.run_state import StateKey, run_state
 
 SPAWN_RATE = 100.0
 """Users started (or stopped) per second when a stage changes the count."""
-CLOCK_ATTRIBUTE = "pytest_triton_shape_clock"
-TRACE_ATTRIBUTE = "pytest_triton_trace"
+SHAPE_CLOCK = StateKey[float]("shape clock start")
+TRACE = StateKey[list["Arrival"]]("arrival trace")
 
 
 class TritonShape(LoadTestShape):
@@ -60,10 +61,10 @@ def trace_of(environment: Environment, config: TritonConfig) -> list[Arrival] | 
     """The replayed trace (read once per process), or None."""
     if config.load.shape != "replay":
         return None
-    trace: list[Arrival] | None = getattr(environment, TRACE_ATTRIBUTE, None)
+    trace = run_state(environment).get(TRACE)
     if trace is None:
         trace = read_trace(config.load.replay or "")
-        setattr(environment, TRACE_ATTRIBUTE, trace)
+        run_state(environment)[TRACE] = trace
     return trace
 
 
@@ -100,14 +101,14 @@ def shape_of(environment: Environment) -> TritonShape | None:
 def attach_shape_clock(environment: Environment) -> None:
     """Every process notes when its test started: an open-loop shape's rate, and a replayed
     trace's arrivals, count from there."""
-    setattr(environment, CLOCK_ATTRIBUTE, time.perf_counter())
+    run_state(environment)[SHAPE_CLOCK] = time.perf_counter()
 
     def started(**_: Any) -> None:
-        setattr(environment, CLOCK_ATTRIBUTE, time.perf_counter())
+        run_state(environment)[SHAPE_CLOCK] = time.perf_counter()
 
     environment.events.test_start.add_listener(started)
 
 
 def shape_clock(environment: Environment) -> float:
     """perf_counter() of this process's test start."""
-    return float(getattr(environment, CLOCK_ATTRIBUTE, None) or time.perf_counter())
+    return run_state(environment).get(SHAPE_CLOCK) or time.perf_counter()

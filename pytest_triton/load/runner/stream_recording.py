@@ -15,14 +15,15 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from pytest_triton.load.measure.stream_log import StreamLog
+from pytest_triton.load.runner.run_state import StateKey, run_state
 
-ATTRIBUTE = "pytest_triton_stream_log"
+STREAM_LOG = StateKey[StreamLog]("stream log")
 REPORT_KEY = "pytest_triton_streams"
-LISTENING = "pytest_triton_stream_listener"
+LISTENING = StateKey[bool]("stream listener added")
 
 
 def stream_log(environment: Environment) -> StreamLog | None:
-    return getattr(environment, ATTRIBUTE, None)
+    return run_state(environment).get(STREAM_LOG)
 
 
 def attach_stream_log(environment: Environment) -> StreamLog:
@@ -31,7 +32,7 @@ def attach_stream_log(environment: Environment) -> StreamLog:
     if log is not None:
         return log
     log = StreamLog()
-    setattr(environment, ATTRIBUTE, log)
+    run_state(environment)[STREAM_LOG] = log
     events = environment.events
 
     def on_report_to_master(data: dict[str, Any], **_: Any) -> None:
@@ -56,9 +57,9 @@ def listen_for_streams(environment: Environment) -> StreamLog | None:
     one (attach_stream_log, at Locust's init; not in library use): once per environment, a
     stream user calls it as it starts."""
     log = stream_log(environment)
-    if log is None or getattr(environment, LISTENING, False):
+    if log is None or run_state(environment).get(LISTENING):
         return log
-    setattr(environment, LISTENING, True)
+    run_state(environment)[LISTENING] = True
 
     def on_request(context: dict[str, Any] | None = None, **_: Any) -> None:
         context = context or {}

@@ -32,6 +32,7 @@ from pytest_triton.load.measure.window_log import WindowLog
 from pytest_triton.load.runner.generator_cpu import cpu_of
 from pytest_triton.load.runner.recording import window_log
 from pytest_triton.load.runner.run import LoadRun, run_of
+from pytest_triton.load.runner.run_state import StateKey, run_state
 from pytest_triton.load.runner.stream_recording import stream_log
 from pytest_triton.load.runner.verdict import measured
 from pytest_triton.load.webui.snapshot import (
@@ -46,11 +47,10 @@ log = logging.getLogger("pytest_triton.load")
 PERIOD_S = 2.0
 HISTORY_POINTS = 1800  # an hour of points at the default period
 WINDOW_S = 10.0  # the chart's p99 covers about this much, as Locust's current percentiles do
-ATTRIBUTE = "pytest_triton_live"
 
 
 def live_of(environment: Environment) -> LiveView | None:
-    return getattr(environment, ATTRIBUTE, None)
+    return run_state(environment).get(LIVE)
 
 
 def _known(value: float) -> float | None:
@@ -78,7 +78,7 @@ class LiveView:
         self._started = time.monotonic()
         self._greenlet: gevent.Greenlet | None = None
         self.final = False
-        setattr(self.environment, ATTRIBUTE, self)
+        run_state(self.environment)[LIVE] = self
 
     def start(self) -> None:
         self._greenlet = gevent.spawn(self._loop)
@@ -279,3 +279,6 @@ def start(environment: Environment) -> LiveView | None:
         # refresh reads the run's histograms, CPU a headless run would take from its load.
         view.start()
     return view
+
+
+LIVE = StateKey[LiveView]("live view")
