@@ -417,7 +417,10 @@ def test_a_pipeline_spec_writes_its_steps_and_front_models(tmp_path: Path) -> No
             ["--spec", "pytest_triton.models.streaming_gru:sequence_spec", "--", "--small"],
             "takes no model arguments",
         ),
-        (["--save-dir", "x"], "one of --ts-script, --ts-trace, --onnx, --trt is required"),
+        (
+            ["--save-dir", "x"],
+            "one of --ts-script, --ts-trace, --onnx, --trt, --torch-export, --aoti is required",
+        ),
     ],
 )
 def test_bad_spec_deployments_are_clear_errors(

@@ -334,7 +334,9 @@ def assert_passes_in_the_container(docker: Any, *args: str, timeout: float) -> N
     summary = tail.strip().splitlines()[-1]
     # -q's last line: "N passed[, M warnings] in Xs"; anything skipped, failed or errored
     # would be named in it.
-    assert re.fullmatch(r"\d+ passed(, \d+ warnings?)? in [\d.]+s( \(.*\))?", summary), tail
+    assert re.fullmatch(
+        r"\d+ passed(, \d+ deselected)?(, \d+ warnings?)? in [\d.]+s( \(.*\))?", summary
+    ), tail
     label = f"{OWNER_LABEL}={proc.pid}"
     assert docker.containers.list(all=True, filters={"label": label}) == []
 

@@ -324,7 +324,7 @@ def test_gpu_settings_parse_and_no_longer_force_a_container() -> None:
         (dict(gpus="first"), "expected all or a comma list of GPU ordinals"),
         (dict(numerics="fast"), "'fast' is not one of strict, production"),
         (dict(warmup="-1"), "expected an integer >= 0"),
-        (dict(precisions="int8"), "unknown precision(s) ['int8']"),
+        (dict(precisions="int4"), "unknown precision(s) ['int4']"),
     ):
         with pytest.raises(
             ConfigError,
