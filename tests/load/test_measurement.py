@@ -163,8 +163,10 @@ def test_without_a_speed_target_instability_is_a_warning_with_advice(
 def test_a_steady_model_gives_a_stable_measurement(models: Endpoints, tmp_path: Path) -> None:
     """The control: 20 ms a request, one user, windows of 1 s (~45 requests each, so a
     window's p99 is its slowest request). One request delayed by a burst of CPU beside the run
-    (a CI runner's other worker) puts its window out of agreement; with ~6 windows, some three
-    consecutive ones still agree, as they would on a quiet machine."""
+    (a CI runner's other worker) puts its window out of agreement; with ~10 windows, some three
+    consecutive ones still agree, as they would on a quiet machine. The suite now runs
+    bursts of tens of seconds beside it (an AOTInductor compile on both cores, INT8
+    calibration): with ~6 windows one such burst failed the control once in two suites."""
     run = rate_run(
         models,
         "sleepy",
@@ -176,7 +178,7 @@ def test_a_steady_model_gives_a_stable_measurement(models: Endpoints, tmp_path: 
         "--triton-stability-percentage",
         "50",
         tmp_path=tmp_path,
-        seconds=8,
+        seconds=12,
         TRITON_ALLOW_UNSTABLE="false",
     )
     assert run["code"] == 0, run["output"][-3000:]
