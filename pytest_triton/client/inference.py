@@ -6,7 +6,6 @@ flight. request_path.py decides which."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -186,10 +185,10 @@ class Inference(MemoryRegions):
         names = list(outputs) if outputs is not None else self.output_names(model, version)
         built = self.prepare_all(model, requests, names, version)
         try:
-            # All in flight together, each through tritonclient's infer(): one thread each
-            # (HTTP's client is made per thread; gRPC's channel carries them as streams).
-            with ThreadPoolExecutor(max_workers=min(len(built), 64) or 1) as pool:
-                return list(pool.map(self.send, built))
+            # All in flight together (up to SENDER_THREADS), each through tritonclient's
+            # infer() on one of the client's sender threads (HTTP's client is made per
+            # thread; gRPC's channel carries them as streams).
+            return list(self._conns.sender_threads().map(self.send, built))
         finally:
             for request in built:
                 request.release()

@@ -25,6 +25,7 @@ import contextlib
 import io
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -333,17 +334,19 @@ def serve(kind: str, fd: int) -> None:
     for name in KINDS[kind][1]:
         __import__(name)
     fork, waitpid = _original("os", "fork"), _original("os", "waitpid")
-    select = _original("select", "select")
     sock = _original("socket", "socket")(fileno=fd)
     sock.setblocking(True)
+    # poll, not select: select() refuses descriptors past 1023, and the socket keeps the
+    # number it had in the test's process, which may hold more
+    ready = _original("select", "poll")()
+    ready.register(sock.fileno(), select.POLLIN)
     own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     path = [p for p in sys.path[1:] if p not in own]  # the interpreter's own entries
     reply = sock.makefile("wb", buffering=0)
     children: set[int] = set()
     buffer = b""
     while True:
-        readable, _, _ = select([sock], [], [], 0.05)
-        if readable:
+        if ready.poll(50):
             data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
             if not data:
                 return
