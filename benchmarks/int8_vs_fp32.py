@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
 from pytest_triton import ModelSpec, TritonClient
 from pytest_triton.accuracy import metrics
@@ -36,23 +35,6 @@ from pytest_triton.models import digits, zoo_spec
 from pytest_triton.repository.builder import Repository
 from pytest_triton.session.deployment import Deployment, ServedModel
 from pytest_triton.session.lifecycle import start_deployment
-
-
-def digits_spec() -> ModelSpec:
-    data = digits.load()
-    return ModelSpec(
-        name="digits",
-        module=digits.trained,
-        example_inputs=(torch.from_numpy(data.train_images[:4]),),
-        inputs=["input__0"],
-        outputs=["output__0"],
-        max_batch_size=64,
-        formats=["onnx"],
-        int8=True,
-        calibration=lambda: [
-            {"input__0": data.train_images[i : i + 64]} for i in range(0, 256, 64)
-        ],
-    )
 
 
 def bert_spec() -> ModelSpec:
@@ -114,7 +96,7 @@ def measure(
 
 
 def run(name: str, args: argparse.Namespace) -> list[str]:
-    spec = digits_spec() if name == "digits" else bert_spec()
+    spec = digits.int8_spec() if name == "digits" else bert_spec()
     config = resolve(from_environ(os.environ, "pytest"), launcher="local", model_control="explicit")
     repo = Repository.create(
         [spec],

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from pytest_triton.base.dtypes import Array
 from pytest_triton.models import mnist
 from pytest_triton.repository import export_cache
+from pytest_triton.repository.spec import ModelSpec
 
 HELD_OUT = 0.2  # the share of the digits kept out of training, stratified by class
 SEED = 0
@@ -127,3 +128,20 @@ def held_out_accuracy(model: torch.nn.Module) -> float:
     with torch.inference_mode():
         predicted = model(torch.from_numpy(digits.test_images)).argmax(dim=1).numpy()
     return float((predicted == digits.test_labels).mean())
+
+
+def int8_spec(name: str = "digits", calibration: Array | None = None) -> ModelSpec:
+    """The digits-trained CNN served as fp32 and INT8 ONNX, its static quantization
+    calibrated on `calibration` (default: the first 256 training digits) in batches of 64."""
+    batches = calibration if calibration is not None else load().train_images[:256]
+    return ModelSpec(
+        name=name,
+        module=trained,
+        example_inputs=(torch.from_numpy(load().train_images[:4]),),
+        inputs=["input__0"],
+        outputs=["output__0"],
+        max_batch_size=64,
+        formats=["onnx"],
+        int8=True,
+        calibration=lambda: [{"input__0": batches[i : i + 64]} for i in range(0, len(batches), 64)],
+    )

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
-from pytest_triton import ModelSpec, ParityNotApplicable, TritonClient, assert_parity, factories
+from pytest_triton import ParityNotApplicable, TritonClient, assert_parity, factories
 from pytest_triton.accuracy import metrics
 from pytest_triton.models import digits, zoo_spec
 from pytest_triton.session.deployment import Deployment
@@ -18,25 +17,9 @@ from pytest_triton.session.deployment import Deployment
 DIGITS = digits.load()
 
 
-def mnist_spec(name: str, calibration: np.ndarray) -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        module=digits.trained,
-        example_inputs=(torch.from_numpy(DIGITS.train_images[:4]),),
-        inputs=["input__0"],
-        outputs=["output__0"],
-        max_batch_size=64,
-        formats=["onnx"],
-        int8=True,
-        calibration=lambda: [
-            {"input__0": calibration[i : i + 64]} for i in range(0, len(calibration), 64)
-        ],
-    )
-
-
 SPECS = [
-    mnist_spec("digits", DIGITS.train_images[:256]),
-    mnist_spec("digits_zeros", np.zeros((64, 1, 28, 28), np.float32)),
+    digits.int8_spec("digits"),
+    digits.int8_spec("digits_zeros", np.zeros((64, 1, 28, 28), np.float32)),
     zoo_spec("bert", "small", int8=True, formats=["onnx"], instance_count=1),
 ]
 int8_repository = factories.repository(SPECS, scope="module")
