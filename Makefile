@@ -51,9 +51,14 @@ gate: $(STAMP)
 # file stays on one worker (its module's servers start once; the files that share the zoo
 # server run together), in the order of tests/helpers/schedule.py (measured costs: long
 # files first, a computing file beside a waiting one).
+# The suite's own processes (workers, sub-sessions, Locust runs) compute with torch beside
+# the servers on oversubscribed cores: their idle OpenMP threads sleep (OMP_WAIT_POLICY, as
+# the local launcher's stubs do: a spinning thread cost 11x the CPU, benchmarks/stub_wait.py),
+# and they write bytecode where the environment says not to (PYTHONDONTWRITEBYTECODE, set by
+# some CI images): each cold sub-session otherwise compiles the package again (1.4 s of CPU).
 TEST_WORKERS ?= 3
 test: $(STAMP) test-deps perf-analyzer
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	OMP_WAIT_POLICY=PASSIVE PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The edit loop's tier, under 3 minutes: the unit tests and one real server (the local
 # launcher's own tests), on two workers.

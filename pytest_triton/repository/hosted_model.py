@@ -49,6 +49,18 @@ def device_problem(artifact_format, gpu, device_id):
     return None
 
 
+def onnx_session_options(ort, threads, environ):
+    """onnxruntime's options: `threads` intra-op threads (0: its default) that sleep when
+    idle unless OMP_WAIT_POLICY is ACTIVE, as the server's environment asks of torch's
+    (server/local.py WAIT_POLICY)."""
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    spin = environ.get("OMP_WAIT_POLICY", "").upper() == "ACTIVE"
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    return options
+
+
 def package_problem(params, torch_version, gpu):
     """Why an AOTInductor package cannot run here: compiled by another torch, or for the
     other device (its kernels are native code for one of them); None when it can."""
@@ -128,9 +140,7 @@ class TritonPythonModel:
     def _load_onnx(self, path, threads, gpu, device_id):
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
+        options = onnx_session_options(ort, threads, os.environ)
         providers = ["CPUExecutionProvider"]
         if gpu:
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))

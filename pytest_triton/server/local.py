@@ -55,6 +55,12 @@ SHM_PREFIX = "pytest_triton_"
 WATCH_INTERVAL_S = 0.1  # how soon a dead server is noticed
 _SERVER_NUMBERS = itertools.count()
 TF32_OVERRIDE = "NVIDIA_TF32_OVERRIDE"
+WAIT_POLICY = "OMP_WAIT_POLICY"
+"""How the stubs' idle worker threads wait (torch's libgomp reads it; hosted_model.py gives
+onnxruntime the same): PASSIVE unless the environment says ACTIVE. Several instances share
+the CPU's cores with the server and the tests, and a spinning thread burns the core another
+one needs: a torch-hosted DLRM request cost the server 37 ms of CPU spinning and 2.5 ms
+passive on two busy cores (benchmarks/stub_wait.py)."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,8 @@ def server_environment(
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The server's environment: this interpreter's packages for the python stub, the
-    bundle's libraries, the GPUs it may use (`gpus`: None, "all" or "0,1") and TF32 off
+    bundle's libraries, idle threads that sleep (WAIT_POLICY), the GPUs it may use (`gpus`:
+    None, "all" or "0,1") and TF32 off
     (NVIDIA_TF32_OVERRIDE=0, read by cuBLAS and cuDNN in every backend) for strict numerics,
     or left as the backends ship it for production numerics."""
     env = dict(os.environ if base is None else base)
@@ -141,6 +148,7 @@ def server_environment(
         libs.append(env["LD_LIBRARY_PATH"])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep __pycache__ out of model repositories
+    env.setdefault(WAIT_POLICY, "PASSIVE")
     if gpus is not None and gpus != "all":
         env["CUDA_VISIBLE_DEVICES"] = gpus
     if numerics == "strict":

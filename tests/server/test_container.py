@@ -38,6 +38,7 @@ from pytest_triton.server.tensorrt import plan_problem
 from tests.helpers.containers import docker_or_skip, our_containers
 from tests.helpers.interrupts import default_sigint
 from tests.helpers.raw_models import write_python_model
+from tests.helpers.session_output import failure_text
 from tests.helpers.tiny_models import scorer_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -330,7 +331,7 @@ def assert_passes_in_the_container(docker: Any, *args: str, timeout: float) -> N
             proc.kill()
             proc.communicate()
     tail = stdout[-3000:]
-    assert proc.returncode == 0, tail
+    assert proc.returncode == 0, failure_text(stdout)
     summary = tail.strip().splitlines()[-1]
     # -q's last line: "N passed[, M warnings] in Xs"; anything skipped, failed or errored
     # would be named in it.

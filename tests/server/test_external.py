@@ -24,6 +24,7 @@ from pytest_triton.repository.builder import Repository
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import RunningServer
 from tests.conftest import PROVABLE
+from tests.helpers.session_output import failure_text
 
 pytestmark = pytest.mark.triton
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +68,7 @@ def conformance_suite(server: RunningServer, *args: str) -> str:
         timeout=900,
     )
     tail = result.stdout[-3000:]
-    assert result.returncode == 0, tail
+    assert result.returncode == 0, failure_text(result.stdout)
     assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
     return tail
 

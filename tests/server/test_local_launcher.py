@@ -26,7 +26,7 @@ from pytest_triton.base.processes import group_members
 from pytest_triton.client.triton_client import release_connections
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server import local as local_module
-from pytest_triton.server.local import LocalServer
+from pytest_triton.server.local import LocalServer, find_installation, server_environment
 from tests.helpers.raw_models import write_python_model
 
 pytestmark = pytest.mark.triton
@@ -60,6 +60,26 @@ def test_serves_on_ephemeral_loopback_ports(server: LocalServer) -> None:
         assert flag in server.command
     assert TritonClient(server.endpoints.http, "http").is_server_ready()
     assert TritonClient(server.endpoints.grpc, "grpc").is_server_ready()
+
+
+def test_the_stubs_idle_threads_wait_passively(repo: Path, server: LocalServer) -> None:
+    """The server's environment reaches its stubs: a model that loads only where
+    OMP_WAIT_POLICY is PASSIVE (what torch's libgomp and, through hosted_model.py,
+    onnxruntime read) loads; spinning threads cost 15x the CPU on shared cores."""
+    write_python_model(
+        repo,
+        "passive",
+        initialize="import os; assert os.environ['OMP_WAIT_POLICY'] == 'PASSIVE', os.environ",
+    )
+    client = TritonClient(server.endpoints.http, "http")
+    client.load_model("passive")
+    assert client.is_model_ready("passive")
+
+
+def test_the_environment_keeps_a_wait_policy_it_was_given() -> None:
+    base = {"PATH": "/usr/bin", "OMP_WAIT_POLICY": "ACTIVE"}
+    assert server_environment(find_installation(), base=base)["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert server_environment(find_installation(), base={})["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
 def test_explicit_load_unload_and_infer(server: LocalServer) -> None:
