@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from pytest_triton.plugin.fixture_lookup import visible_fixture
-from tests.helpers.plugin_runs import run
 
 CONFTEST = """
 import pytest
@@ -91,7 +90,7 @@ class TestPlain:
 def test_the_nearest_factory_fixture_decides_the_parameters(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(ROLES_CONFTEST)
     pytester.makepyfile(test_mine=ROLES_MODULE, test_theirs="def test_theirs(my_client): pass")
-    result = run(pytester, "--collect-only", "-q")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--collect-only", "-q")
     assert result.ret == 0, result.stdout.str()
     collected = sorted(line for line in result.stdout.lines if "::" in line)
     assert collected == [
