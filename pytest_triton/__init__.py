@@ -8,17 +8,9 @@ from documents only), `session`, `server`, `models`, `repository`, `accuracy`, `
 """
 
 import importlib
-import os
 from importlib.metadata import version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-# Before anything imports grpc: its fork handlers (grpcio 1.81 and later, grpc/grpc#43055)
-# restart gRPC's poller in each child a process with a live channel forks, and Popen then
-# closes that poller's descriptor before exec: about one child in 60 aborted with "Epoll1Poller
-# ... epoll_wait error: Bad file descriptor" (a tritonserver that died "before it was
-# ready"). Every child pytest-triton starts execs at once, and none uses gRPC across a fork;
-# a value set by the person running it is left alone. tests/client/test_client.py pins it.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 if TYPE_CHECKING:
     from pytest_triton.accuracy.check import assert_accuracy
@@ -57,10 +49,9 @@ if TYPE_CHECKING:
     from pytest_triton.session.served_pipeline import ServedPipeline
     from pytest_triton.session.served_sequences import ServedSequenceModel
 
-from pytest_triton.base import moved
-
 __version__ = version("pytest-triton")
-moved.install()
+# 0.1.0's module paths, each a stub that warns and names the new one (base/moved.py)
+__path__.append(str(Path(__file__).parent / "base" / "old_paths"))
 
 # Each public name and the module that holds it, imported on first use: a Locust process or a
 # client that needs TritonClient does not pay for torch (the repository layer imports it).

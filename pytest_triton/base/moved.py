@@ -2,26 +2,29 @@
 naming the new one: a user's locustfile or conftest written against 0.1.0 (the README of the
 time showed `from pytest_triton.load.embedded import EmbeddedModel`) still runs.
 
-Two kinds of move: a module that went elsewhere (an import finder answers its old dotted name
-with the new module), and a module that became a package of the same name (the package's
-`__getattr__` forwards the old module's names). The table is the one place to extend when a
-module moves again; CHANGELOG.md lists it. Public aliases (`pytest_triton.factories`) resolve
-without a warning. Imports no other part of the package: the targets are imported by name.
+Two kinds of move: a module that went elsewhere, and a module that became a package of the
+same name (the package's `__getattr__` forwards the old module's names). A moved module's old
+path is a two-line stub in base/old_paths/, a folder laid out as 0.1.0's package was, which
+`pytest_triton` and `pytest_triton.load` add to their own `__path__`: no import hook, nothing
+installed when the package is imported. The tables here are the one place to extend when a
+module moves again (with a stub per old path; a test checks that both agree); CHANGELOG.md
+lists them. Public aliases (`pytest_triton.factories`) resolve without a warning. Imports no
+other part of the package: the targets are imported by name.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import sys
-import types
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 PACKAGE = "pytest_triton"
+STUBS = str(Path(__file__).parent / "old_paths")
+"""The old paths' stubs: added to the package's search path (pytest_triton/__init__.py)."""
 
 MOVED_MODULES: dict[str, str] = {
     # 0.1.0 path (without "pytest_triton.") -> where it lives now
@@ -77,6 +80,7 @@ MOVED_MODULES: dict[str, str] = {
     "load.window_log": "load.measure.window_log",
     "load.windows": "load.measure.windows",
     "load._generator": "load.perf.generator",
+    "load.sweep": "load.perf.command",
     "load.sweep_report": "load.perf.report",
     "load.live": "load.webui.live",
     "load.live_report": "load.webui.snapshot",
@@ -89,15 +93,9 @@ BECAME_PACKAGES: dict[str, str | tuple[str, ...]] = {
     "parity": "parity.compare",
     "session": "session.lifecycle",
     "cli": "cli.deploy",
-    # load/sweep.py became load/sweep/ (now load/perf/), and load/perf.py's names (the sweep's
-    # points) went to load/perf/points.py: the package has the old module's name again
+    # load/perf.py's names (the sweep's points) went to load/perf/points.py: the package has
+    # the old module's name again (0.1.0's load/sweep.py is load/perf/command.py)
     "load.perf": ("load.perf.command", "load.perf.points"),
-}
-"""Packages renamed since (every module below them moved with them)."""
-MOVED_PACKAGES: dict[str, str] = {
-    "load.locust": "load.runner",  # named after the library it imports
-    "load.sweep": "load.perf",  # named after the command it serves (triton-perf)
-    "load.runner.arrivals": "load.measure.arrivals",  # plain measurement, no Locust
 }
 """Names that left a module which stays (its command-line part went to cli/): the module's
 `__getattr__` (moved_names) finds them where they are now."""
@@ -143,36 +141,23 @@ def _full(name: str) -> str:
 
 def moved_to(name: str) -> str | None:
     """Where the module once named `name` (dotted, with the package) lives now; None where it
-    did not move. A name that moved twice is followed to its last place."""
+    did not move."""
     if not name.startswith(PACKAGE + "."):
         return None
-    short, found = name[len(PACKAGE) + 1 :], None
-    for _ in range(len(MOVED_MODULES) + len(MOVED_PACKAGES)):
-        if short in MOVED_MODULES:
-            short = MOVED_MODULES[short]
-        else:
-            old = max(
-                (o for o in MOVED_PACKAGES if short == o or short.startswith(o + ".")),
-                key=len,
-                default=None,
-            )
-            if old is None:
-                break
-            short = MOVED_PACKAGES[old] + short[len(old) :]
-        found = _full(short)
-    return found
+    new = MOVED_MODULES.get(name[len(PACKAGE) + 1 :])
+    return None if new is None else _full(new)
 
 
 def _caller_level() -> int:
-    """The stack level of the first frame outside the import machinery and this module, so
-    that the warning points at the user's import line (warnings itself does not count the
-    frames of importlib._bootstrap)."""
+    """The stack level of the first frame outside the import machinery, this module and the
+    old paths' stubs, so that the warning points at the user's import line (warnings itself
+    does not count the frames of importlib._bootstrap)."""
     frame = sys._getframe(2)  # warn_moved's caller
     level = 2
     while frame is not None:
         name = frame.f_code.co_filename
         internal = "importlib" in name and "_bootstrap" in name
-        if not internal and name != __file__:
+        if not internal and name != __file__ and not name.startswith(STUBS):
             break
         level += 0 if internal else 1
         frame = frame.f_back  # type: ignore[assignment]
@@ -188,54 +173,29 @@ def warn_moved(old: str, new: str) -> None:
     )
 
 
-class _Alias(importlib.abc.Loader):
-    """Loads an old name as the module that now holds it (the same module object)."""
+def old_path(name: str) -> Callable[[str], Any]:
+    """What the stub at an old path does (base/old_paths/): warn, then give the old name the
+    module that holds it now (the same module object); a package's stub stays, and its
+    `__getattr__` (this function's answer) finds the new package's names and the stubs of its
+    old submodules, so that no module is ever loaded twice under two names."""
+    short = name[len(PACKAGE) + 1 :]
+    if short in PUBLIC_ALIASES:
+        new = _full(PUBLIC_ALIASES[short])
+    else:
+        new = _full(MOVED_MODULES[short])
+        warn_moved(name, new)
+    module = importlib.import_module(new)
+    if not hasattr(module, "__path__"):
+        sys.modules[name] = module  # the import system hands this to the importer
 
-    def __init__(self, old: str, new: str, warn: bool) -> None:
-        self.old, self.new, self.warn = old, new, warn
-        self.own_spec: importlib.machinery.ModuleSpec | None = None
+    def __getattr__(attr: str) -> Any:
+        if f"{short}.{attr}" in MOVED_MODULES:
+            return importlib.import_module(f"{name}.{attr}")
+        if attr.startswith("__"):
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        return getattr(module, attr)
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        if self.warn:
-            warn_moved(self.old, self.new)
-        module = importlib.import_module(self.new)
-        self.own_spec = module.__spec__
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        """The module ran when it was first imported under its own name; the import system
-        stamped the old name's spec on it: give it back its own."""
-        module.__spec__ = self.own_spec
-
-
-class MovedFinder(importlib.abc.MetaPathFinder):
-    """Answers the old dotted names of moved modules, first on sys.meta_path: below an old
-    package name that now aliases a new package (`launchers` for `server`), the path finder
-    would load a second copy of a submodule. No old name exists as a module (a test says so)."""
-
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None = None,
-        target: types.ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
-        if not fullname.startswith(PACKAGE + "."):
-            return None
-        short = fullname[len(PACKAGE) + 1 :]
-        if short in PUBLIC_ALIASES:
-            return importlib.machinery.ModuleSpec(
-                fullname, _Alias(fullname, _full(PUBLIC_ALIASES[short]), warn=False)
-            )
-        new = moved_to(fullname)
-        if new is not None:
-            return importlib.machinery.ModuleSpec(fullname, _Alias(fullname, new, warn=True))
-        return None
-
-
-def install() -> None:
-    """Once per process (pytest_triton/__init__ calls it)."""
-    if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, MovedFinder())
+    return __getattr__
 
 
 def forwarder(package: str) -> Callable[[str], Any]:

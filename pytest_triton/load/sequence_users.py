@@ -23,14 +23,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import locust
-from locust import User, constant, task
-from locust.runners import WorkerRunner
+from locust import task
 
 import pytest_triton.load.users  # noqa: F401  (gRPC under gevent, our listeners)
 from pytest_triton.base.config import TritonConfig
@@ -39,66 +37,23 @@ from pytest_triton.client.sequence_client import SequenceClient
 from pytest_triton.client.wire.request import Protocol
 from pytest_triton.load.runner.checking import answers_every
 from pytest_triton.load.runner.embedded import EmbeddedSequenceModel
+from pytest_triton.load.runner.run_state import StateKey, run_state
+from pytest_triton.load.runner.sequence_ids import id_source
 from pytest_triton.load.runner.user_settings import (
     user_endpoint,
     user_model,
     user_protocol,
 )
-from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
+from pytest_triton.load.runner.user_start import StartingUser
 from pytest_triton.parity.sequence_parity import SequenceCheck
 from pytest_triton.repository.sequence import SequencePlan, SequenceReference, plan_sequences
 
 log = logging.getLogger("pytest_triton.load")
-_user_numbers = itertools.count()
-_said: set[str] = set()
-_checks: list[SequenceCheck] = []
+CHECKS = StateKey[list[SequenceCheck]]("sequence checks")
+"""The checks of this run's sequence users, for the summary at its end."""
+UNCHECKED_SAID = StateKey[bool]("sequences unchecked said")
 
 __all__ = ["EmbeddedSequenceModel", "SequenceUser"]
-
-
-MAX_WORKERS = 64
-"""Distributed runs split the id range by worker index: worker i takes every 64th id from the
-i-th, so that two workers never hold one id (each process hands out its own ids)."""
-
-
-class SequenceIds:
-    """Sequence ids from a range, in turn, never one that a sequence in flight holds (as
-    --sequence-id-range hands them out); `offset` and `stride` take this process's share."""
-
-    def __init__(self, start: int, end: int, offset: int = 0, stride: int = 1) -> None:
-        self.ids = range(start + offset, end, stride)
-        if not self.ids:
-            raise ConfigError(
-                f"sequence_id_range {start}:{end} holds no id for this process (share "
-                f"{offset} of {stride})"
-            )
-        self.where = f"sequence_id_range {start}:{end}" + (
-            f" (this worker's share: every {stride}th id from {start + offset})"
-            if stride > 1
-            else ""
-        )
-        self._next = 0
-        self._live: set[int] = set()
-        self._lock = threading.Lock()
-
-    def take(self) -> int:
-        with self._lock:
-            for _ in range(len(self.ids)):
-                candidate = self.ids[self._next]
-                self._next = (self._next + 1) % len(self.ids)
-                if candidate not in self._live:
-                    self._live.add(candidate)
-                    return candidate
-        raise ConfigError(
-            f"every id of {self.where} is in flight: it must hold at least one id per user"
-        )
-
-    def give_back(self, sequence_id: int) -> None:
-        with self._lock:
-            self._live.discard(sequence_id)
-
-
-_ids: dict[tuple[int, int], SequenceIds] = {}
 
 
 def _sequence_settings(
@@ -118,22 +73,7 @@ def _sequence_settings(
     return length, variation, (start, end)
 
 
-def _id_source(id_range: tuple[int, int], environment: Any) -> SequenceIds:
-    """This process's ids: all of the range, or a worker's share of it."""
-    if id_range not in _ids:
-        runner = environment.runner
-        worker = getattr(runner, "worker_index", -1) if isinstance(runner, WorkerRunner) else -1
-        if worker >= MAX_WORKERS:
-            raise ConfigError(
-                f"worker {worker}: sequence users split their ids over at most {MAX_WORKERS} "
-                "worker processes"
-            )
-        offset, stride = (worker, MAX_WORKERS) if worker >= 0 else (0, 1)
-        _ids[id_range] = SequenceIds(*id_range, offset=offset, stride=stride)
-    return _ids[id_range]
-
-
-class SequenceUser(User):
+class SequenceUser(StartingUser):
     """Sends whole sequences to a stateful model, one request after another.
 
     `served` is the EmbeddedSequenceModel started when no --host is given (its SequenceSpec
@@ -141,7 +81,8 @@ class SequenceUser(User):
     """
 
     abstract = True
-    wait_time = constant(0)
+    _user_kind = "sequence"
+    _refusals = (ConfigError, SpecError, InferenceError)
     served: ClassVar[EmbeddedSequenceModel | None] = None
     model: str | None = None
     protocol: Protocol | None = None
@@ -151,53 +92,49 @@ class SequenceUser(User):
     distinct_sequences: int = 4
     timeout_s: float = 60.0
 
-    def on_start(self) -> None:
+    def set_up(self, host: str, config: TritonConfig, number: int) -> None:
         cls = type(self)
-        number = next(_user_numbers)
-        try:
-            host, config = user_host_and_config(self)
-            if cls.served is None:
-                raise ConfigError(
-                    f"{cls.__name__} has no `served` EmbeddedSequenceModel: its SequenceSpec "
-                    "makes the sequences and their reference"
-                )
-            spec = cls.served.spec
-            self._model = user_model(cls, config)
-            self._protocol = user_protocol(cls, host, config, number)
-            self._client = SequenceClient(
-                user_endpoint(self._protocol, host, config),
-                self._protocol,
-                timeout_s=self.timeout_s,
+        if cls.served is None:
+            raise ConfigError(
+                f"{cls.__name__} has no `served` EmbeddedSequenceModel: its SequenceSpec "
+                "makes the sequences and their reference"
             )
-            length, variation, id_range = _sequence_settings(cls, config)
-            self._plans: list[SequencePlan] = plan_sequences(
-                spec,
-                self.distinct_sequences,
-                id_range=(0, self.distinct_sequences),  # keys of the plans; ids come later
-                length=length,
-                variation=variation,
-                seed=number,
+        spec = cls.served.spec
+        self._model = user_model(cls, config)
+        self._protocol = user_protocol(cls, host, config, number)
+        self._client = SequenceClient(
+            user_endpoint(self._protocol, host, config),
+            self._protocol,
+            timeout_s=self.timeout_s,
+        )
+        length, variation, id_range = _sequence_settings(cls, config)
+        self._plans: list[SequencePlan] = plan_sequences(
+            spec,
+            self.distinct_sequences,
+            id_range=(0, self.distinct_sequences),  # keys of the plans; ids come later
+            length=length,
+            variation=variation,
+            seed=number,
+        )
+        self._check: SequenceCheck | None = None
+        state = run_state(self.environment)
+        if answers_every(config, host):
+            self._check = SequenceCheck(
+                self._model,
+                spec.output_name,
+                SequenceReference(spec).expected(self._plans),
+                context=f", protocol {self._protocol!r}",
             )
-            self._check: SequenceCheck | None = None
-            if answers_every(config, host):
-                self._check = SequenceCheck(
-                    self._model,
-                    spec.output_name,
-                    SequenceReference(spec).expected(self._plans),
-                    context=f", protocol {self._protocol!r}",
-                )
-                _checks.append(self._check)
-            elif "unchecked" not in _said:  # said once per process
-                _said.add("unchecked")
-                log.info(
-                    "pytest-triton: sequence answers are not checked against a server given "
-                    "with --host (the locustfile's model need not be the one deployed); pass "
-                    "--triton-check-every N to check every answer"
-                )
-            self._ids = _id_source(id_range, self.environment)
-            self._next_plan: Iterator[SequencePlan] = itertools.cycle(self._plans)
-        except (ConfigError, SpecError, InferenceError) as exc:
-            refuse_user(self.environment, exc)
+            state.setdefault(CHECKS, list).append(self._check)
+        elif UNCHECKED_SAID not in state:  # said once per run
+            state[UNCHECKED_SAID] = True
+            log.info(
+                "pytest-triton: sequence answers are not checked against a server given "
+                "with --host (the locustfile's model need not be the one deployed); pass "
+                "--triton-check-every N to check every answer"
+            )
+        self._ids = id_source(id_range, self.environment)
+        self._next_plan: Iterator[SequencePlan] = itertools.cycle(self._plans)
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
         # `checked`: this answer is compared with its sequence's reference; the END
         # request's context also carries the sequence's length (triton-perf counts both)
@@ -259,11 +196,12 @@ class SequenceUser(User):
 
 
 def _report_checks(environment: Any, **_: Any) -> None:
-    """One line per process: how many sequence answers were checked, and the first wrong."""
-    if not _checks:
+    """One line per run: how many sequence answers were checked, and the first wrong."""
+    checks = run_state(environment).get(CHECKS)
+    if not checks:
         return
-    checked = sum(c.checked for c in _checks)
-    wrong = [m for c in _checks for m in c.mismatches.values()]
+    checked = sum(c.checked for c in checks)
+    wrong = [m for c in checks for m in c.mismatches.values()]
     log.info(
         "pytest-triton: %d answers of stateful sequences checked, each against its own "
         "sequence's reference; %d sequences answered wrongly",

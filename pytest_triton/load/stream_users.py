@@ -26,9 +26,10 @@ from typing import Any, ClassVar
 
 import locust
 import torch
-from locust import User, constant, task
+from locust import task
 from tritonclient.utils import InferenceServerException
 
+from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.client.stream_interface import PROJECT, Codec, StreamInterface
 from pytest_triton.client.streaming import (
@@ -45,7 +46,7 @@ from pytest_triton.load.runner.checking import answers_every
 from pytest_triton.load.runner.embedded import EmbeddedStream
 from pytest_triton.load.runner.open_loop import OpenLoop, ReplayLoop, open_loop
 from pytest_triton.load.runner.user_settings import user_endpoint, user_model
-from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
+from pytest_triton.load.runner.user_start import StartingUser
 from pytest_triton.load.webui import events
 from pytest_triton.models import tiny_generator
 from pytest_triton.parity.token_match import wrong_stream
@@ -57,7 +58,6 @@ events.install_web_listeners(locust.events)  # after the run's own: they read wh
 torch.set_num_threads(1)
 
 Reference = Callable[[Sequence[int], int, int], list[int]]
-_user_numbers = itertools.count()
 
 __all__ = ["EmbeddedStream", "StreamSpec", "StreamUser", "stream_model"]
 
@@ -68,7 +68,7 @@ def stream_model(spec: StreamSpec | None = None) -> EmbeddedStream:
     return EmbeddedStream(spec or tiny_generator.stream_spec())
 
 
-class StreamUser(User):
+class StreamUser(StartingUser):
     """Streams prompts to one decoupled model and measures every token.
 
     Class attributes: `model` (default: `served`'s name), `served` (the EmbeddedStream
@@ -82,7 +82,8 @@ class StreamUser(User):
     """
 
     abstract = True
-    wait_time = constant(0)
+    _user_kind = "stream"
+    _served_kind = "stream model"
     model: str | None = None
     served: EmbeddedStream | None = None
     protocol: StreamProtocol = "grpc"
@@ -97,40 +98,35 @@ class StreamUser(User):
 
     _open_loop: OpenLoop | ReplayLoop | None = None
 
-    def on_start(self) -> None:
+    def set_up(self, host: str, config: TritonConfig, number: int) -> None:
         cls = type(self)
-        number = next(_user_numbers)
         stream_recording.listen_for_streams(self.environment)
-        try:
-            host, config = user_host_and_config(self, served="stream model")
-            self._model = user_model(cls, config)
-            self._url = user_endpoint(cls.protocol, host, config)
-            prompts = cls.prompts or (cls.served.spec.prompts(16) if cls.served else None)
-            if not prompts:
-                raise ConfigError(f"{cls.__name__} has no `prompts` and no `served` model")
-            offset = number % len(prompts)
-            self._prompts = itertools.cycle([*prompts[offset:], *prompts[:offset]])
-            self._every = answers_every(config, host)
-            self._reference = self._reference_of(cls) if self._every else None
-            if self._every and self._reference is None:
-                raise ConfigError(
-                    f"{cls.__name__} checks one stream in {self._every} but has no "
-                    "`reference` and no `served` model: set one, or --triton-check-every 0"
-                )
-            self._sent = 0
-            self._slo_ttft_s = (config.gate.perf_slo_ttft_ms or math.inf) / 1e3
-            self._slo_itl_s = (config.gate.perf_slo_itl_ms or math.inf) / 1e3
-            self._open_loop = open_loop(self.environment, config, number)
-            self._interface, self._codec = self._layout_of(cls)
-            with contextlib.suppress(InferenceServerException):  # unreachable: streams say
-                check_interface(self._url, self._model, self._interface, cls.protocol)
-            self._grpc = (
-                GrpcStreams(self._url, self.timeout_s, self._interface, self._codec)
-                if cls.protocol == "grpc"
-                else None
+        self._model = user_model(cls, config)
+        self._url = user_endpoint(cls.protocol, host, config)
+        prompts = cls.prompts or (cls.served.spec.prompts(16) if cls.served else None)
+        if not prompts:
+            raise ConfigError(f"{cls.__name__} has no `prompts` and no `served` model")
+        offset = number % len(prompts)
+        self._prompts = itertools.cycle([*prompts[offset:], *prompts[:offset]])
+        self._every = answers_every(config, host)
+        self._reference = self._reference_of(cls) if self._every else None
+        if self._every and self._reference is None:
+            raise ConfigError(
+                f"{cls.__name__} checks one stream in {self._every} but has no "
+                "`reference` and no `served` model: set one, or --triton-check-every 0"
             )
-        except ConfigError as exc:
-            refuse_user(self.environment, exc)
+        self._sent = 0
+        self._slo_ttft_s = (config.gate.perf_slo_ttft_ms or math.inf) / 1e3
+        self._slo_itl_s = (config.gate.perf_slo_itl_ms or math.inf) / 1e3
+        self._open_loop = open_loop(self.environment, config, number)
+        self._interface, self._codec = self._layout_of(cls)
+        with contextlib.suppress(InferenceServerException):  # unreachable: streams say
+            check_interface(self._url, self._model, self._interface, cls.protocol)
+        self._grpc = (
+            GrpcStreams(self._url, self.timeout_s, self._interface, self._codec)
+            if cls.protocol == "grpc"
+            else None
+        )
         self._request_type = "gRPC-stream" if cls.protocol == "grpc" else "HTTP-stream"
 
     @staticmethod

@@ -29,8 +29,9 @@ from typing import Any, ClassVar
 
 import locust
 import numpy as np
-from locust import User, constant, task
+from locust import task
 
+from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryError, SpecError
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient
@@ -51,7 +52,7 @@ from pytest_triton.load.runner.user_settings import (
     user_security,
     user_shared_memory,
 )
-from pytest_triton.load.runner.user_start import refuse_user, user_host_and_config
+from pytest_triton.load.runner.user_start import StartingUser
 from pytest_triton.load.webui import events
 
 grpc_gevent.init()
@@ -60,7 +61,6 @@ events.install_web_listeners(locust.events)  # after the run's own: they read wh
 
 InputsFactory = Callable[[int, int], Mapping[str, Any]]
 Answered = tuple[PreparedRequest, RawAnswer]
-_user_numbers = itertools.count()
 
 __all__ = [
     "EmbeddedModel",
@@ -78,7 +78,7 @@ def _numpy(value: Any) -> Array:
     return np.ascontiguousarray(value)
 
 
-class TritonUser(User):
+class TritonUser(StartingUser):
     """Sends one inference request after another to one model.
 
     Class attributes configure it: `model` (Triton model name; default: the name `served` gets
@@ -91,7 +91,8 @@ class TritonUser(User):
     """
 
     abstract = True
-    wait_time = constant(0)
+    _user_kind = "triton"
+    _refusals = (ConfigError, SharedMemoryError, InferenceError, SpecError)
     triton_preflight: ClassVar[bool] = True  # its run asks --host once before any load
     model: str | None = None
     version: str = ""
@@ -107,67 +108,62 @@ class TritonUser(User):
     _open_loop: OpenLoop | ReplayLoop | None = None
     _update_label: str | None = None  # the new version's, during a model update
 
-    def on_start(self) -> None:
+    def set_up(self, host: str, config: TritonConfig, number: int) -> None:
         cls = type(self)
-        number = next(_user_numbers)
         self._bulk: BulkRequests | None = None
-        try:
-            host, config = user_host_and_config(self)
-            self._model = user_model(cls, config)
-            self._batch = user_batch_size(cls, config)
-            self._protocol = user_protocol(cls, host, config, number)
-            url = user_endpoint(self._protocol, host, config)
-            factory = cls.inputs or (cls.served.inputs if cls.served else None)
-            if factory is None:
-                raise ConfigError(
-                    f"{cls.__name__} has no `inputs` factory and no `served` "
-                    "model to make inputs from"
+        self._model = user_model(cls, config)
+        self._batch = user_batch_size(cls, config)
+        self._protocol = user_protocol(cls, host, config, number)
+        url = user_endpoint(self._protocol, host, config)
+        factory = cls.inputs or (cls.served.inputs if cls.served else None)
+        if factory is None:
+            raise ConfigError(
+                f"{cls.__name__} has no `inputs` factory and no `served` model to make inputs from"
+            )
+        first = number * self.distinct_inputs
+        batches = [
+            {n: _numpy(v) for n, v in factory(self._batch, first + i).items()}
+            for i in range(self.distinct_inputs)
+        ]
+        self._open_loop = open_loop(self.environment, config, number)
+        in_flight = config.load.max_in_flight if self._open_loop else 1
+        self._client = TritonClient(
+            url,
+            self._protocol,
+            timeout_s=self.timeout_s,
+            concurrency=in_flight,
+            shared_memory=user_shared_memory(config),
+            output_shared_memory_size=config.client.output_shared_memory_size,
+            security=user_security(self._protocol, host, config),
+        )
+        prepared = self._client.prepare_all(self._model, batches, self.outputs, self.version)
+        self._by_batch: dict[int, Iterator[PreparedRequest]] = {}
+        traced: dict[int, tuple[dict[str, Array], PreparedRequest]] = {}
+        if isinstance(self._open_loop, ReplayLoop):  # a trace's own batch sizes
+            for size in self._open_loop.batch_sizes():
+                batch = {n: _numpy(v) for n, v in factory(size, first).items()}
+                (request,) = self._client.prepare_all(
+                    self._model, [batch], self.outputs, self.version
                 )
-            first = number * self.distinct_inputs
-            batches = [
-                {n: _numpy(v) for n, v in factory(self._batch, first + i).items()}
-                for i in range(self.distinct_inputs)
-            ]
-            self._open_loop = open_loop(self.environment, config, number)
-            in_flight = config.load.max_in_flight if self._open_loop else 1
-            self._client = TritonClient(
-                url,
-                self._protocol,
-                timeout_s=self.timeout_s,
-                concurrency=in_flight,
-                shared_memory=user_shared_memory(config),
-                output_shared_memory_size=config.client.output_shared_memory_size,
-                security=user_security(self._protocol, host, config),
-            )
-            prepared = self._client.prepare_all(self._model, batches, self.outputs, self.version)
-            self._by_batch: dict[int, Iterator[PreparedRequest]] = {}
-            traced: dict[int, tuple[dict[str, Array], PreparedRequest]] = {}
-            if isinstance(self._open_loop, ReplayLoop):  # a trace's own batch sizes
-                for size in self._open_loop.batch_sizes():
-                    batch = {n: _numpy(v) for n, v in factory(size, first).items()}
-                    (request,) = self._client.prepare_all(
-                        self._model, [batch], self.outputs, self.version
-                    )
-                    traced[size] = (batch, request)
-                    self._by_batch[size] = itertools.repeat(request)
-            # the trace's batches are checked like the user's own, each against its reference
-            self._check = user_answer_check(
-                cls,
-                config,
-                host,
-                self._model,
-                [*batches, *(batch for batch, _ in traced.values())],
-                [*prepared, *(request for _, request in traced.values())],
-                number=number,
-                context=f"model {self._model!r}, protocol {self._client.id!r}",
-            )
-            self._update_label = update_label(config) if self._check is not None else None
-            self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
-            self._lane = self._multiplexed(prepared, config.load.grpc_connections == "shared")
-            # a multiplexed user's answers come faster than events are worth their CPU
-            self._bulk = bulk_requests(self.environment) if self._lane is not None else None
-        except (ConfigError, SharedMemoryError, InferenceError, SpecError) as exc:
-            refuse_user(self.environment, exc)
+                traced[size] = (batch, request)
+                self._by_batch[size] = itertools.repeat(request)
+        # the trace's batches are checked like the user's own, each against its reference
+        self._check = user_answer_check(
+            self.environment,
+            cls,
+            config,
+            host,
+            self._model,
+            [*batches, *(batch for batch, _ in traced.values())],
+            [*prepared, *(request for _, request in traced.values())],
+            number=number,
+            context=f"model {self._model!r}, protocol {self._client.id!r}",
+        )
+        self._update_label = update_label(config) if self._check is not None else None
+        self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
+        self._lane = self._multiplexed(prepared, config.load.grpc_connections == "shared")
+        # a multiplexed user's answers come faster than events are worth their CPU
+        self._bulk = bulk_requests(self.environment) if self._lane is not None else None
         self._request_type = "HTTP" if self._protocol == "http" else "gRPC"
         self._context = {"batch_size": self._batch, "protocol": self._protocol}
 
@@ -193,7 +189,7 @@ class TritonUser(User):
         if self._open_loop is not None:
             self._open_loop.run(self._send)  # until the user is stopped
         elif self._lane is not None:  # until the user is stopped
-            multiplexer.multiplexer().serve(
+            multiplexer.multiplexer(self.environment).serve(
                 self._lane,
                 self._requests,
                 self._record,

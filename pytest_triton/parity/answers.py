@@ -17,6 +17,7 @@ answers wrongly ten thousand times leaves a short list of distinct failures.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -39,6 +40,8 @@ VERIFIED_ANSWERS = 4
 byte for byte equal to one of them is right without decoding (a deterministic model answers
 the same inputs with the same bytes; one that does not is compared every time)."""
 Outputs = Mapping[str, Array]
+WrongSoFar = collections.Counter[tuple[str, str]]
+"""Wrong answers so far by model and kind (an output's name and what was wrong with it)."""
 
 
 @dataclass
@@ -67,7 +70,10 @@ RIGHT = Verdict(None)
 
 class AnswerCheck:
     """Checks one user's answers: `expected` pairs its prepared requests with their reference
-    outputs; values are compared on every `every`-th answer (0: never, shapes only)."""
+    outputs; values are compared on every `every`-th answer (0: never, shapes only).
+    `wrong_so_far` is shared by the checks whose messages count together (a load run's
+    users: the first DETAILED wrong answers of the run name the difference); by default
+    this check's own."""
 
     def __init__(
         self,
@@ -80,6 +86,7 @@ class AnswerCheck:
         tolerances: Mapping[str, Tolerance] | None = None,
         offset: int = 0,
         context: str = "",
+        wrong_so_far: WrongSoFar | None = None,
     ) -> None:
         self.model = model
         self.context = context or f"model {model!r}"
@@ -87,6 +94,7 @@ class AnswerCheck:
         self.fmt = fmt
         self.device = device
         self.tolerances = tolerances
+        self.wrong_so_far = WrongSoFar() if wrong_so_far is None else wrong_so_far
         self._by_request = {
             request: Expected(request, dict(references)) for request, references in expected
         }
@@ -178,17 +186,12 @@ class AnswerCheck:
         return Verdict(self._wrong(key, detail, brief), None, True)
 
     def _wrong(self, key: str, detail: str, brief: str | None = None) -> WrongAnswer:
-        seen = _DETAILED_SO_FAR.get((self.model, key), 0)
-        _DETAILED_SO_FAR[(self.model, key)] = seen + 1
+        seen = self.wrong_so_far[self.model, key]
+        self.wrong_so_far[self.model, key] = seen + 1
         text = detail
         if seen >= DETAILED and brief is not None:
             text = f"{brief} (the first {DETAILED} such answers name the differences)"
         return WrongAnswer(f"wrong answer: {self.context}: {text}")
-
-
-_DETAILED_SO_FAR: dict[tuple[str, str], int] = {}
-"""Wrong answers so far in this process, by model and output: a process-wide count, so
-that every user of a process shares the DETAILED messages."""
 
 
 def _as_reference_shapes(served: dict[str, Array], reference: Outputs) -> dict[str, Array]:

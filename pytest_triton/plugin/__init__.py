@@ -5,7 +5,11 @@ Rule: a front end; imports any layer below, never `load` (locust patches the pro
 gevent) nor `cli`. pytest finds the hooks and fixtures as this module's attributes.
 """
 
-from pytest_triton.plugin.hooks import (
+from pytest_triton.base.grpc_fork import without_grpc_fork_handlers
+
+without_grpc_fork_handlers()  # before the hooks import grpc (base/grpc_fork.py says why)
+
+from pytest_triton.plugin.hooks import (  # noqa: E402
     pytest_addoption,
     pytest_collection_modifyitems,
     pytest_configure,

@@ -75,8 +75,8 @@ Role = RepositoryRole | ServerRole | ClientRole | ModelRole
 
 
 def _fixture(func: Callable[..., Any], role: Role, scope: str) -> Any:
+    setattr(func, ROLE, role)  # what pytest's lookup finds (plugin/fixture_lookup.py)
     fixture = pytest.fixture(scope=scope)(func)  # type: ignore[call-overload]
-    setattr(fixture, ROLE, role)
     return fixture
 
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import types
-from collections.abc import Generator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import pytest
@@ -22,6 +20,7 @@ from pytest_triton.base.importing import load_object
 from pytest_triton.base.setting_sources import Source, check_environ, join_dash_values
 from pytest_triton.client.wire.shm import ID_SUFFIX, cuda_problem
 from pytest_triton.plugin import factories, gate_report, step_report
+from pytest_triton.plugin.fixture_lookup import visible_fixture
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import plan_variants
 from pytest_triton.server.launcher import LIVE_SERVERS, RunningServer
@@ -173,57 +172,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # -- parametrization ---------------------------------------------------------------------
-def _namespaces(metafunc: pytest.Metafunc) -> list[Any]:
-    """Where fixtures visible to this test are defined, farthest first: plugins, conftest
-    modules from the root down to the test's directory, the test module, its class."""
-    path = Path(metafunc.definition.path)
-    plugins, conftests = [], []
-    for plugin in metafunc.config.pluginmanager.get_plugins():
-        file = getattr(plugin, "__file__", None)
-        if not isinstance(plugin, types.ModuleType) or file is None:
-            continue
-        if Path(file).name != "conftest.py":
-            plugins.append(plugin)
-        elif Path(file).parent in path.parents:
-            conftests.append(plugin)
-    conftests.sort(key=lambda module: len(Path(str(module.__file__)).parts))
-    return [*plugins, *conftests, metafunc.module, *([metafunc.cls] if metafunc.cls else [])]
+Roles = Callable[[str], "factories.Role | None"]
+"""The pytest-triton role of the fixture a name resolves to for one test (None: another)."""
 
 
-_NAMESPACE_ROLES: dict[int, tuple[Any, dict[str, factories.Role | None]]] = {}
+def _roles(metafunc: pytest.Metafunc) -> Roles:
+    """Fixtures by name as this test sees them, by pytest's own lookup (a nearer definition
+    of a name overrides a farther one); a name may be one a fixture asks for only when it
+    runs (`request.getfixturevalue`)."""
 
+    def role(name: str) -> factories.Role | None:
+        found = visible_fixture(metafunc.definition, name)
+        return None if found is None else factories.role_of(found)
 
-def _namespace_roles(namespace: Any) -> dict[str, factories.Role | None]:
-    """Role (or None for any other callable) of every name a namespace defines; modules are
-    read once."""
-    cached = _NAMESPACE_ROLES.get(id(namespace))
-    if cached is not None and cached[0] is namespace:
-        return cached[1]
-    found = {
-        name: factories.role_of(value) for name, value in vars(namespace).items() if callable(value)
-    }
-    if isinstance(namespace, types.ModuleType):
-        _NAMESPACE_ROLES[id(namespace)] = (namespace, found)
-    return found
-
-
-def _roles(metafunc: pytest.Metafunc) -> dict[str, factories.Role]:
-    """pytest-triton fixtures by name as this test sees them: a nearer definition of a name
-    overrides a farther one, as pytest's own fixture lookup does."""
-    roles: dict[str, factories.Role] = {}
-    for namespace in _namespaces(metafunc):
-        for name, role in _namespace_roles(namespace).items():
-            if role is not None:
-                roles[name] = role
-            else:
-                roles.pop(name, None)
-    return roles
+    return role
 
 
 def _server_config(
-    roles: dict[str, factories.Role], base: TritonConfig, server: str
+    roles: Roles, base: TritonConfig, server: str
 ) -> tuple[TritonConfig, factories.ServerRole]:
-    role = roles.get(server)
+    role = roles(server)
     if not isinstance(role, factories.ServerRole):
         raise ConfigError(
             f"fixture {server!r} is not a pytest-triton server fixture "
@@ -232,10 +200,10 @@ def _server_config(
     return base.with_overrides(role.overrides), role
 
 
-def variant_params(roles: dict[str, factories.Role], base: TritonConfig, server: str) -> list[Any]:
+def variant_params(roles: Roles, base: TritonConfig, server: str) -> list[Any]:
     """One pytest.param per variant; those the server cannot serve are skipped with why."""
     config, server_role = _server_config(roles, base, server)
-    repo_role = roles.get(server_role.repository)
+    repo_role = roles(server_role.repository)
     if not isinstance(repo_role, factories.RepositoryRole):
         raise ConfigError(
             f"fixture {server_role.repository!r} is not a pytest-triton "
@@ -260,9 +228,7 @@ def variant_params(roles: dict[str, factories.Role], base: TritonConfig, server:
     ]
 
 
-def client_params(
-    roles: dict[str, factories.Role], base: TritonConfig, role: factories.ClientRole
-) -> list[Any]:
+def client_params(roles: Roles, base: TritonConfig, role: factories.ClientRole) -> list[Any]:
     """(protocol, transport) pairs: ids `http`, `grpc` without shared memory (as ever),
     `http-shm`, `grpc-cuda-shm` with it."""
     server_config = _server_config(roles, base, role.server)[0]
@@ -275,7 +241,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     roles = _roles(metafunc)
     base = metafunc.config.stash[CONFIG]
     for name in metafunc.fixturenames:
-        role = roles.get(name)
+        role = roles(name)
         try:
             if isinstance(role, factories.ClientRole):
                 metafunc.parametrize(name, client_params(roles, base, role), indirect=True)

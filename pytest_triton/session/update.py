@@ -28,7 +28,7 @@ import numpy as np
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import ConfigError, ModelLoadError
 from pytest_triton.client.triton_client import TritonClient
-from pytest_triton.parity.answers import AnswerCheck
+from pytest_triton.parity.answers import AnswerCheck, WrongSoFar
 from pytest_triton.repository.spec import ModelSpec
 from pytest_triton.repository.variants import Variant
 from pytest_triton.session.deployment import Deployment, ServedModel
@@ -295,6 +295,7 @@ def update_under_load(
     native_new = deployment.repository.native(new)
     labels = (str(old.spec.version), str(new.spec.version))
     checks: list[AnswerCheck] = []
+    wrong_so_far = WrongSoFar()  # the first wrong answers of the update name the difference
     pools = []
     for user in range(users):
         batches = [
@@ -312,6 +313,7 @@ def update_under_load(
                 every=1,
                 fmt=old.format,
                 context=f"model {old.model_name!r}, protocol {client.protocol!r}",
+                wrong_so_far=wrong_so_far,
             )
         )
         pools.append(prepared)

@@ -215,7 +215,7 @@ def test_prepared_requests_are_sent_again_and_again(server: RunningServer) -> No
 
 FORKS_WHILE_GRPC_RUNS = """
 import subprocess, sys, threading
-import pytest_triton  # first, as the plugin, Locust and the CLIs import it
+import pytest_triton.plugin  # first, as pytest does (Locust's users and the CLIs alike)
 from pytest_triton import TritonClient
 
 client = TritonClient(sys.argv[1], protocol="grpc")
@@ -241,8 +241,8 @@ sys.exit(1 if aborted else 0)
 def test_children_forked_beside_a_live_grpc_channel_reach_exec(server: RunningServer) -> None:
     """grpcio 1.81+ (grpc/grpc#43055): with gRPC's fork handlers on, about one child in 60
     forked beside a live channel aborted before exec ("Epoll1Poller ... Bad file descriptor"):
-    seen as a zoo server that died before it was ready, failing 200 tests. Importing
-    pytest_triton turns those handlers off; 400 forks find one such abort with p > 0.999."""
+    seen as a zoo server that died before it was ready, failing 200 tests. The front ends
+    turn those handlers off (base/grpc_fork.py); 400 forks find one such abort with p > 0.999."""
     done = subprocess.run(
         [sys.executable, "-c", FORKS_WHILE_GRPC_RUNS, server.endpoints.url("grpc")],
         capture_output=True,

@@ -14,6 +14,7 @@ import itertools  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+import types  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -30,6 +31,7 @@ BAD = {"x": np.ones((1, 3), np.float32)}  # Triton rejects the shape
 LARGE_MODEL = "roomy"  # the same model with room for large batches (test_multiplexer.py)
 # 67,200 bytes of x: over HTTP/2's initial 64 KiB windows, as a DLRM batch of 256 (67 kB)
 LARGE = {"x": np.ones((2100, 8), np.float32)}
+RUN = types.SimpleNamespace()  # what holds the run's multiplexer (Locust's Environment does)
 
 
 def connections_to(hostport: str) -> int:
@@ -55,7 +57,7 @@ def drive(
     """`lanes` users, each cycling through `batches`, for `seconds`; then stopped as Locust
     stops users (their greenlets killed). `shared`: gRPC streams on one connection.
     `pump=False`: HTTP answers read in Python even where the C pump is built."""
-    driver = multiplexer()
+    driver = multiplexer(RUN)
     driver.use_pump = pump and pump_available()
     pumped_before = driver.pumped
     outcomes: collections.Counter[str] = collections.Counter()
@@ -87,7 +89,7 @@ def drive(
         lane.send = counting(lane.send)  # type: ignore[assignment]
         requests = client.prepare_all(model, batches, ["y"])
         users.append(
-            gevent.spawn(multiplexer().serve, lane, itertools.cycle(requests), record, timeout_s)
+            gevent.spawn(multiplexer(RUN).serve, lane, itertools.cycle(requests), record, timeout_s)
         )
     gaps: list[float] = []
 
@@ -114,7 +116,7 @@ def drive(
         "connections_during": during,
         "connections_opened": opened[0],
         "connections_after": connections_to(hostport),
-        "lanes_after": multiplexer().lanes,
+        "lanes_after": multiplexer(RUN).lanes,
         "pumped": driver.pumped - pumped_before,
         "max_tick_gap_s": max(gaps) if gaps else None,
         "ticks": len(gaps),
@@ -142,7 +144,7 @@ def through_a_death(grpc: str, lanes: int = 4) -> dict[str, Any]:
         assert lane is not None
         requests = itertools.cycle(client.prepare_all(MODEL, [GOOD], ["y"]))
         record = recorder(user)
-        users.append(gevent.spawn(multiplexer().serve, lane, requests, record, 30.0))
+        users.append(gevent.spawn(multiplexer(RUN).serve, lane, requests, record, 30.0))
     gevent.sleep(0.5)
     print("loading", flush=True)
     deadline = time.monotonic() + 10
@@ -154,7 +156,7 @@ def through_a_death(grpc: str, lanes: int = 4) -> dict[str, Any]:
         "users failed": len(failed_at),
         "spread_s": times[-1] - times[0] if times else None,
         "errors": dict(errors),
-        "lanes_after": multiplexer().lanes,
+        "lanes_after": multiplexer(RUN).lanes,
     }
 
 

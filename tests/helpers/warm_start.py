@@ -41,6 +41,8 @@ from typing import IO, Any
 
 COLD = "PYTEST_TRITON_TESTS_COLD_START"
 REPO = Path(__file__).resolve().parents[2]
+# the front ends that turn gRPC's fork handlers off when imported (base/grpc_fork.py)
+FRONT_ENDS = ("pytest_triton.plugin", "pytest_triton.load", "pytest_triton.cli")
 # the modules each kind runs, and what its warm interpreter imports first
 KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "locust": (
@@ -406,7 +408,7 @@ def _child(request: dict[str, Any], fds: list[int], base_path: list[str]) -> Non
         os.environ.update(request["env"])
         # what importing reads from the environment, read again from the child's
         tempfile.tempdir = None
-        if "pytest_triton" in sys.modules:
+        if any(m in sys.modules for m in FRONT_ENDS):  # base/grpc_fork.py
             os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [request["cwd"], *extra, *base_path]

@@ -106,6 +106,59 @@ def test_run_time_counts_from_the_start_of_the_load() -> None:
     assert 0.95 < synced < 1.5, synced
 
 
+TWO_RUNS = """
+import logging
+from locust.env import Environment
+from locust.exception import StopUser
+from pytest_triton.load.runner.multiplexer import multiplexer
+from pytest_triton.load.runner.run_state import run_state
+from pytest_triton.load.runner.user_start import USER_NUMBERS
+from pytest_triton.load.runner.sequence_ids import id_source
+from pytest_triton.load.users import TritonUser
+
+said = []
+logging.getLogger("pytest_triton.load").addHandler(
+    type("H", (logging.Handler,), {"emit": lambda self, r: said.append(r.getMessage())})()
+)
+
+class NoHost(TritonUser):
+    pass
+
+first, second = Environment(user_classes=[NoHost]), Environment(user_classes=[NoHost])
+for environment, users in ((first, 2), (second, 1)):
+    for _ in range(users):
+        try:
+            NoHost(environment).on_start()
+        except StopUser:
+            pass
+numbers = [dict(run_state(e).get(USER_NUMBERS)) for e in (first, second)]
+print(len(said), *numbers)
+print(multiplexer(first) is multiplexer(first), multiplexer(first) is multiplexer(second))
+ids = [id_source((5, 9), e).take() for e in (first, first, second)]
+print(ids)
+"""
+
+
+def test_two_runs_in_one_process_keep_their_own_state() -> None:
+    """Two Locust Environments in one process: each numbers its own users, says its own
+    refusal once, has its own multiplexer and hands out its own sequence ids (module-level
+    registries shared them all)."""
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_RUNS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "2 {'triton': 2} {'triton': 1}",
+        "True False",
+        "[5, 6, 5]",
+    ]
+
+
 # -- targets ----------------------------------------------------------------------------------
 def measured(**overrides: float) -> tg.Measured:
     values: dict[str, float] = dict(

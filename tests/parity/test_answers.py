@@ -21,7 +21,7 @@ from pytest_triton.client.wire.request import (
     read_answer,
 )
 from pytest_triton.parity import answers
-from pytest_triton.parity.answers import DETAILED, AnswerCheck
+from pytest_triton.parity.answers import DETAILED, AnswerCheck, WrongSoFar
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
 RIGHT = X * 2
@@ -138,12 +138,27 @@ def test_a_sample_of_answers_is_compared_with_the_parity_tolerances(
 
 def test_the_first_wrong_answers_name_the_difference_later_ones_only_say_so() -> None:
     req = request()
-    answers._DETAILED_SO_FAR.clear()
     checker = AnswerCheck("brief", [(req, {"v": {"y": RIGHT}})], every=1)
     texts = [str(checker.check(req, http_answer(RIGHT + i + 1)).wrong) for i in range(DETAILED + 3)]
     assert all("max abs diff" in t for t in texts[:DETAILED])
     assert len(set(texts[DETAILED:])) == 1
     assert "output 'y' outside the parity tolerance (the first 5 such answers" in texts[-1]
+
+
+def test_checks_that_share_a_count_detail_the_first_wrong_answers_of_them_all() -> None:
+    """A load run's users share one count (the run's); a check of its own counts alone."""
+    req = request()
+    shared = WrongSoFar()
+    first, second = (
+        AnswerCheck("m", [(req, {"v": {"y": RIGHT}})], every=1, wrong_so_far=shared)
+        for _ in range(2)
+    )
+    alone = AnswerCheck("m", [(req, {"v": {"y": RIGHT}})], every=1)
+    for i in range(DETAILED):
+        assert "max abs diff" in str(first.check(req, http_answer(RIGHT + i + 1)).wrong)
+    assert "max abs diff" not in str(second.check(req, http_answer(RIGHT + 9)).wrong)
+    assert "max abs diff" in str(alone.check(req, http_answer(RIGHT + 9)).wrong)
+    assert shared == {("m", "y:values"): DETAILED + 1}
 
 
 def test_an_answer_may_match_any_allowed_reference() -> None:

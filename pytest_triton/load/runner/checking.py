@@ -23,8 +23,9 @@ from pytest_triton.base.importing import load_object
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.triton_client import PreparedRequest
 from pytest_triton.load.runner.embedded import EmbeddedModel
+from pytest_triton.load.runner.run_state import StateKey, run_state
 from pytest_triton.load.runner.user_settings import embedded_endpoints
-from pytest_triton.parity.answers import AnswerCheck
+from pytest_triton.parity.answers import AnswerCheck, WrongSoFar
 
 if TYPE_CHECKING:  # the repository layer imports torch: only --triton-update-to needs it
     from pytest_triton.repository.spec import ModelSpec
@@ -34,13 +35,18 @@ DEFAULT_CHECK_EVERY = 100
 """Values compared on every 100th answer of each user: checking then costs the load
 generator under 10% of its CPU on the cheapest requests (docs/load.md has the figures)."""
 Reference = Callable[[Mapping[str, Array]], Mapping[str, Array]]
-_said: set[str] = set()
+SAID = StateKey[set[str]]("answer checks said")
+"""What this run said about its answer checks: each line once, not once per user."""
+WRONG_SO_FAR = StateKey[WrongSoFar]("wrong answers so far")
+"""The run's wrong answers by model and output, shared by its users' checks: the first
+DETAILED of each name the difference, whichever user got them."""
 
 
-def _once(message: str, *args: Any) -> None:
+def _once(environment: Any, message: str, *args: Any) -> None:
     text = message % args
-    if text not in _said:
-        _said.add(text)
+    said = run_state(environment).setdefault(SAID, set)
+    if text not in said:
+        said.add(text)
         log.info("pytest-triton: %s", text)
 
 
@@ -102,6 +108,7 @@ def user_reference(user_class: Any) -> tuple[Reference | None, str]:
 
 
 def user_answer_check(
+    environment: Any,
     user_class: Any,
     config: TritonConfig,
     host: str,
@@ -117,13 +124,15 @@ def user_answer_check(
     if not every:
         if config.load.check_every is None:
             _once(
+                environment,
                 "answers are not checked against a server given with --host (the locustfile's "
-                "model need not be the one deployed); pass --triton-check-every N to check them"
+                "model need not be the one deployed); pass --triton-check-every N to check them",
             )
         return None
     reference, fmt = user_reference(user_class)
     if reference is None:
         _once(
+            environment,
             "answers of %s are not checked: it has no `reference` and no `served` model",
             user_class.__name__,
         )
@@ -143,8 +152,17 @@ def user_answer_check(
         for request, batch in zip(prepared, batches, strict=True)
     ]
     _once(
+        environment,
         "answers checked against PyTorch: every answer's shapes and dtypes, and the values "
         "of %s (--triton-check-every)",
         "every answer" if every == 1 else f"one answer in {every} of each user",
     )
-    return AnswerCheck(model, expected, every=every, fmt=fmt, offset=number, context=context)
+    return AnswerCheck(
+        model,
+        expected,
+        every=every,
+        fmt=fmt,
+        offset=number,
+        context=context,
+        wrong_so_far=run_state(environment).setdefault(WRONG_SO_FAR, WrongSoFar),
+    )

@@ -48,6 +48,7 @@ from gevent import monkey
 
 from pytest_triton.client.wire.lane import HttpLane, Lane
 from pytest_triton.client.wire.request import PreparedRequest, RawAnswer
+from pytest_triton.load.runner.run_state import StateKey, run_state
 
 try:
     from pytest_triton.client.wire import _http_pump
@@ -356,14 +357,16 @@ def _report(done: Done) -> None:
     done.clear()
 
 
-_PER_PROCESS: dict[int, Multiplexer] = {}
+MULTIPLEXER = StateKey[tuple[int, Multiplexer]]("multiplexer")
+"""The run's multiplexer and the process that made it."""
 
 
-def multiplexer() -> Multiplexer:
-    """This process's (a forked Locust worker makes its own: an epoll is not shared)."""
-    pid = os.getpid()
-    found = _PER_PROCESS.get(pid)
-    if found is None:
-        _PER_PROCESS.clear()
-        found = _PER_PROCESS[pid] = Multiplexer()
-    return found
+def multiplexer(environment: Any) -> Multiplexer:
+    """The run's, in this process (a forked Locust worker makes its own: an epoll is not
+    shared)."""
+    state = run_state(environment)
+    found = state.get(MULTIPLEXER)
+    if found is None or found[0] != os.getpid():
+        found = (os.getpid(), Multiplexer())
+        state[MULTIPLEXER] = found
+    return found[1]

@@ -3,12 +3,15 @@ pytest's stash is on the pytest side, instead of an attribute per module by stri
 
 Each module that keeps something for a run declares its slot once,
 `WINDOW_LOG = StateKey[WindowLog]("window log")`, and reads it back typed:
-`run_state(environment).get(WINDOW_LOG)`. Nothing here imports the modules that keep state,
-so any of them can use it without an import cycle.
+`run_state(environment).get(WINDOW_LOG)`. What a module once kept in a module-level registry
+(users' numbers, sequence ids, answer checks, the multiplexer) lives here too, so two
+Environments in one process (a test's, a library user's) share nothing. Nothing here
+imports the modules that keep state, so any of them can use it without an import cycle.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -37,6 +40,13 @@ class RunState:
 
     def get(self, key: StateKey[T]) -> T | None:
         found: T | None = self._values.get(key)
+        return found
+
+    def setdefault(self, key: StateKey[T], make: Callable[[], T]) -> T:
+        """The slot's value, made by `make` on first use (a registry of this run)."""
+        if key not in self._values:
+            self._values[key] = make()
+        found: T = self._values[key]
         return found
 
     def __setitem__(self, key: StateKey[T], value: T) -> None:
