@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from pytest_triton import ParityNotApplicable, TritonClient, assert_parity, factories
 from pytest_triton.accuracy import metrics
 from pytest_triton.models import digits, zoo_spec
 from pytest_triton.session.deployment import Deployment
-from tests.helpers.locust_runs import REPO, run_locust
+from tests.helpers.locust_runs import REPO, run_locust, subprocess_env
 
 DIGITS = digits.load()
 AGREEMENT_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "digits_agreement.py"
@@ -84,7 +85,20 @@ def test_int8_bert_keeps_its_spans_and_fails_element_wise_parity(
         assert_parity(bert.native(batches[0]), served, model="bert", backend="onnx-int8")
 
 
-def agreement_run(deployment: Deployment, variant: str, tmp_path: Path) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def agreement_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The held-out digits and fp32 PyTorch's logits of them, for the Locust process (which
+    then imports neither torch nor scikit-learn)."""
+    path = tmp_path_factory.mktemp("digits") / "held_out.npz"
+    with torch.inference_mode():
+        logits = digits.trained()(torch.from_numpy(DIGITS.test_images)).numpy()
+    np.savez(path, images=DIGITS.test_images, logits=logits)
+    return path
+
+
+def agreement_run(
+    deployment: Deployment, variant: str, data: Path, tmp_path: Path
+) -> dict[str, Any]:
     """2 users at 20 requests/s each for 4 s, every answer's values judged by agreement."""
     done = run_locust(
         AGREEMENT_LOCUSTFILE,
@@ -105,6 +119,7 @@ def agreement_run(deployment: Deployment, variant: str, tmp_path: Path) -> dict[
         str(AGREEMENT_TARGET),
         tmp_path=tmp_path,
         timeout=120,
+        env=subprocess_env(DIGITS_AGREEMENT_DATA=str(data)),
     )
     assert done.report is not None, done.tail()
     (check,) = [c for c in done.report["checks"] if c["name"] == "answer_agreement"]
@@ -113,10 +128,10 @@ def agreement_run(deployment: Deployment, variant: str, tmp_path: Path) -> dict[
 
 @pytest.mark.load
 def test_int8_under_load_meets_its_agreement_target(
-    int8_server: Deployment, tmp_path: Path
+    int8_server: Deployment, agreement_data: Path, tmp_path: Path
 ) -> None:
     """Its rounding is no wrong answer (element-wise, every answer would be one)."""
-    run = agreement_run(int8_server, "digits-onnx-int8-hosted", tmp_path)
+    run = agreement_run(int8_server, "digits-onnx-int8-hosted", agreement_data, tmp_path)
     output = run["output"]
     assert run["code"] == 0 and run["wrong_answers"] == 0 and run["failures"] == 0, output[-3000:]
     assert run["agreement_samples"] >= 16 * 40, output[-3000:]  # 40+ answers of 16 digits
@@ -127,9 +142,9 @@ def test_int8_under_load_meets_its_agreement_target(
 
 @pytest.mark.load
 def test_int8_calibrated_on_zeros_under_load_misses_it(
-    int8_server: Deployment, tmp_path: Path
+    int8_server: Deployment, agreement_data: Path, tmp_path: Path
 ) -> None:
-    run = agreement_run(int8_server, "digits_zeros-onnx-int8-hosted", tmp_path)
+    run = agreement_run(int8_server, "digits_zeros-onnx-int8-hosted", agreement_data, tmp_path)
     output = run["output"]
     assert run["code"] == 1 and run["wrong_answers"] == 0, output[-3000:]
     assert run["answer_agreement"] < AGREEMENT_TARGET and run["check"]["passed"] is False
