@@ -6,11 +6,13 @@ weights than its reference's fails naming roc_auc, both values and the threshold
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
 
 from pytest_triton import TritonClient, assert_accuracy
+from pytest_triton.base.dtypes import Array
 from pytest_triton.models import click_logs, dlrm
 from pytest_triton.session.deployment import Deployment
 
@@ -55,7 +57,7 @@ def test_a_dlrm_with_other_weights_fails_naming_roc_auc(
     other = dlrm.build(dlrm.Config.small(), seed=1)
     logs = click_logs.draw(model_seed=1)
 
-    def reference(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def reference(inputs: Mapping[str, Array]) -> dict[str, Array]:
         import torch
 
         with torch.inference_mode():

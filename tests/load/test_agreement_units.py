@@ -90,3 +90,17 @@ def test_triton_perf_fails_a_sweep_with_any_point_under_the_target() -> None:
         "batch 16 concurrency 2: answers judged by top-1 agreement with the fp32 reference: "
         "1440 of N=1600 samples agree, rate 0.9000"
     ]
+
+
+def test_with_the_target_answers_are_compared_against_a_host_too() -> None:
+    """The target says the locustfile's reference is the deployed model's fp32 PyTorch."""
+    from pytest_triton.load.runner.checking import DEFAULT_CHECK_EVERY, answers_every
+
+    host = "http://127.0.0.1:8000"
+    config = resolve(from_environ({"TRITON_MIN_AGREEMENT": "0.99"}, "locust"))
+    assert answers_every(config, host) == DEFAULT_CHECK_EVERY
+    assert answers_every(resolve(from_environ({}, "locust")), host) == 0
+    every = resolve(
+        from_environ({"TRITON_MIN_AGREEMENT": "0.99", "TRITON_CHECK_EVERY": "1"}, "locust")
+    )
+    assert answers_every(every, host) == 1

@@ -62,11 +62,10 @@ def answers_every(config: TritonConfig, host: str) -> int:
     is the question)."""
     if config.load.check_every is not None:
         return config.load.check_every
-    if config.gate.answer_agreement is not None:
-        return DEFAULT_CHECK_EVERY
-    if not on_embedded_server(host, config):
-        return 0
-    return 1 if config.load.update_to else DEFAULT_CHECK_EVERY
+    if on_embedded_server(host, config):
+        return 1 if config.load.update_to else DEFAULT_CHECK_EVERY
+    # --triton-min-agreement says the reference is the deployed model's fp32 PyTorch
+    return DEFAULT_CHECK_EVERY if config.gate.answer_agreement is not None else 0
 
 
 @functools.lru_cache(maxsize=4)
