@@ -103,15 +103,33 @@ def agreement(k: int = 1, output: str | None = None) -> Metric:
 
 
 def roc_auc(output: str | None = None) -> Metric:
-    """ROC AUC against 0/1 labels (DLRM's click prediction), scikit-learn's roc_auc_score."""
+    """ROC AUC against 0/1 labels (DLRM's click prediction): scikit-learn's roc_auc_score."""
 
     def whole(answers: Answers, labels: Any) -> float:
-        from sklearn.metrics import roc_auc_score
-
         predicted = pick_output(answers, output, "roc_auc").reshape(-1)
-        return float(roc_auc_score(np.asarray(labels).reshape(-1), predicted))
+        return auc_of_ranks(np.asarray(labels).reshape(-1), predicted)
 
     return Metric("roc_auc", "labels", whole=whole)
+
+
+def auc_of_ranks(labels: Array, scores: Array) -> float:
+    """The value of scikit-learn's roc_auc_score on binary labels (the greater one positive),
+    as the Mann-Whitney statistic of the scores' average ranks (a tie counts one half):
+    without roc_auc_score's per-call input checks, which took most of the 400 bootstrap
+    draws of an interval (2.9 s of CPU for 2,048 samples on this project's machine). One
+    class only raises ValueError, as scikit-learn does (the bootstrap skips that draw)."""
+    from scipy.stats import rankdata
+
+    classes = np.unique(labels)
+    if classes.size != 2:
+        raise ValueError(
+            f"ROC AUC needs labels of two classes, got {classes.size} ({classes[:5].tolist()})"
+        )
+    positive = labels == classes[1]
+    n_pos = int(positive.sum())
+    n_neg = labels.size - n_pos
+    ranks = rankdata(scores)
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def cosine(output: str | None = None) -> Metric:

@@ -877,6 +877,20 @@ class GateSettings:
         metavar="N",
         aliases=("--max-wrong-answers",),
     )
+    answer_agreement: float | None = _setting(
+        None,
+        "a reduced-precision variant (INT8, fp16) under load: judge the answers whose values "
+        "are compared (--triton-check-every) by top-1 agreement with the fp32 reference "
+        "instead of the parity tolerance, and fail the run when the share of their samples "
+        "whose best class agrees falls below this (e.g. 0.99); the rounding of such a "
+        "variant is not a wrong answer, a changed class is counted",
+        LOAD,
+        parse=parse_ratio,
+        option="--triton-min-agreement",
+        bound="min",
+        metavar="R",
+        aliases=("--min-agreement",),
+    )
     report: str | None = _setting(
         None,
         "write the gate report here: report.json, report.md, plots and junit.xml, with "

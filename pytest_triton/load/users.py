@@ -37,7 +37,7 @@ from pytest_triton.base.errors import ConfigError, InferenceError, SharedMemoryE
 from pytest_triton.client.triton_client import PreparedRequest, Protocol, TritonClient
 from pytest_triton.client.wire.lane import Lane
 from pytest_triton.client.wire.request import RawAnswer, answer_size
-from pytest_triton.load.runner import grpc_gevent, listeners, multiplexer
+from pytest_triton.load.runner import agreement, grpc_gevent, listeners, multiplexer
 from pytest_triton.load.runner.bulk_requests import BulkRequests, bulk_requests
 from pytest_triton.load.runner.checking import Reference, update_label, user_answer_check
 from pytest_triton.load.runner.embedded import EmbeddedModel, zoo_model
@@ -159,6 +159,7 @@ class TritonUser(StartingUser):
             number=number,
             context=f"model {self._model!r}, protocol {self._client.id!r}",
         )
+        agreement.count_in_rate(self.environment, self._check)
         self._update_label = update_label(config) if self._check is not None else None
         self._requests: Iterator[PreparedRequest] = itertools.cycle(prepared)
         self._lane = self._multiplexed(prepared, config.load.grpc_connections == "shared")

@@ -9,6 +9,11 @@ answer equal byte for byte to one already compared and found right is right too 
 answer carries its outputs, not over shared memory). Only a new header, or a sampled answer
 not seen before, is decoded.
 
+A reduced-precision variant (INT8, fp16) is judged by agreement instead: a compared answer's
+samples are scored by an `agreement` scorer (top-1 agreement with the fp32 reference, from
+the accuracy layer) and counted (`agreed` of `judged`), so that its rounding is not a wrong
+answer and the run's agreement rate is judged against a target; the shape check stays.
+
 A check returns None, or the WrongAnswer a load generator reports as a failed request. The
 first wrong answers of each output name where they differ (max abs diff, worst index, served
 vs native); later ones of the same output only say that they do, so that a model that
@@ -18,8 +23,10 @@ answers wrongly ten thousand times leaves a short list of distinct failures.
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import WrongAnswer
@@ -42,6 +49,8 @@ the same inputs with the same bytes; one that does not is compared every time)."
 Outputs = Mapping[str, Array]
 WrongSoFar = collections.Counter[tuple[str, str]]
 """Wrong answers so far by model and kind (an output's name and what was wrong with it)."""
+Agreement = Callable[[Outputs, Outputs], Array]
+"""(served outputs, reference outputs) -> one score per sample, 1.0 where they agree."""
 
 
 @dataclass
@@ -70,7 +79,8 @@ RIGHT = Verdict(None)
 
 class AnswerCheck:
     """Checks one user's answers: `expected` pairs its prepared requests with their reference
-    outputs; values are compared on every `every`-th answer (0: never, shapes only).
+    outputs; values are compared on every `every`-th answer (0: never, shapes only), with
+    the parity tolerances, or with `agreement` where given (counted, never a wrong answer).
     `wrong_so_far` is shared by the checks whose messages count together (a load run's
     users: the first DETAILED wrong answers of the run name the difference); by default
     this check's own."""
@@ -87,8 +97,10 @@ class AnswerCheck:
         offset: int = 0,
         context: str = "",
         wrong_so_far: WrongSoFar | None = None,
+        agreement: Agreement | None = None,
     ) -> None:
         self.model = model
+        self.agreement = agreement
         self.context = context or f"model {model!r}"
         self.every = every
         self.fmt = fmt
@@ -104,6 +116,8 @@ class AnswerCheck:
         self.allowed: tuple[str, ...] | None = None  # labels a right answer may match; None: any
         self.checked = 0
         self.compared = 0
+        self.agreed = 0.0  # samples of compared answers that agree (with `agreement`)
+        self.judged = 0  # samples of compared answers scored (with `agreement`)
 
     def check(self, request: PreparedRequest, raw: RawAnswer) -> Verdict:
         """Check one answer to `request` (as it came back, not decoded)."""
@@ -127,6 +141,10 @@ class AnswerCheck:
             for answer, label in expected.verified:
                 if body == answer and (self.allowed is None or label in self.allowed):
                     self.compared += 1
+                    if self.agreement is not None:  # remembered only where every sample agreed
+                        rows = _rows(expected.references[label])
+                        self.agreed += rows
+                        self.judged += rows
                     return Verdict(None, label, True)
         verdict = self._decoded(expected, raw, sample)
         if (
@@ -162,6 +180,8 @@ class AnswerCheck:
         labels = [
             label for label in expected.references if self.allowed is None or label in self.allowed
         ]
+        if self.agreement is not None:
+            return self._agreement(expected, served, labels)
         reports = []
         for label in labels:
             report = compare_outputs(
@@ -185,6 +205,21 @@ class AnswerCheck:
         brief = "; ".join(f"output {d.name!r} outside the parity tolerance" for d in bad)
         return Verdict(self._wrong(key, detail, brief), None, True)
 
+    def _agreement(self, expected: Expected, served: Outputs, labels: Sequence[str]) -> Verdict:
+        """Count the samples that agree with the closest allowed reference; the answer is
+        `matched` (remembered as verified) only when all of them do."""
+        if not labels:
+            return Verdict(self._wrong("no-reference", "no reference is allowed now"), None, True)
+        assert self.agreement is not None
+        scored = [
+            (np.asarray(self.agreement(served, expected.references[label])), label)
+            for label in labels
+        ]
+        scores, label = max(scored, key=lambda sl: float(sl[0].sum()))
+        self.agreed += float(scores.sum())
+        self.judged += int(scores.size)
+        return Verdict(None, label if bool(np.all(scores == 1.0)) else None, True)
+
     def _wrong(self, key: str, detail: str, brief: str | None = None) -> WrongAnswer:
         seen = self.wrong_so_far[self.model, key]
         self.wrong_so_far[self.model, key] = seen + 1
@@ -192,6 +227,11 @@ class AnswerCheck:
         if seen >= DETAILED and brief is not None:
             text = f"{brief} (the first {DETAILED} such answers name the differences)"
         return WrongAnswer(f"wrong answer: {self.context}: {text}")
+
+
+def _rows(outputs: Outputs) -> int:
+    """Samples of one answer: its outputs' first dimension."""
+    return int(next(iter(outputs.values())).shape[0])
 
 
 def _as_reference_shapes(served: dict[str, Array], reference: Outputs) -> dict[str, Array]:

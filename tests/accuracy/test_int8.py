@@ -2,19 +2,28 @@
 trained on scikit-learn's digits, quantized static QDQ on real calibration batches, keeps 99%
 of fp32 PyTorch's held-out top-1; the same CNN calibrated on zeros fails naming top-1; BERT
 (small) quantized dynamically keeps its answer spans while element-wise parity of the same
-variant fails: the test shows why both checks exist."""
+variant fails: the test shows why both checks exist. Under load (a short, paced Locust run)
+the INT8 CNN's sampled answers are judged by top-1 agreement with fp32 PyTorch: it meets its
+agreement target, the one calibrated on zeros misses it, named with its rate and target."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
+import torch
 
 from pytest_triton import ParityNotApplicable, TritonClient, assert_parity, factories
 from pytest_triton.accuracy import metrics
 from pytest_triton.models import digits, zoo_spec
 from pytest_triton.session.deployment import Deployment
+from tests.helpers.locust_runs import REPO, run_locust, subprocess_env
 
 DIGITS = digits.load()
+AGREEMENT_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "digits_agreement.py"
+AGREEMENT_TARGET = 0.98
 
 
 SPECS = [
@@ -74,3 +83,73 @@ def test_int8_bert_keeps_its_spans_and_fails_element_wise_parity(
     served = bert.infer(client, batches[0])
     with pytest.raises(AssertionError, match="parity FAILED"):
         assert_parity(bert.native(batches[0]), served, model="bert", backend="onnx-int8")
+
+
+@pytest.fixture(scope="module")
+def agreement_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The held-out digits and fp32 PyTorch's logits of them, for the Locust process (which
+    then imports neither torch nor scikit-learn)."""
+    path = tmp_path_factory.mktemp("digits") / "held_out.npz"
+    with torch.inference_mode():
+        logits = digits.trained()(torch.from_numpy(DIGITS.test_images)).numpy()
+    np.savez(path, images=DIGITS.test_images, logits=logits)
+    return path
+
+
+def agreement_run(
+    deployment: Deployment, variant: str, data: Path, tmp_path: Path
+) -> dict[str, Any]:
+    """2 users at 20 requests/s each for 4 s, every answer's values judged by agreement."""
+    done = run_locust(
+        AGREEMENT_LOCUSTFILE,
+        "--headless",
+        "-u",
+        "2",
+        "-r",
+        "10",
+        "-t",
+        "4s",
+        "--host",
+        f"http://{deployment.server.endpoints.http}",
+        "--triton-model",
+        deployment.model(variant).name,
+        "--triton-check-every",
+        "1",
+        "--triton-min-agreement",
+        str(AGREEMENT_TARGET),
+        tmp_path=tmp_path,
+        timeout=120,
+        env=subprocess_env(DIGITS_AGREEMENT_DATA=str(data)),
+    )
+    assert done.report is not None, done.tail()
+    (check,) = [c for c in done.report["checks"] if c["name"] == "answer_agreement"]
+    return {**done.report["measured"], "code": done.code, "output": done.output, "check": check}
+
+
+@pytest.mark.load
+def test_int8_under_load_meets_its_agreement_target(
+    int8_server: Deployment, agreement_data: Path, tmp_path: Path
+) -> None:
+    """Its rounding is no wrong answer (element-wise, every answer would be one)."""
+    run = agreement_run(int8_server, "digits-onnx-int8-hosted", agreement_data, tmp_path)
+    output = run["output"]
+    assert run["code"] == 0 and run["wrong_answers"] == 0 and run["failures"] == 0, output[-3000:]
+    assert run["agreement_samples"] >= 16 * 40, output[-3000:]  # 40+ answers of 16 digits
+    assert AGREEMENT_TARGET <= run["answer_agreement"] <= 1.0
+    assert run["check"]["passed"] is True and run["check"]["limit"] == AGREEMENT_TARGET
+    assert f"samples agree, rate {run['answer_agreement']:.4f}, target >= 0.98: met" in output
+
+
+@pytest.mark.load
+def test_int8_calibrated_on_zeros_under_load_misses_it(
+    int8_server: Deployment, agreement_data: Path, tmp_path: Path
+) -> None:
+    run = agreement_run(int8_server, "digits_zeros-onnx-int8-hosted", agreement_data, tmp_path)
+    output = run["output"]
+    assert run["code"] == 1 and run["wrong_answers"] == 0, output[-3000:]
+    assert run["answer_agreement"] < AGREEMENT_TARGET and run["check"]["passed"] is False
+    n = run["agreement_samples"]
+    assert (
+        f"RESULT: FAIL - answer_agreement measured {run['answer_agreement']:.3g}, target >= "
+        f"0.98 (top-1 agreement with the fp32 reference, N={n} samples)"
+    ) in output, output[-3000:]

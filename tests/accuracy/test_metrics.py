@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from sklearn.metrics import top_k_accuracy_score
+from sklearn.metrics import roc_auc_score, top_k_accuracy_score
 
 from pytest_triton.accuracy import metrics
 from pytest_triton.accuracy.intervals import bootstrap, samples_needed, wilson
@@ -44,6 +44,14 @@ def test_roc_auc_is_scikit_learns_and_indifferent_to_monotone_scores() -> None:
     auc = metrics.roc_auc().value({"p": scores}, labels)
     assert auc == 0.75
     assert metrics.roc_auc().value({"p": np.log(scores)}, labels) == 0.75
+    rng = np.random.default_rng(3)  # ties among the scores, and labels 0/1 or -1/1
+    y = rng.integers(0, 2, 500)
+    p = np.round(rng.random(500), 2)
+    for labels in (y, 2 * y - 1):
+        expected = roc_auc_score(labels, p + y * 0.1)
+        assert metrics.auc_of_ranks(labels, p + y * 0.1) == pytest.approx(expected, abs=1e-12)
+    with pytest.raises(ValueError, match="two classes, got 1"):
+        metrics.auc_of_ranks(np.ones(4), np.arange(4.0))
 
 
 def test_cosine_of_scaled_rows_is_one_and_of_opposite_rows_minus_one() -> None:

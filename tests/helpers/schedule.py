@@ -34,6 +34,7 @@ from typing import Any
 COSTS = Path(__file__).with_name("suite_costs.json")
 # Files whose tests share the session's zoo server (tests/conftest.py): one worker runs them.
 ZOO_SERVER_FILES = (
+    "tests/accuracy/test_click_logs.py",
     "tests/client/test_shared_memory.py",
     "tests/load/test_batching_gates.py",
     "tests/models/test_zoo_accuracy.py",

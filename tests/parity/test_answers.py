@@ -202,3 +202,30 @@ def test_a_sampled_answer_equal_to_one_compared_before_is_not_decoded(
     checker.allowed = ("v2",)  # a version retired: its answers are wrong from now on
     assert checker.check(req, answer(RIGHT)).wrong is not None
     assert len(decoded) == 2
+
+
+def test_agreement_counts_samples_instead_of_failing_on_rounding() -> None:
+    """RIGHT's rows [2, 6] / [10, 14]: each row's best class is its last. A rounded answer
+    keeps both classes (2 of 2 agree, no wrong answer, though outside the tolerance), one
+    whose second row's best class moved agrees on 1 of 2 (counted, still no wrong answer);
+    a remembered all-agreeing answer counts again without decoding."""
+    req = request("http")
+
+    def top1(served: Any, reference: Any) -> np.ndarray:
+        same = served["y"].argmax(axis=1) == reference["y"].argmax(axis=1)
+        return np.asarray(same, dtype=np.float64)
+
+    checker = AnswerCheck("m", [(req, {"v": {"y": RIGHT}})], every=1, agreement=top1)
+    rounded = http_answer(RIGHT + np.float32(0.01))
+    assert checker.check(req, rounded).wrong is None
+    assert (checker.agreed, checker.judged) == (2.0, 2)
+    moved = RIGHT.copy()
+    moved[1, 0] = 99.0
+    assert checker.check(req, http_answer(moved)).wrong is None
+    assert (checker.agreed, checker.judged) == (3.0, 4)
+    assert checker.check(req, http_answer(RIGHT + np.float32(0.01))).wrong is None
+    assert (checker.agreed, checker.judged, checker.compared) == (5.0, 6, 3)
+    wrong_shape = checker.check(req, http_answer(RIGHT[:, :2].copy()))
+    assert wrong_shape.wrong is not None and checker.judged == 6  # the shape check stays
+    tolerant = check(req, every=1)
+    assert tolerant.check(req, rounded).wrong is not None  # without it: a wrong answer

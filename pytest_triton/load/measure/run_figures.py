@@ -54,6 +54,8 @@ class RunRecord:
     cpu_warning: bool = False
     lag: Lag | None = None  # an open loop's schedule lag
     stream_log: StreamLog | None = None  # decoupled models' token timings (StreamUser)
+    agreed: float = 0.0  # --triton-min-agreement: compared samples that agree (every process's)
+    agreement_samples: int = 0  # compared samples judged by agreement
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,10 @@ def client_figures(record: RunRecord) -> tg.Measured:
         p99_ms=pct[99],
         p50_ms=pct[50],
         wrong_answers=record.wrong_answers,
+        answer_agreement=(
+            record.agreed / record.agreement_samples if record.agreement_samples else math.nan
+        ),
+        agreement_samples=record.agreement_samples,
     )
 
 

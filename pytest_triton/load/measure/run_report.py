@@ -73,9 +73,27 @@ def summary_text(figures: RunFigures, verdict: RunVerdict) -> str:
     parts += [figures.soak.text()] if figures.soak is not None else []
     parts += [stream_text(figures)] if figures.streams is not None else []
     parts += [update_text(record.update)] if record.update is not None else []
+    target = record.config.gate.answer_agreement
+    parts += [agreement_text(m, target)] if target is not None else []
     parts += verdict.warnings
     parts.append(tg.verdict_table(verdict.checks, "Verdict (pytest-triton targets)"))
     return "\n\n".join(parts)
+
+
+def agreement_text(m: tg.Measured, target: float) -> str:
+    """The agreement rate of a reduced-precision variant's compared answers, its N and target."""
+    head = "Answers judged by top-1 agreement with the fp32 reference (--triton-min-agreement)"
+    if not m.agreement_samples:
+        return (
+            f"{head}: no answer's values were compared, so the rate >= {target:g} cannot be "
+            "judged: run longer or compare more answers (--triton-check-every N)"
+        )
+    agreed = round(m.answer_agreement * m.agreement_samples)
+    return (
+        f"{head}: {agreed} of N={m.agreement_samples} samples agree, rate "
+        f"{m.answer_agreement:.4f}, target >= {target:g}: "
+        + ("met" if m.answer_agreement >= target else "MISSED")
+    )
 
 
 def result_document(figures: RunFigures, verdict: RunVerdict) -> dict[str, Any]:

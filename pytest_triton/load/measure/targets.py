@@ -75,6 +75,7 @@ class Rates:
     p95_ms: float
     p99_ms: float
     wrong_answers: int = 0  # answers checked and found wrong (a run's; a sweep counts none)
+    agreement_samples: int = 0  # samples of compared answers judged by agreement
 
     def successful_samples(self) -> int:
         raise NotImplementedError
@@ -122,6 +123,7 @@ OPTIONAL_FIGURES = {
     "perf_itl_p99": "itl_p99_ms",
     "perf_output_tokens_per_s": "output_tokens_per_s",
     "perf_stream_goodput": "stream_goodput",
+    "answer_agreement": "answer_agreement",
 }
 """Targets on figures only some runs have: their rows appear where the figure was measured or
 a limit was set."""
@@ -149,6 +151,8 @@ class Measured(Rates):
     output_tokens_per_s: float = math.nan  # streams: tokens of the streams after warm-up
     stream_goodput: float = math.nan  # streams: share within --perf-slo-ttft-ms / -itl-ms
     wrong_answers: int = 0  # failed requests whose answer came back but was not PyTorch's
+    answer_agreement: float = math.nan  # share of compared samples agreeing with the reference
+    agreement_samples: int = 0  # how many samples that share is of
 
     def successful_samples(self) -> int:
         return self.samples
@@ -205,8 +209,15 @@ def evaluate(targets: Targets, measured: Rates, whole: Rates | None = None) -> l
             checks.append(Check(t.name, t.unit, kind, limit, math.nan, False, "not measured"))
             continue
         ok = value <= limit if kind == "max" else value >= limit
-        checks.append(Check(t.name, t.unit, kind, limit, value, ok))
+        checks.append(Check(t.name, t.unit, kind, limit, value, ok, _note(t.name, whole)))
     return checks
+
+
+def _note(name: str, whole: Rates) -> str:
+    """What a row's figure is of, where the number alone does not say."""
+    if name == "answer_agreement":
+        return f"top-1 agreement with the fp32 reference, N={whole.agreement_samples} samples"
+    return ""
 
 
 def failures(checks: Sequence[Check]) -> list[Check]:

@@ -32,6 +32,7 @@ from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
 from pytest_triton.load.perf.kind_users import kind_config, sweep_user
 from pytest_triton.load.perf.kinds import Kind, KindTally, kind_figures, perf_source
 from pytest_triton.load.runner import recording, stream_recording
+from pytest_triton.load.runner.agreement import agreement_counts, attach_agreement_tally
 from pytest_triton.load.runner.bulk_requests import flush_requests
 from pytest_triton.load.runner.embedded import Served, model_source
 from pytest_triton.load.runner.options import attach_config
@@ -137,6 +138,7 @@ class Generator:
         assert runner is not None
         users = 1 if request_rate else concurrency
         self.tally.clear()  # a point's answers checked and wrong, warm-up included
+        attach_agreement_tally(env).reset()  # and its agreement rate
         runner.start(users, spawn_rate=100)
         deadline = time.monotonic() + 30
         while runner.user_count != users and time.monotonic() < deadline:
@@ -204,6 +206,7 @@ class Generator:
             if self.kind != "single"
             else {}
         )
+        agreed, judged = agreement_counts(env)
         return {
             "batch_size": batch_size,
             "concurrency": users,
@@ -247,6 +250,8 @@ class Generator:
                 if request_rate
                 else None
             ),
+            "answer_agreement": agreed / judged if judged else None,
+            "agreement_samples": judged,
             **kind,
         }
 

@@ -53,6 +53,9 @@ class Point(Rates):
     answers_checked: int | None = None  # over the point's whole load, warm-up included
     wrong_answers: int = 0  # likewise
     first_wrong_answer: str | None = None
+    # --min-agreement: the share of compared samples whose top-1 class is the fp32 reference's
+    answer_agreement: float | None = None  # over the point's whole load, warm-up included
+    agreement_samples: int = 0
     sequences: int | None = None  # sequences whose END was answered in the measured windows
     mean_sequence_length: float | None = None
     ttft_p50_ms: float | None = None  # streams that ended in the measured windows

@@ -166,9 +166,10 @@ def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, An
             if v is not None and (k != "wrong_answers" or checked)
         },
         # some point meets every target (model_analyzer's reading), and no point answered
-        # wrongly beyond --triton-max-wrong-answers: a wrong answer is never a load level
+        # wrongly beyond --triton-max-wrong-answers nor below --min-agreement: a wrong
+        # answer is never a load level
         "passed": any(r["passed"] for r in rows)
-        and not any("wrong_answers" in r["failed_targets"] for r in rows),
+        and not any({"wrong_answers", "answer_agreement"} & set(r["failed_targets"]) for r in rows),
         "points": rows,
     }
 
@@ -308,8 +309,21 @@ def csv_columns(points: Sequence[Point]) -> list[Column]:
     return [first, *PERF_ANALYZER_COLUMNS, *ours]
 
 
+def agreement_line(p: Point) -> list[str]:
+    """A point's agreement rate with the fp32 reference (--min-agreement), with its N."""
+    if not p.agreement_samples or p.answer_agreement is None:
+        return []
+    agreed = round(p.answer_agreement * p.agreement_samples)
+    return [
+        f"batch {p.batch_size} {p.load}: answers judged by top-1 agreement with the fp32 "
+        f"reference: {agreed} of N={p.agreement_samples} samples agree, rate "
+        f"{p.answer_agreement:.4f}"
+    ]
+
+
 def kind_lines(p: Point) -> list[str]:
-    """What a sequence or stream point adds to the printed report."""
+    """What a sequence or stream point adds to the printed report (and any point's
+    agreement rate)."""
     load = f"batch {p.batch_size} {p.load}" if p.kind == "single" else p.load
     checked = (
         f"{p.answers_checked} answers checked against the PyTorch reference, "
@@ -348,10 +362,10 @@ def kind_lines(p: Point) -> list[str]:
             f"p99 {ms(p.p99_ms)}",
         ]
     else:
-        return []
+        return agreement_line(p)
     if p.first_wrong_answer:
         lines.append(f"  first wrong answer: {p.first_wrong_answer}")
-    return lines
+    return lines + agreement_line(p)
 
 
 def replicas_markdown(spread: dict[str, dict[str, int]]) -> str:

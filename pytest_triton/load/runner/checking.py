@@ -7,6 +7,11 @@ every N-th answer's values with the parity tolerances (--triton-check-every N). 
 that is every 100th on the server a locustfile starts itself, whose model was exported from
 that very spec; against --host nothing is checked unless --triton-check-every is given,
 since a locustfile's weights (a zoo model's are random) need not be the deployed model's.
+
+With --triton-min-agreement (a reduced-precision variant: INT8, fp16) the compared answers
+are judged by top-1 agreement with the reference instead of the tolerances (agreement.py),
+and checked by default against --host too: the target says the reference is the deployed
+model's fp32 PyTorch.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.importing import load_object
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.triton_client import PreparedRequest
+from pytest_triton.load.runner.agreement import top1_agreement
 from pytest_triton.load.runner.embedded import EmbeddedModel
 from pytest_triton.load.runner.run_state import StateKey, run_state
 from pytest_triton.load.runner.user_settings import embedded_endpoints
@@ -62,9 +68,10 @@ def answers_every(config: TritonConfig, host: str) -> int:
     is the question)."""
     if config.load.check_every is not None:
         return config.load.check_every
-    if not on_embedded_server(host, config):
-        return 0
-    return 1 if config.load.update_to else DEFAULT_CHECK_EVERY
+    if on_embedded_server(host, config):
+        return 1 if config.load.update_to else DEFAULT_CHECK_EVERY
+    # --triton-min-agreement says the reference is the deployed model's fp32 PyTorch
+    return DEFAULT_CHECK_EVERY if config.gate.answer_agreement is not None else 0
 
 
 @functools.lru_cache(maxsize=4)
@@ -151,11 +158,17 @@ def user_answer_check(
         (request, {label: dict(ref(batch)) for label, ref in references.items()})
         for request, batch in zip(prepared, batches, strict=True)
     ]
+    target = config.gate.answer_agreement
+    first = next(iter(expected[0][1].values()))  # one reference's outputs: their shapes
+    agreement = top1_agreement(first) if target is not None else None
     _once(
         environment,
         "answers checked against PyTorch: every answer's shapes and dtypes, and the values "
-        "of %s (--triton-check-every)",
+        "of %s (--triton-check-every)%s",
         "every answer" if every == 1 else f"one answer in {every} of each user",
+        f", judged by top-1 agreement (target >= {target:g}, --triton-min-agreement)"
+        if agreement is not None
+        else "",
     )
     return AnswerCheck(
         model,
@@ -165,4 +178,5 @@ def user_answer_check(
         offset=number,
         context=context,
         wrong_so_far=run_state(environment).setdefault(WRONG_SO_FAR, WrongSoFar),
+        agreement=agreement,
     )

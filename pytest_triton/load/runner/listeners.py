@@ -23,6 +23,7 @@ from locust.runners import Runner, WorkerRunner
 
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.load.runner import (
+    agreement,
     distributed,
     generator_cpu,
     recording,
@@ -74,6 +75,7 @@ def _on_init(environment: Environment, runner: Runner | None = None, **_: Any) -
         distributed.install_distributed(environment)
         rollout.listen_for_retirement(environment)
         generator_cpu.attach_cpu_watch(environment)
+        agreement.attach_agreement_tally(environment)
         if isinstance(runner, WorkerRunner):
             return  # a worker: the master decides and sends its options
         _warn_if_exposed(environment)

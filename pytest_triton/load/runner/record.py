@@ -11,6 +11,7 @@ from locust.stats import StatsError
 
 from pytest_triton.base.errors import WrongAnswer
 from pytest_triton.load.measure.run_figures import RunRecord
+from pytest_triton.load.runner.agreement import agreement_counts
 from pytest_triton.load.runner.distributed import worker_offsets
 from pytest_triton.load.runner.recording import schedule_lag, window_log
 from pytest_triton.load.runner.run import LoadRun, current_host
@@ -26,12 +27,15 @@ def record_of(run: LoadRun) -> RunRecord:
     log = window_log(environment)
     stopped_at = run.stopped_at or time.time()
     shape = shape_of(environment)
+    agreed, judged = agreement_counts(environment)
     return RunRecord(
         config=run.config,
         host=current_host(environment),
         requests=total.num_requests,
         failures=total.num_failures,
         wrong_answers=wrong_answers(environment),
+        agreed=agreed,
+        agreement_samples=judged,
         duration_s=client_duration(environment),
         log=log,
         started_at=run.started_at,
