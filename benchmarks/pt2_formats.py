@@ -164,7 +164,7 @@ def table(rows: Sequence[Row], args: argparse.Namespace) -> str:
         "| compute/inference (µs) | avg batch |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
+    for r in sorted(rows, key=lambda r: list(ZOO).index(r.model)):  # stable: formats' order
         ratio = f"{r.throughput / baseline[r.model]:.2f}x" if baseline.get(r.model) else "-"
         export = f"{r.export_s:.1f}" + (" (cache)" if r.cached else "")
         lines.append(
