@@ -5,8 +5,9 @@ and dynamically batched ones.
 
 torch-export runs in the default suite (an export takes 1-3 s a model). AOTInductor compiles
 C++: on this project's 2-core machine, each compile in a fresh work directory (as the
-exporter runs it), DLRM small took 44 s and BERT small 36 s, so its zoo parity is `-m slow`
-(a second run restores the packages from the export cache);
+exporter runs it), DLRM small took 44 s and BERT small 36 s on a quiet machine; the seven zoo
+models took 21 minutes at a load average of 8 (2-4 minutes a ResNe(X)t, text_recognition 4),
+so its zoo parity is `-m slow` (a second run restores the packages from the export cache);
 tests/repository/test_pt2_exports.py compiles and serves a tiny module in the default run.
 torch.export captures every zoo model, and both formats pass at fp32's default tolerances
 (parity/compare.py).
