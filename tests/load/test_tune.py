@@ -110,6 +110,31 @@ def test_quick_search_climbs_to_the_best_within_the_constraint() -> None:
     assert len(calls) < len(every) / 2  # quick: far fewer than every combination
 
 
+@pytest.mark.parametrize("export_speed", [1.4, 0.5])
+def test_the_quick_search_tries_each_format_and_keeps_the_faster(export_speed: float) -> None:
+    """Format is a dimension like the others: from a committed TorchScript configuration the
+    quick search climbs batching and instances, then tries that configuration as a
+    torch.export program too, and keeps whichever format serves faster."""
+    constraints = Constraints(max_p99_ms=10)
+    calls: list[Candidate] = []
+    inner = measurer(constraints, calls)
+
+    def measure(candidate: Candidate) -> Trial:
+        trial = inner(candidate)
+        trial.throughput *= export_speed if candidate.format == "torch-export" else 1.0
+        return trial
+
+    formats = ("torchscript-trace", "torch-export")
+    start = dataclasses.replace(COMMITTED, format="torchscript-trace")
+    search = Search(space(format=formats), start, 1, "throughput", constraints, Budget(None))
+    best = best_trial(list(search.run(measure)), "throughput", constraints)
+    assert best is not None
+    assert best.candidate.format == ("torch-export" if export_speed > 1 else "torchscript-trace")
+    # torch-export was first tried at the configuration the climb had found, not from scratch
+    first = next(c for c in calls if c.format == "torch-export")
+    assert first.dynamic_batching and first.instance_count == 2, first
+
+
 def test_exhaustive_search_tries_everything_and_the_budget_stops_it() -> None:
     calls: list[Candidate] = []
     none = Constraints()
@@ -299,7 +324,9 @@ def test_committed_config_round_trip_and_parsing() -> None:
 
 
 # -- real runs ----------------------------------------------------------------------------------
-def tune(tmp_path: Path, *args: str, timeout: float = 180) -> tuple[int, str, Path]:
+def tune(
+    tmp_path: Path, *args: str, timeout: float = 180, batching: str = "off,on"
+) -> tuple[int, str, Path]:
     out = tmp_path / "tune"
     cmd = [
         sys.executable,
@@ -311,7 +338,7 @@ def tune(tmp_path: Path, *args: str, timeout: float = 180) -> tuple[int, str, Pa
         "--max-batch-sizes",
         "16",
         "--dynamic-batching",
-        "off,on",
+        batching,
         "--instance-counts",
         "1",
         "--threads",
@@ -398,6 +425,42 @@ def test_gate_fails_a_committed_config_that_falls_short(tmp_path: Path) -> None:
     assert ",spread," in (out / "candidates.csv").read_text().splitlines()[0]
     diff = (out / "config.diff").read_text()
     assert "+dynamic_batching {" in diff and "+  max_queue_delay_microseconds: 2000" in diff
+
+
+@pytest.mark.slow
+@pytest.mark.load
+def test_the_export_format_is_a_dimension_of_the_search(tmp_path: Path) -> None:
+    """--formats torchscript-trace,torch-export: the quick search starts from the first
+    format and tries the same configuration as PyTorch 2's exported program (exported,
+    python-hosted, parity-checked and measured like any candidate); the tables name each
+    candidate's format and the best one's. `-m slow`: the run took 41 s of CPU (server,
+    stubs, generator) on this project's 2-core machine while it compiled beside it;
+    test_a_faster_format_is_found_by_the_quick_search is its default-suite half."""
+    code, output, out = tune(
+        tmp_path,
+        "-m",
+        "tests.helpers.tune_models:batch_centered_spec",
+        "--formats",
+        "torchscript-trace,torch-export",
+        "--concurrency-range",
+        "1",
+        "--confirm",
+        "0",
+        batching="off",
+    )
+    assert code == 0, output[-3000:]
+    result = json.loads((out / "tune.json").read_text())
+    tried = {c["candidate"]["format"]: c for c in result["candidates"]}
+    assert set(tried) == {"torchscript-trace", "torch-export"}, result["candidates"]
+    assert all(c["status"] == "measured" and c["throughput"] > 0 for c in tried.values())
+    assert tried["torchscript-trace"]["committed"] and not tried["torch-export"]["committed"]
+    rows = (out / "candidates.csv").read_text().splitlines()[1:]
+    assert sorted(row.split(",")[3] for row in rows) == ["torch-export", "torchscript-trace"]
+    best = result["best"]["candidate"]["format"]
+    if best == "torch-export":
+        assert "the best candidate serves torch-export, the committed config torchscript-trace" in (
+            output
+        )
 
 
 def docker_with_cpu_image() -> None:
