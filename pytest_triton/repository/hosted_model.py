@@ -66,6 +66,52 @@ def package_problem(params, torch_version, gpu):
     return None
 
 
+ONNX_SESSION_PARAMETERS = {
+    # config parameter -> onnxruntime session config entry (see onnx_session_options)
+    "allow_spinning": "session.intra_op.allow_spinning",
+}
+GRAPH_OPTIMIZATION_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+
+def onnx_session_options(ort, params, threads):
+    """The onnxruntime session's options from the config's parameters: intra_op_threads
+    (0: onnxruntime's default, one per core), inter_op_threads, execution_mode
+    (sequential, parallel), graph_optimization_level (disable, basic, extended, all) and
+    allow_spinning (0/1: whether idle intra-op threads spin waiting for work)."""
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    if params.get("inter_op_threads"):
+        options.inter_op_num_threads = int(params["inter_op_threads"])
+    mode = params.get("execution_mode", "").lower()
+    if mode:
+        if mode not in ("sequential", "parallel"):
+            raise RuntimeError(f"execution_mode {mode!r}: use sequential or parallel")
+        options.execution_mode = getattr(ort.ExecutionMode, f"ORT_{mode.upper()}")
+    level = params.get("graph_optimization_level", "").lower()
+    if level:
+        if level not in GRAPH_OPTIMIZATION_LEVELS:
+            raise RuntimeError(f"graph_optimization_level {level!r}: use "
+                               f"{', '.join(GRAPH_OPTIMIZATION_LEVELS)}")
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                                   GRAPH_OPTIMIZATION_LEVELS[level])
+    for name, entry in ONNX_SESSION_PARAMETERS.items():
+        if params.get(name):
+            options.add_session_config_entry(entry, params[name])
+    return options
+
+
+def onnx_session_options_for(params, threads):
+    import onnxruntime as ort
+
+    return onnx_session_options(ort, params, threads)
+
+
 def torch_dtype(torch, numpy_dtype):
     """The torch dtype of a config's numpy type (TYPE_FP16 -> torch.float16)."""
     return torch.from_numpy(np.empty(0, dtype=numpy_dtype)).dtype
@@ -120,17 +166,14 @@ class TritonPythonModel:
             raise RuntimeError(problem)
         self.torch = None  # set for the torch formats: execute takes the DLPack path
         if params["artifact_format"] == "onnx":
-            self._load_onnx(path, threads, gpu, device_id)
+            self._load_onnx(path, onnx_session_options_for(params, threads), gpu, device_id)
         else:
             self._load_torch(params, path, threads, gpu, device_id,
                              int(params.get("torch_warmup_runs", "3")))
 
-    def _load_onnx(self, path, threads, gpu, device_id):
+    def _load_onnx(self, path, options, gpu, device_id):
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
         providers = ["CPUExecutionProvider"]
         if gpu:
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
