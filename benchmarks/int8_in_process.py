@@ -10,6 +10,7 @@ A benchmark, not a test: medians of back-to-back runs, printed as a markdown tab
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -35,9 +36,9 @@ def exports(spec: ModelSpec, into: Path) -> dict[str, Path]:
         found = {}
         for variant in repo.plan(["python"]):
             directory = repo.ensure(variant)
-            target = into / f"{variant.precision}.onnx"
-            target.write_bytes((directory / "1" / variant.artifact).read_bytes())
-            found[variant.precision] = target
+            target = into / variant.precision  # with the weights' external data file, if any
+            shutil.copytree(directory / "1", target)
+            found[variant.precision] = target / variant.artifact
         return found
     finally:
         repo.remove()
