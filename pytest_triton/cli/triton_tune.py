@@ -176,7 +176,7 @@ def options_from(args: argparse.Namespace) -> TuneOptions:
         concurrencies=tuple(parse_range(args.concurrency_range))
         if args.concurrency_range
         else None,
-        precisions=sp.parse_precisions(config.serving.precisions)
+        precisions=sp.searched_precisions(config.serving.precisions)
         if config.serving.precisions
         else None,
     )

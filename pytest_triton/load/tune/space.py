@@ -323,7 +323,7 @@ def parse_preferred(text: str) -> tuple[tuple[int, ...], ...]:
     return tuple(dict.fromkeys(sets))
 
 
-def parse_precisions(values: Sequence[str]) -> tuple[str, ...]:
+def searched_precisions(values: Sequence[str]) -> tuple[str, ...]:
     """The precisions to search, fp32 first (the reference every other is judged against)."""
     unknown = [v for v in values if v not in PRECISIONS]
     if unknown or not values:

@@ -155,7 +155,7 @@ def tune(options: TuneOptions) -> Outcome:
         raise ConfigError("the goodput objective needs an SLO: --slo MS")
     if options.request_batch < 1:
         raise ConfigError("the request batch size must be >= 1")
-    precisions = sp.parse_precisions(options.choice.precisions or ("fp32",))
+    precisions = sp.searched_precisions(options.choice.precisions or ("fp32",))
     if options.accuracy is None:  # refused: a reduced precision without a rule
         rule_for(precisions, None, None)
     if options.constraints.max_memory_mb is not None and config.server.url:
