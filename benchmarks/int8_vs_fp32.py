@@ -16,6 +16,7 @@ markdown table (docs/accuracy.md).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -31,20 +32,40 @@ from pytest_triton.accuracy import metrics
 from pytest_triton.accuracy.outcome import AccuracyResult
 from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.setting_sources import from_environ
-from pytest_triton.models import digits, zoo_spec
+from pytest_triton.models import bert, digits, mnist, zoo_spec
 from pytest_triton.repository.builder import Repository
 from pytest_triton.session.deployment import Deployment, ServedModel
 from pytest_triton.session.lifecycle import start_deployment
 
+MODELS = ("digits", "digits-full", "bert", "bert-base-128")
 
-def bert_spec() -> ModelSpec:
-    return zoo_spec("bert", "small", int8=True, formats=["onnx"], instance_count=1)
+
+def spec_of(name: str, parameters: dict[str, str] | None = None) -> ModelSpec:
+    """digits: the small CNN; digits-full: the MNIST example's network (32/64/96 channels),
+    both trained on the digits; bert: BERT small; bert-<size>: a larger BERT (base-128)."""
+    extra: dict[str, Any] = {"parameters": parameters} if parameters else {}
+    if name in ("digits", "digits-full"):
+        config = mnist.Config.full() if name == "digits-full" else digits.SMALL
+        spec = digits.int8_spec(name.replace("-", "_"), config=config)
+        return dataclasses.replace(spec, **extra)
+    if name == "bert":
+        return zoo_spec("bert", "small", int8=True, formats=["onnx"], instance_count=1, **extra)
+    config = bert.Config.by_name(name.removeprefix("bert-"))
+    return zoo_spec(
+        "bert",
+        config=config,
+        int8=True,
+        formats=["onnx"],
+        instance_count=1,
+        model_name=name.replace("-", "_"),
+        **extra,
+    )
 
 
 def accuracy(model: ServedModel, client: TritonClient, name: str) -> list[AccuracyResult]:
     """The INT8 variant's metrics against fp32 PyTorch (no rule: the figures only)."""
     rule: dict[str, Any] = {"min_ratio": None, "min_value": 0.0}
-    if name == "digits":
+    if name.startswith("digits"):
         return [model.assert_accuracy(client, digits.load().batches(32), "top1", **rule)]
     batches = [model.inputs(8, seed) for seed in range(16)]
     return [
@@ -96,7 +117,8 @@ def measure(
 
 
 def run(name: str, args: argparse.Namespace) -> list[str]:
-    spec = digits.int8_spec() if name == "digits" else bert_spec()
+    parameters = dict(p.split("=", 1) for p in args.parameter or [])
+    spec = spec_of(name, parameters)
     config = resolve(from_environ(os.environ, "pytest"), launcher="local", model_control="explicit")
     repo = Repository.create(
         [spec],
@@ -133,12 +155,18 @@ def run(name: str, args: argparse.Namespace) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", choices=("digits", "bert"))
+    parser.add_argument("--model", action="append", choices=MODELS)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--parameter",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a config.pbtxt parameter of both variants (e.g. intra_op_threads=1)",
+    )
     args = parser.parse_args()
     rows = [
         "| model | precision | batch | concurrency | samples/s | p99 ms | vs fp32 "

@@ -1,7 +1,8 @@
 """What the stubs' waiting threads cost: the server CPU one request takes from a torch-hosted
-and an onnxruntime-hosted DLRM, with idle threads spinning (OMP_WAIT_POLICY=ACTIVE: torch's
-libgomp spins, onnxruntime's allow_spinning on) and sleeping (PASSIVE, the local launcher's
-default since this benchmark). A benchmark, not a test.
+and an onnxruntime-hosted DLRM, with idle threads spinning (OMP_WAIT_POLICY=ACTIVE for torch's
+libgomp, the config parameter allow_spinning=1 for onnxruntime) and sleeping (PASSIVE and
+allow_spinning 0: the local launcher's and the hosted model's defaults on a CPU). A
+benchmark, not a test.
 
 Requests go one at a time with a short pause between them, as parity checks and a light load
 send them, while `--burners` busy loops keep the cores as busy as the test suite does (its
@@ -64,9 +65,18 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def measure(repo: Repository, policy: str, requests: int) -> dict[str, float]:
+def repository(policy: str) -> Repository:
+    spin = "1" if policy == "ACTIVE" else "0"
+    spec = zoo_spec(
+        "dlrm", "small", formats=["torchscript-trace", "onnx"], parameters={"allow_spinning": spin}
+    )
+    return Repository.create([spec], progress=lambda m: print(f"[stub-wait] {m}", file=sys.stderr))
+
+
+def measure(policy: str, requests: int) -> dict[str, float]:
     """Server CPU milliseconds per request of each model, under one wait policy."""
     os.environ[WAIT_POLICY] = policy  # the server's environment starts from this one
+    repo = repository(policy)
     config = resolve(from_environ(os.environ, "pytest"), launcher="local", model_control="none")
     deployment = start_deployment(config, repo)
     try:
@@ -88,6 +98,7 @@ def measure(repo: Repository, policy: str, requests: int) -> dict[str, float]:
         return spent
     finally:
         deployment.close()
+        repo.remove()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,17 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=2, help="rounds of both policies")
     args = parser.parse_args(argv)
-    spec = zoo_spec("dlrm", "small", formats=["torchscript-trace", "onnx"])
-    repo = Repository.create([spec], progress=lambda m: print(f"[stub-wait] {m}", file=sys.stderr))
     runs: dict[tuple[str, str], list[float]] = {}
-    try:
-        with burners(args.burners):
-            for _ in range(args.repeat):
-                for policy in ("ACTIVE", "PASSIVE"):
-                    for name, ms in measure(repo, policy, args.requests).items():
-                        runs.setdefault((policy, name), []).append(ms)
-    finally:
-        repo.remove()
+    with burners(args.burners):
+        for _ in range(args.repeat):
+            for policy in ("ACTIVE", "PASSIVE"):
+                for name, ms in measure(policy, args.requests).items():
+                    runs.setdefault((policy, name), []).append(ms)
     print(f"server CPU per request, ms (median of {args.repeat}; {args.burners} burners)\n")
     print("| model | spinning (ACTIVE) | sleeping (PASSIVE) | ratio |")
     print("|---|---:|---:|---:|")

@@ -381,11 +381,14 @@ class ServingSettings:
     precisions: tuple[str, ...] | None = _setting(
         None,
         "precisions to serve, comma-separated (fp32, fp16, int8), for every spec and each "
-        "format that has them (int8: ONNX, judged by accuracy)",
-        PYTEST,
+        "format that has them (int8: ONNX, judged by accuracy); triton-tune: the precisions "
+        "it searches (a dimension of the space; other than fp32 needs --min-accuracy-ratio)",
+        PYTEST | TUNE,
         parse=parse_precisions,
         metavar="LIST",
-        shown_default="each spec's: fp32, fp16 when ModelSpec.fp16, int8 when ModelSpec.int8",
+        shown_default="each spec's: fp32, fp16 when ModelSpec.fp16, int8 when ModelSpec.int8; "
+        "triton-tune: fp32",
+        aliases=("--precisions",),
     )
     format: str | None = _setting(
         None,
@@ -708,6 +711,29 @@ class MeasurementSettings:
 @dataclass(frozen=True)
 class GateSettings:
     """What decides a release: targets (model_analyzer's names), the report, baselines."""
+
+    min_accuracy_ratio: float | None = _setting(
+        None,
+        "triton-tune: a candidate's metric on the accuracy dataset must reach this share of "
+        "fp32 PyTorch's on the same data (MLPerf's 0.99 / 0.999); below it the candidate is "
+        "disqualified, saying by how much",
+        TUNE,
+        parse=parse_ratio,
+        option="--min-accuracy-ratio",
+        metavar="R",
+    )
+    accuracy_dataset: str | None = _setting(
+        None,
+        "triton-tune: the data --min-accuracy-ratio is judged on: digits (the held-out "
+        "scikit-learn digits, top-1 against their labels: the digits model), generated "
+        "(the spec's generated inputs, top-1 agreement with fp32 PyTorch), or "
+        "MODULE:CALLABLE returning (batches, metric)",
+        TUNE,
+        parse=parse_optional,
+        option="--accuracy-dataset",
+        metavar="NAME",
+        shown_default="generated",
+    )
 
     perf_latency_avg: float | None = _setting(
         None,

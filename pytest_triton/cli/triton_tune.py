@@ -22,6 +22,7 @@ from pytest_triton.base.setting_sources import (
 )
 from pytest_triton.load.perf.points import parse_range
 from pytest_triton.load.tune import space as sp
+from pytest_triton.load.tune.accuracy_rule import rule_for
 from pytest_triton.load.tune.strategy import OBJECTIVES, Constraints
 from pytest_triton.load.tune.tables import Outcome, markdown
 from pytest_triton.load.tune.tuner import SpaceChoice, TuneOptions, tune
@@ -39,9 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         allow_abbrev=False,  # a setting another front end takes is refused, never abbreviated
         prog="triton-tune",
-        description="Search serving configurations of one model (format, max_batch_size, "
-        "dynamic batching, instances, intra-op threads, client concurrency): each candidate "
-        "is deployed, parity-checked against PyTorch and measured; writes every candidate "
+        description="Search serving configurations of one model (format, precision, "
+        "max_batch_size, dynamic batching, instances, intra-op threads, client concurrency): "
+        "each candidate is deployed, checked against PyTorch (fp32: element-wise parity; "
+        "int8/fp16: accuracy, --min-accuracy-ratio) and measured; writes every candidate "
         "(CSV, markdown, JSON), a Pareto plot and the best config.pbtxt with its diff.",
     )
     p.add_argument(
@@ -174,6 +176,14 @@ def options_from(args: argparse.Namespace) -> TuneOptions:
         concurrencies=tuple(parse_range(args.concurrency_range))
         if args.concurrency_range
         else None,
+        precisions=sp.searched_precisions(config.serving.precisions)
+        if config.serving.precisions
+        else None,
+    )
+    accuracy = rule_for(
+        choice.precisions or ("fp32",),
+        config.gate.min_accuracy_ratio,
+        config.gate.accuracy_dataset,
     )
     constraints = Constraints(
         max_p99_ms=config.gate.perf_latency_p99,
@@ -188,6 +198,7 @@ def options_from(args: argparse.Namespace) -> TuneOptions:
         choice=choice,
         objective=args.objective,
         constraints=constraints,
+        accuracy=accuracy,
         slo_ms=args.slo,
         mode=args.mode,
         time_budget_s=args.time_budget,

@@ -130,13 +130,16 @@ def held_out_accuracy(model: torch.nn.Module) -> float:
     return float((predicted == digits.test_labels).mean())
 
 
-def int8_spec(name: str = "digits", calibration: Array | None = None) -> ModelSpec:
-    """The digits-trained CNN served as fp32 and INT8 ONNX, its static quantization
-    calibrated on `calibration` (default: the first 256 training digits) in batches of 64."""
+def int8_spec(
+    name: str = "digits", calibration: Array | None = None, config: mnist.Config = SMALL
+) -> ModelSpec:
+    """The digits-trained CNN (`config`: the small network, or mnist.Config.full(), the
+    example's) served as fp32 and INT8 ONNX, its static quantization calibrated on
+    `calibration` (default: the first 256 training digits) in batches of 64."""
     batches = calibration if calibration is not None else load().train_images[:256]
     return ModelSpec(
         name=name,
-        module=trained,
+        module=functools.partial(trained, config),
         example_inputs=(torch.from_numpy(load().train_images[:4]),),
         inputs=["input__0"],
         outputs=["output__0"],

@@ -58,7 +58,7 @@ def quantize(spec: ModelSpec, fp32_path: Path, path: Path) -> str:
         if not uses_convolutions(fp32_path):
             quantize_dynamic(str(fp32_path), str(path), weight_type=QuantType.QInt8)
             return "dynamic"
-        _quantize_static(spec, fp32_path, path)
+        quantize_static_with(spec, fp32_path, path)
     return "static-qdq"
 
 
@@ -75,7 +75,10 @@ def _quiet_root_logger() -> Iterator[None]:
         root.setLevel(level)
 
 
-def _quantize_static(spec: ModelSpec, fp32_path: Path, path: Path) -> None:
+def quantize_static_with(spec: ModelSpec, fp32_path: Path, path: Path, **options: Any) -> None:
+    """Static quantization calibrated on the spec's batches; `options` override the
+    project's choices (QDQ, per-channel int8 weights, uint8 activations, MinMax ranges),
+    e.g. quant_format=QuantFormat.QOperator or reduce_range=True to compare them."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -91,13 +94,12 @@ def _quantize_static(spec: ModelSpec, fp32_path: Path, path: Path) -> None:
         def get_next(self) -> Mapping[str, Any] | None:
             return next(self._batches, None)
 
-    quantize_static(
-        str(fp32_path),
-        str(path),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        calibrate_method=CalibrationMethod.MinMax,
-    )
+    chosen: dict[str, Any] = {
+        "quant_format": QuantFormat.QDQ,
+        "per_channel": True,
+        "activation_type": QuantType.QUInt8,
+        "weight_type": QuantType.QInt8,
+        "calibrate_method": CalibrationMethod.MinMax,
+        **options,
+    }
+    quantize_static(str(fp32_path), str(path), Reader(), **chosen)

@@ -465,6 +465,34 @@ class ServedModel:
         (int8, fp16) is judged, and any variant when a dataset is given. `name` labels the
         dataset in the gate report. The result is recorded (the gate report's Accuracy
         section) before a failure raises."""
+        result = self.measure_accuracy(
+            client,
+            dataset,
+            metric,
+            min_ratio=min_ratio,
+            min_value=min_value,
+            min_samples=min_samples,
+            in_flight=in_flight,
+            name=name,
+        )
+        if not result.ok:
+            raise AssertionError(result.describe())
+        return result
+
+    def measure_accuracy(
+        self,
+        client: TritonClient,
+        dataset: Iterable[Any],
+        metric: Metric | str,
+        *,
+        min_ratio: float | None = 0.99,
+        min_value: float | None = None,
+        min_samples: int | None = None,
+        in_flight: int = IN_FLIGHT,
+        name: str = "",
+    ) -> AccuracyResult:
+        """As assert_accuracy, judged and recorded but not raised (triton-tune disqualifies
+        a candidate under the rule rather than stopping)."""
         fp32 = self.deployment.repository.native(
             dataclasses.replace(self.variant, precision="fp32")
         )
@@ -490,8 +518,6 @@ class ServedModel:
             result, variant=self.id, precision=self.variant.precision, dataset=name
         )
         self.deployment.record(result)
-        if not result.ok:
-            raise AssertionError(result.describe())
         return result
 
     def assert_batched_parity(

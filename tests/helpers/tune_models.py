@@ -1,5 +1,6 @@
-"""Models for triton-tune's tests: one whose answers depend on the batch it is run in, and
-one whose cost per execution does not depend on the batch (batching pays off)."""
+"""Models for triton-tune's tests: one whose answers depend on the batch it is run in, one
+whose cost per execution does not depend on the batch (batching pays off), and one whose INT8
+variant is broken (calibrated on zeros)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,14 @@ def batch_centered_spec() -> ModelSpec:
 
 def fixed_cost_spec() -> ModelSpec:
     return _spec("fixedcost", FixedCost())
+
+
+def digits_zeros_spec() -> ModelSpec:
+    """The digits CNN whose INT8 variant was calibrated on zeros: its fp32 variant keeps
+    fp32's top-1, its INT8 one loses most of it (tests/accuracy/test_int8.py's broken
+    variant, the same export)."""
+    import numpy as np
+
+    from pytest_triton.models import digits
+
+    return digits.int8_spec("digits_zeros", np.zeros((64, 1, 28, 28), np.float32))

@@ -20,6 +20,7 @@ from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.cli.triton_tune import _parser, options_from
 from pytest_triton.load.tune import space as sp
+from pytest_triton.load.tune.accuracy_rule import AccuracyRule
 from pytest_triton.load.tune.progress import Progress
 from pytest_triton.load.tune.space import Candidate, SearchSpace
 from pytest_triton.load.tune.strategy import (
@@ -35,11 +36,12 @@ from pytest_triton.load.tune.strategy import (
 )
 from pytest_triton.load.tune.tables import Outcome, gate_check, markdown
 from pytest_triton.load.tune.trials import check_launcher
-from pytest_triton.load.tune.tuner import TuneOptions
+from pytest_triton.load.tune.tuner import SpaceChoice, TuneOptions
 from pytest_triton.load.tune.tuner import tune as run_tune
 from pytest_triton.server.gpu import visible_gpus
 from tests.helpers import warm_start
 from tests.helpers.locust_runs import Locust, subprocess_env
+from tests.helpers.tune_models import batch_centered_spec
 
 PNG = b"\x89PNG\r\n\x1a\n"
 REPO = Path(__file__).resolve().parents[2]
@@ -296,6 +298,51 @@ def test_tune_takes_the_launcher_choice_and_names_what_it_lacks() -> None:
             check_launcher(gpu)
 
 
+def test_precision_is_a_dimension_judged_by_accuracy() -> None:
+    """On a made-up server where INT8 serves 1.6x fp32: the quick search steps to int8 when
+    its accuracy keeps the ratio, and stays at fp32 when the runner disqualified int8 for
+    falling under it. A reduced precision without an accuracy rule is refused before any
+    export; the flags come from the settings table."""
+    none = Constraints()
+    both = space(precision=("fp32", "int8"), dynamic_batching=(False,), instance_count=(1,))
+
+    def measured(ratio: float):  # type: ignore[no-untyped-def]
+        def measure(candidate: Candidate) -> Trial:
+            rate, p99 = synthetic(candidate)
+            trial = Trial(0, candidate, "measured", throughput=rate, p99_ms=p99)
+            trial.accuracy_ratio = 1.0 if candidate.precision == "fp32" else ratio
+            if trial.accuracy_ratio < 0.99:
+                trial.status, trial.message = "disqualified", f"accuracy ratio {ratio} < 0.99"
+            elif candidate.precision == "int8":
+                trial.throughput *= 1.6
+            return trial
+
+        return measure
+
+    good = best_trial(
+        list(Search(both, COMMITTED, 1, "throughput", none, Budget(None)).run(measured(0.995))),
+        "throughput",
+        none,
+    )
+    assert good is not None and good.candidate.precision == "int8"
+    assert good.candidate.label().startswith("onnx int8 mbs 8")
+    trials = list(Search(both, COMMITTED, 1, "throughput", none, Budget(None)).run(measured(0.9)))
+    best = best_trial(trials, "throughput", none)
+    assert best is not None and best.candidate.precision == "fp32"
+    assert any(t.status == "disqualified" and t.candidate.precision == "int8" for t in trials)
+    args = ["-m", "dlrm", "--precisions", "int8,fp32", "--min-accuracy-ratio", "0.99"]
+    options = options_from(_parser().parse_args([*args, "--accuracy-dataset", "digits"]))
+    assert options.choice.precisions == ("fp32", "int8")
+    assert options.accuracy == AccuracyRule(0.99, "digits")
+    assert options_from(_parser().parse_args(args)).accuracy == AccuracyRule(0.99, "generated")
+    with pytest.raises(ConfigError, match=r"int8 is judged by accuracy.*--min-accuracy-ratio"):
+        options_from(_parser().parse_args(["-m", "dlrm", "--triton-precisions", "int8"]))
+    with pytest.raises(ConfigError, match=r"int8 is judged by accuracy"):
+        run_tune(TuneOptions(model="dlrm", choice=SpaceChoice(precisions=("int8",))))
+    with pytest.raises(ConfigError, match=r"accuracy dataset 'mnist': use digits, generated"):
+        AccuracyRule(0.99, "mnist").load(batch_centered_spec())
+
+
 def dataclass_copy(trial: Trial, **changes: object) -> Trial:
     return dataclasses.replace(trial, **changes)  # type: ignore[arg-type]
 
@@ -461,6 +508,49 @@ def test_the_export_format_is_a_dimension_of_the_search(tmp_path: Path) -> None:
         assert "the best candidate serves torch-export, the committed config torchscript-trace" in (
             output
         )
+
+
+@pytest.mark.load
+def test_precision_search_disqualifies_int8_under_the_accuracy_ratio(tmp_path: Path) -> None:
+    """fp32 and INT8 of the digits CNN whose INT8 export was calibrated on zeros, judged on
+    the held-out digits at 0.99 of fp32 PyTorch's top-1: the fp32 candidate is measured
+    with its accuracy ratio beside its throughput; the INT8 one is disqualified naming the
+    metric and its ratio, never measured; the best is fp32."""
+    lines: list[str] = []
+    outcome = run_tune(
+        TuneOptions(
+            model="tests.helpers.tune_models:digits_zeros_spec",
+            request_batch=8,
+            choice=SpaceChoice(
+                max_batch_sizes=(64,),
+                dynamic_batching=(False,),
+                instance_counts=(1,),
+                threads=(0,),
+                concurrencies=(2,),
+                precisions=("fp32", "int8"),
+            ),
+            accuracy=AccuracyRule(0.99, "digits"),
+            confirm=0,
+            config=resolve(measurement_interval=300.0, load_warmup=100.0),
+            output_dir=tmp_path / "tune",
+            progress=lines.append,
+            bar=False,
+        )
+    )
+    by_precision = {t.candidate.precision: t for t in outcome.trials}
+    fp32, int8 = by_precision["fp32"], by_precision["int8"]
+    assert fp32.status == "measured" and fp32.throughput > 0, fp32
+    assert fp32.accuracy_ratio == 1.0 and fp32.accuracy.startswith("top1 "), fp32.accuracy
+    assert int8.status == "disqualified" and math.isnan(int8.throughput), int8
+    assert int8.accuracy_ratio < 0.99 and "< 0.99" in int8.message, int8.message
+    assert "metric top1 (against labels)" in int8.message
+    assert outcome.best is fp32
+    summary = "\n".join(outcome.summary())
+    assert "disqualified by parity or accuracy" in summary and "accuracy ratio 1.0000" in summary
+    table = (tmp_path / "tune" / "candidates.md").read_text()
+    assert "| accuracy ratio |" in table and "DISQUALIFIED: accuracy ratio" in table
+    header = (tmp_path / "tune" / "candidates.csv").read_text().splitlines()[0]
+    assert ",precision," in header and ",accuracy_ratio,accuracy," in header
 
 
 def docker_with_cpu_image() -> None:

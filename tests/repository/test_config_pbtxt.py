@@ -149,14 +149,3 @@ def test_an_aoti_package_is_refused_where_it_cannot_run(tmp_path: Path) -> None:
     assert f"compiled by torch {torch.__version__}" in other and "has torch 2.99.0" in other
     gpu = hosted_model.package_problem(params, torch.__version__, gpu=True)
     assert gpu is not None and "compiled for the CPU, the instance runs on a CUDA GPU" in gpu
-
-
-def test_hosted_onnxruntime_threads_sleep_unless_the_wait_policy_is_active() -> None:
-    import onnxruntime as ort
-
-    key = "session.intra_op.allow_spinning"
-    passive = hosted_model.onnx_session_options(ort, 2, {"OMP_WAIT_POLICY": "PASSIVE"})
-    assert passive.get_session_config_entry(key) == "0" and passive.intra_op_num_threads == 2
-    assert hosted_model.onnx_session_options(ort, 0, {}).get_session_config_entry(key) == "0"
-    active = hosted_model.onnx_session_options(ort, 0, {"OMP_WAIT_POLICY": "active"})
-    assert active.get_session_config_entry(key) == "1"

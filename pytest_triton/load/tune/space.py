@@ -2,7 +2,8 @@
 
 A candidate is a config.pbtxt's serving fields (format, max_batch_size, dynamic batching with
 its queue delay and preferred batch sizes, instance count and kind, intra-op threads per
-instance) plus the client concurrency it is measured at. No locust import here.
+instance), the precision of the exported artifact (fp32, or int8/fp16, judged by accuracy)
+plus the client concurrency it is measured at. No locust import here.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ THREAD_PARAMETERS = {
     "pytorch": "INTRA_OP_THREAD_COUNT",
 }
 KINDS: tuple[str, ...] = ("KIND_CPU", "KIND_GPU", "KIND_AUTO")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 BATCHING_FIELDS = ("max_queue_delay_us", "preferred_batch_sizes")
 
 
 @dataclass(frozen=True)
 class Candidate:
     """One configuration to try; `threads` 0 and `instance_kind` None keep the defaults
-    (the backend's thread count, the server's device)."""
+    (the backend's thread count, the server's device); `precision` is the artifact's."""
 
     format: str
     max_batch_size: int
@@ -43,6 +45,7 @@ class Candidate:
     instance_kind: str | None = None
     threads: int = 0
     concurrency: int = 1
+    precision: str = "fp32"
 
     def normalized(self) -> Candidate:
         """Fields that mean nothing in this configuration set to one value (a queue delay
@@ -81,9 +84,10 @@ class Candidate:
             batching = "dyn off"
         kind = f" {self.instance_kind.removeprefix('KIND_')}" if self.instance_kind else ""
         threads = f" t{self.threads}" if self.threads else ""
+        precision = f" {self.precision}" if self.precision != "fp32" else ""
         return (
-            f"{self.format} mbs {self.max_batch_size} {batching} x{self.instance_count}{kind}"
-            f"{threads} c{self.concurrency}"
+            f"{self.format}{precision} mbs {self.max_batch_size} {batching} "
+            f"x{self.instance_count}{kind}{threads} c{self.concurrency}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -198,10 +202,12 @@ DIMENSIONS: tuple[str, ...] = (
     "instance_count",
     "threads",
     "format",
+    "precision",
     "instance_kind",
 )
 """The order the quick search walks them in: the load first (the committed configuration at
-its best concurrency), then batching, instances and threads, the export format last."""
+its best concurrency), then batching, instances and threads, the export format and its
+precision last."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,7 @@ class SearchSpace:
     instance_kind: tuple[str | None, ...]
     threads: tuple[int, ...]
     concurrency: tuple[int, ...]
+    precision: tuple[str, ...] = ("fp32",)
 
     def __post_init__(self) -> None:
         for name in DIMENSIONS:
@@ -314,6 +321,14 @@ def parse_preferred(text: str) -> tuple[tuple[int, ...], ...]:
     if not sets:
         raise ConfigError("preferred batch sizes: give 'none' or sets like 'none;4,8'")
     return tuple(dict.fromkeys(sets))
+
+
+def searched_precisions(values: Sequence[str]) -> tuple[str, ...]:
+    """The precisions to search, fp32 first (the reference every other is judged against)."""
+    unknown = [v for v in values if v not in PRECISIONS]
+    if unknown or not values:
+        raise ConfigError(f"precisions {list(values)}: choose from {', '.join(PRECISIONS)}")
+    return tuple(p for p in PRECISIONS if p in values)
 
 
 def parse_kinds(text: str) -> tuple[str | None, ...]:

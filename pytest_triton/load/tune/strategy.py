@@ -58,7 +58,11 @@ class Trial:
     within_slo: float = math.nan  # share of requests within the SLO (goodput runs)
     memory_mb: float | None = None
     stable: bool = True
-    message: str = ""  # the parity mismatch or the error
+    message: str = ""  # the parity mismatch, the accuracy shortfall or the error
+    # with an accuracy rule: the served metric / fp32 PyTorch's on the rule's dataset, and
+    # the figures it came from ("top1 0.9694 vs 0.9694, N=360")
+    accuracy_ratio: float = math.nan
+    accuracy: str = ""
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
     committed: bool = False

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_triton.load.tune.accuracy_rule import AccuracyRule
 from pytest_triton.load.tune.strategy import (
     Constraints,
     Objective,
@@ -62,6 +63,7 @@ class Outcome:
     seconds: float
     stopped: str = ""
     slo_ms: float | None = None
+    accuracy: AccuracyRule | None = None
     gate: GateCheck | None = None
     best_config: str | None = None
     committed_config: str | None = None
@@ -85,9 +87,11 @@ class Outcome:
         disqualified = [t for t in self.trials if t.status == "disqualified"]
         lines.append(
             f"{len(self.trials)} candidates in {self.seconds:.0f} s ({self.mode} search): "
-            f"{measured} measured, {len(disqualified)} disqualified by parity, "
+            f"{measured} measured, {len(disqualified)} disqualified by "
+            f"{'parity or accuracy' if self.accuracy else 'parity'}, "
             f"{sum(t.status == 'failed' for t in self.trials)} failed; objective "
             f"{self.objective}, constraints: {self.constraints.describe()}"
+            + (f", {self.accuracy.describe()}" if self.accuracy else "")
         )
         if self.stopped:
             lines.append(f"stopped early: {self.stopped}")
@@ -122,6 +126,11 @@ class Outcome:
                     "max_memory_mb": self.constraints.max_memory_mb,
                 },
                 "slo_ms": self.slo_ms,
+                "accuracy": (
+                    {"min_ratio": self.accuracy.min_ratio, "dataset": self.accuracy.dataset}
+                    if self.accuracy
+                    else None
+                ),
                 "mode": self.mode,
                 "request_batch_size": self.request_batch,
                 "seconds": self.seconds,
@@ -158,6 +167,8 @@ def describe(trial: Trial, unit: str) -> str:
     if trial.status != "measured":
         return f"{text}: {trial.status}: {first_line(trial.message)}"
     text += f": {trial.throughput:,.1f} {unit}, p99 {trial.p99_ms:.2f} ms"
+    if not math.isnan(trial.accuracy_ratio):
+        text += f", accuracy ratio {trial.accuracy_ratio:.4f} ({trial.accuracy})"
     if not math.isnan(trial.spread):
         text += f", spread {100 * trial.spread:.0f}%"
     if trial.measurements:
@@ -240,12 +251,15 @@ COLUMNS: tuple[tuple[str, Callable[[Trial], Any]], ...] = (
     ("instance_count", lambda t: t.candidate.instance_count),
     ("instance_kind", lambda t: t.candidate.instance_kind or ""),
     ("intra_op_threads", lambda t: t.candidate.threads),
+    ("precision", lambda t: t.candidate.precision),
     ("Concurrency", lambda t: t.candidate.concurrency),
     ("Inferences/Second", lambda t: _round(t.throughput, 3)),
     ("p99 latency", lambda t: _round(t.p99_ms * 1e3, 0)),  # usec, as perf_analyzer's
     ("Avg latency", lambda t: _round(t.avg_ms * 1e3, 0)),
     ("within_slo", lambda t: _round(t.within_slo, 4)),
     ("goodput", lambda t: _round(t.goodput, 3)),
+    ("accuracy_ratio", lambda t: _round(t.accuracy_ratio, 4)),
+    ("accuracy", lambda t: t.accuracy),
     ("memory_mb", lambda t: "" if t.memory_mb is None else round(t.memory_mb)),
     ("measurements", lambda t: len(t.measurements) or 1),
     ("spread", lambda t: _round(t.spread, 4)),  # (max - min) / median of its throughputs
@@ -275,6 +289,8 @@ def markdown(outcome: Outcome) -> str:
     goodput = outcome.objective == "goodput" or outcome.slo_ms is not None
     head = ["#", "configuration", f"throughput ({unit})", "p99 (ms)", "avg (ms)"]
     head += ["within SLO"] if goodput else []
+    judged = outcome.accuracy is not None
+    head += ["accuracy ratio"] if judged else []
     head += ["memory (MB)", "result"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in outcome.trials:
@@ -304,6 +320,8 @@ def markdown(outcome: Outcome) -> str:
         ]
         if goodput:
             cells.append("" if math.isnan(t.within_slo) else f"{100 * t.within_slo:.1f}%")
+        if judged:
+            cells.append("" if math.isnan(t.accuracy_ratio) else f"{t.accuracy_ratio:.4f}")
         cells += [
             "" if t.memory_mb is None else f"{t.memory_mb:,.0f}",
             ", ".join([*marks, result]),

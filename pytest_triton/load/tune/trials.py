@@ -1,9 +1,12 @@
-"""Trying one candidate: deploy it with the repository builder (the format's artifact is
-exported once; each configuration gets a model directory of its own), check that it still
-answers like PyTorch, then measure it with triton-perf's load generator.
+"""Trying one candidate: deploy it with the repository builder (each format and precision's
+artifact is exported once; each configuration gets a model directory of its own), check that
+it still answers like PyTorch, then measure it with triton-perf's load generator.
 
 A configuration that changes answers (a model whose output depends on the batch, under
-dynamic batching) is disqualified with the mismatch message and never measured.
+dynamic batching) is disqualified with the mismatch message and never measured. An fp32
+candidate is checked element-wise; a reduced-precision one (int8, fp16) by its accuracy on
+the rule's dataset against fp32 PyTorch, and disqualified under the rule's ratio. With a rule,
+every candidate's accuracy ratio is measured and shown beside its throughput.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pytest_triton.accuracy.outcome import AccuracyResult
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.setting_sources import as_values
@@ -24,6 +28,7 @@ from pytest_triton.base.urls import check_host
 from pytest_triton.client.triton_client import Protocol
 from pytest_triton.load.perf.command import GeneratorProcess
 from pytest_triton.load.perf.points import Point
+from pytest_triton.load.tune.accuracy_rule import AccuracyRule, Dataset
 from pytest_triton.load.tune.space import Candidate, thread_parameter
 from pytest_triton.load.tune.strategy import Constraints, Trial, check_constraints, windows_spread
 from pytest_triton.repository.builder import Repository
@@ -106,8 +111,13 @@ class CandidateRunner:
         constraints: Constraints,
         slo_ms: float | None = None,
         progress: Callable[[str], None] = print,
+        precisions: Sequence[str] = ("fp32",),
+        accuracy: AccuracyRule | None = None,
     ) -> None:
         self.spec = dataclasses.replace(spec, formats=tuple(formats))
+        self.precisions = tuple(dict.fromkeys(("fp32", *precisions)))  # fp32: the reference
+        self.accuracy = accuracy
+        self._dataset: Dataset | None = None
         self.source, self.size = source, size
         self.formats = tuple(formats)
         self.request_batch = request_batch
@@ -121,17 +131,20 @@ class CandidateRunner:
         self.repository: Repository | None = None
         self.deployment: Deployment | None = None
         self.generator: GeneratorProcess | None = None
-        self.bases: dict[str, Variant] = {}
+        self.bases: dict[tuple[str, str], Variant] = {}  # (format, precision) -> exported
         self.current: Deployed | None = None
         self.deployed: dict[Candidate, Deployed] = {}  # every configuration deployed so far
         self.parity: dict[Candidate, str] = {}  # serving -> "" (passed) or the mismatch
+        self.accuracies: dict[Candidate, AccuracyResult] = {}
         self.names: dict[Candidate, str] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         try:
             check_launcher(self.config)
-            self.repository = Repository.create([self.spec], progress=self.progress)
+            self.repository = Repository.create(
+                [self.spec], precisions=self.precisions, progress=self.progress
+            )
             self.deployment = start_deployment(self.config, self.repository)
             if self.deployment.server.model_control_mode != "explicit":
                 raise ConfigError(
@@ -145,9 +158,13 @@ class CandidateRunner:
                 f"server at {self.deployment.server.endpoints.http}"
             )
             for variant in self.repository.variants:
-                if variant.precision == "fp32":
-                    self.bases.setdefault(variant.format, variant)
-            missing = [f for f in self.formats if f not in self.bases]
+                self.bases.setdefault((variant.format, variant.precision), variant)
+            missing = [
+                f"{f} {p}" if p != "fp32" else f
+                for f in self.formats
+                for p in self.precisions
+                if (f, p) not in self.bases
+            ]
             if missing:
                 reasons = "; ".join(f"{u.id}: {u.reason}" for u in self.repository.unavailable)
                 raise ConfigError(f"this server cannot serve {missing}: {reasons}")
@@ -200,7 +217,7 @@ class CandidateRunner:
     # -- one candidate ---------------------------------------------------------------------
     def name_of(self, serving: Candidate) -> str:
         if serving not in self.names:
-            base = self.bases[serving.format].model_name
+            base = self.bases[(serving.format, serving.precision)].model_name
             self.names[serving] = f"{base}_tune{len(self.names)}"
         return self.names[serving]
 
@@ -213,7 +230,7 @@ class CandidateRunner:
             with contextlib.suppress(TritonTestError):
                 self.deployment.unload(self.current.variant)
             self.current = None
-        base = self.bases[serving.format]
+        base = self.bases[(serving.format, serving.precision)]
         spec = serving.spec(self.spec, self.name_of(serving), thread_parameter(base))
         variant = self.repository.derive(base, spec)
         deployed = Deployed(serving, variant, self.repository.config(variant))
@@ -222,8 +239,35 @@ class CandidateRunner:
         self.current = deployed
         return deployed
 
+    def _check(self, deployed: Deployed) -> str:
+        """'' when the configuration answers like PyTorch (fp32: element-wise; with an
+        accuracy rule, every precision: by the rule), else why not."""
+        if deployed.serving.precision == "fp32":
+            mismatch = self._check_parity(deployed)
+            if mismatch:
+                return mismatch
+        if self.accuracy is None:
+            return ""
+        assert self.deployment is not None
+        if self._dataset is None:
+            self._dataset = self.accuracy.load(self.spec)
+        batches, metric = self._dataset
+        result = ServedModel(deployed.variant, self.deployment).measure_accuracy(
+            self.deployment.client("http"),
+            batches,
+            metric,
+            min_ratio=self.accuracy.min_ratio,
+            name=self.accuracy.dataset,
+        )
+        self.accuracies[deployed.serving] = result
+        if result.ok:
+            return ""
+        return (
+            f"accuracy ratio {result.ratio:.4f} < {self.accuracy.min_ratio:g}: " + result.describe()
+        )
+
     def _check_parity(self, deployed: Deployed) -> str:
-        """'' when the configuration answers like PyTorch, else the mismatch."""
+        """'' when the configuration answers like PyTorch element-wise, else the mismatch."""
         assert self.deployment is not None
         model = ServedModel(deployed.variant, self.deployment)
         client = self.deployment.client("http")
@@ -262,7 +306,14 @@ class CandidateRunner:
             deployed = self._deploy(serving)
             trial.model_name = deployed.variant.model_name
             if serving not in self.parity:
-                self.parity[serving] = self._check_parity(deployed)
+                self.parity[serving] = self._check(deployed)
+            result = self.accuracies.get(serving)
+            if result is not None:
+                trial.accuracy_ratio = result.ratio
+                trial.accuracy = (
+                    f"{result.metric} {result.served:.4f} vs {result.reference:.4f}, "
+                    f"N={result.samples}"
+                )
             if self.parity[serving]:
                 trial.status = "disqualified"
                 trial.message = self.parity[serving]
@@ -311,4 +362,4 @@ class CandidateRunner:
         return deployed.config if deployed else None
 
     def thread_key(self, fmt: str) -> str | None:
-        return thread_parameter(self.bases[fmt])
+        return thread_parameter(self.bases[(fmt, "fp32")])

@@ -35,6 +35,7 @@ from pytest_triton.load.perf.command import UNITS
 from pytest_triton.load.preflight import preflight_load
 from pytest_triton.load.runner.embedded import DEFAULT_FORMAT, Size, check_format, model_source
 from pytest_triton.load.tune import space as sp
+from pytest_triton.load.tune.accuracy_rule import AccuracyRule, rule_for
 from pytest_triton.load.tune.progress import Progress
 from pytest_triton.load.tune.space import Candidate, SearchSpace
 from pytest_triton.load.tune.strategy import (
@@ -76,6 +77,7 @@ class SpaceChoice:
     instance_kinds: tuple[str | None, ...] | None = None
     threads: tuple[int, ...] | None = None
     concurrencies: tuple[int, ...] | None = None
+    precisions: tuple[str, ...] | None = None  # other than fp32: judged by `accuracy`
 
 
 @dataclass
@@ -88,6 +90,7 @@ class TuneOptions:
     choice: SpaceChoice = field(default_factory=SpaceChoice)
     objective: Objective = "throughput"
     constraints: Constraints = field(default_factory=Constraints)
+    accuracy: AccuracyRule | None = None  # every candidate's accuracy ratio; under it: out
     slo_ms: float | None = None
     mode: Literal["quick", "exhaustive"] = "quick"
     time_budget_s: float | None = None
@@ -124,6 +127,7 @@ def default_space(
         instance_kind=choice.instance_kinds or (None,),
         threads=choice.threads or (0, 1),
         concurrency=choice.concurrencies or (1, 2, 4, 8),
+        precision=choice.precisions or (committed.precision,),
     )
     return space
 
@@ -151,6 +155,9 @@ def tune(options: TuneOptions) -> Outcome:
         raise ConfigError("the goodput objective needs an SLO: --slo MS")
     if options.request_batch < 1:
         raise ConfigError("the request batch size must be >= 1")
+    precisions = sp.searched_precisions(options.choice.precisions or ("fp32",))
+    if options.accuracy is None:  # refused: a reduced precision without a rule
+        rule_for(precisions, None, None)
     if options.constraints.max_memory_mb is not None and config.server.url:
         raise ConfigError(memory_unknown("external"))
     if config.server.url:  # one request before any export: a refusal is said at once
@@ -197,6 +204,8 @@ def tune(options: TuneOptions) -> Outcome:
         constraints=options.constraints,
         slo_ms=options.slo_ms,
         progress=lambda m: shown.message(m),
+        precisions=precisions,
+        accuracy=options.accuracy,
     )
     size = search.space.size()  # the quick search's first pass tries at most 2 per dimension
     expected = size if options.mode == "exhaustive" else min(size, 2 * len(sp.DIMENSIONS) + 1)
@@ -207,6 +216,8 @@ def tune(options: TuneOptions) -> Outcome:
         + ", ".join(f"{d} {list(search.space.values(d))}" for d in sp.DIMENSIONS)
     )
     say(f"committed configuration: {start.label()}")
+    if options.accuracy is not None:
+        say(f"accuracy constraint: {options.accuracy.describe()}")
     trials: list[Trial] = []
     began = time.monotonic()
     try:
@@ -234,6 +245,7 @@ def tune(options: TuneOptions) -> Outcome:
             seconds=time.monotonic() - began,
             stopped=search.stopped,
             slo_ms=options.slo_ms,
+            accuracy=options.accuracy,
         )
         _best_config(outcome, options, runner, spec, start)
     finally:
@@ -303,6 +315,12 @@ def _best_config(
                 f"note: the {backend or 'committed'} backend takes no intra-op thread count; "
                 f"the best candidate used {best.candidate.threads}"
             )
+        if best.candidate.precision != start.precision:
+            outcome.notes.append(
+                f"note: the best candidate serves {best.candidate.precision} (accuracy ratio "
+                f"{best.accuracy_ratio:.4f}), the committed config {start.precision}: export "
+                "that precision for it (e.g. triton-deploy --int8)"
+            )
         if best.candidate.format != start.format:
             outcome.notes.append(
                 f"note: the best candidate serves {best.candidate.format}, the committed "
@@ -316,7 +334,7 @@ def _best_config(
         committed, chosen = mc.ModelConfig(), mc.ModelConfig()
         committed.CopyFrom(committed_config)
         chosen.CopyFrom(best_config)
-        name = runner.bases[start.format].model_name
+        name = runner.bases[(start.format, start.precision)].model_name
         committed.name = chosen.name = name
         outcome.committed_source = f"the model spec's own settings ({name} on this server)"
     outcome.committed_config = pbtxt.to_text(committed)
