@@ -32,6 +32,11 @@ MODEL_SOURCE = Path(__file__).with_name("stream_model.py")
 GREEDY_SOURCE = Path(__file__).with_name("stream_greedy.py")
 ARTIFACT = "model.pt"
 TOKENIZER = "tokenizer.json"
+BATCHING = {
+    "none": "each stream generated to its end before the instance takes the next",
+    "iteration": "the instance's streams advance one token each per step; a new stream joins "
+    "between steps, a finished one leaves (iteration-level scheduling)",
+}
 
 
 def _config_type(datatype: str) -> str:
@@ -48,7 +53,8 @@ class StreamSpec:
     module, in eval mode), the vocabulary its logits cover, its context (None: any length), its
     instances, the tensors it speaks (`interface`: pytest-triton's own layout, or a preset of
     client/stream_interface.py) and, for a text layout, its `tokenizer` (a
-    `tokenizers.Tokenizer` whose ids are the module's)."""
+    `tokenizers.Tokenizer` whose ids are the module's); `batching` how an instance schedules
+    its streams (BATCHING: "none", one at a time, or "iteration")."""
 
     name: str = "tiny_stream"
     generator: Callable[[], nn.Module] | None = None
@@ -57,8 +63,14 @@ class StreamSpec:
     instances: int = 2
     interface: StreamInterface = PROJECT
     tokenizer: Any = None
+    batching: str = "none"
 
     def __post_init__(self) -> None:
+        if self.batching not in BATCHING:
+            raise SpecError(
+                f"StreamSpec {self.name!r}: batching={self.batching!r} is not a schedule: "
+                + "; ".join(f"{key!r}: {meaning}" for key, meaning in BATCHING.items())
+            )
         if self.generator is None:
             raise SpecError(
                 f"StreamSpec {self.name!r} has no generator: pass generator=<a callable "
@@ -178,6 +190,7 @@ def stream_config(spec: StreamSpec) -> mc.ModelConfig:
         "vocab": str(spec.vocab),
         "context": "" if spec.context is None else str(spec.context),
         "interface": interface.to_json(),
+        "batching": spec.batching,
     }.items():
         config.parameters[key].string_value = value
     return config
