@@ -210,3 +210,24 @@ def test_streams_generated_together_equal_each_alone_token_for_token(
     assert min(s.final_at or 0.0 for s in short) > (long.final_at or 0.0)
     for error in (batched_error, one_error):
         assert f"prompt token {VOCAB} is outside the vocabulary" in error
+
+
+class LengthBound(nn.Module):
+    """Reads its prompt's length as a Python number: a trace fixes it to the example's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(16, 16)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        length = int(tokens.shape[1])
+        return self.embed(tokens).sum(1) * float(length)
+
+
+def test_a_trace_that_fixes_the_prompt_length_is_refused(tmp_path: Path) -> None:
+    spec = StreamSpec(name="length_bound", generator=LengthBound, vocab=16, torchscript="trace")
+    with pytest.raises(SpecError, match=r"does not answer as the module for a 1-token prompt"):
+        write_stream_model(tmp_path, spec)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SpecError, match="torchscript='tracing': give 'script'"):
+        StreamSpec(name="x", generator=LengthBound, vocab=16, torchscript="tracing")
