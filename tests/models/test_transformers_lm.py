@@ -6,11 +6,10 @@ tests/repository/test_stream_spec.py."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("transformers")
 
 from pytest_triton.client.streaming import GrpcStreams, generate_http
 from pytest_triton.models.transformers_lm import gpt2_spec
@@ -19,6 +18,9 @@ from pytest_triton.repository.stream import generate, write_stream_model
 from pytest_triton.server import LocalLauncher, ServerArgs
 
 MAX_TOKENS = 10
+pytestmark = pytest.mark.skipif(  # looked up, not imported: collection stays cheap
+    importlib.util.find_spec("transformers") is None, reason="the transformers extra"
+)
 
 
 @pytest.mark.slow  # importing transformers and its served model: ~17 CPU-seconds here
