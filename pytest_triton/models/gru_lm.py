@@ -39,9 +39,17 @@ def gru_lm(seed: int = 0, vocab: int = 48) -> GruLM:
 
 
 def gru_lm_spec(
-    name: str = "gru_lm", seed: int = 0, vocab: int = 48, instances: int = 1
+    name: str = "gru_lm",
+    seed: int = 0,
+    vocab: int = 48,
+    instances: int = 1,
+    batching: str = "none",
 ) -> StreamSpec:
     """The GRU language model as a StreamSpec (no context limit: it reads any length)."""
     return StreamSpec(
-        name=name, generator=lambda: gru_lm(seed, vocab), vocab=vocab, instances=instances
+        name=name,
+        generator=lambda: gru_lm(seed, vocab),
+        vocab=vocab,
+        instances=instances,
+        batching=batching,
     )

@@ -60,6 +60,7 @@ def stream_spec(
     vocab: int = 64,
     context: int = 64,
     instances: int = 2,
+    batching: str = "none",
 ) -> StreamSpec:
     """The zoo's generator as a StreamSpec (`-m tiny_stream` in triton-perf)."""
     return StreamSpec(
@@ -68,4 +69,17 @@ def stream_spec(
         vocab=vocab,
         context=context,
         instances=instances,
+        batching=batching,
     )
+
+
+def iteration_stream_spec() -> StreamSpec:
+    """`-m tiny_stream`'s generator, one instance, its streams advanced step by step together
+    (`-m pytest_triton.models.tiny_generator:iteration_stream_spec`)."""
+    return stream_spec(name="tiny_stream_iteration", instances=1, batching="iteration")
+
+
+def one_stream_spec() -> StreamSpec:
+    """The same, one instance generating one stream at a time (what iteration_stream_spec is
+    measured beside)."""
+    return stream_spec(name="tiny_stream_one", instances=1, batching="none")

@@ -32,6 +32,13 @@ MODEL_SOURCE = Path(__file__).with_name("stream_model.py")
 GREEDY_SOURCE = Path(__file__).with_name("stream_greedy.py")
 ARTIFACT = "model.pt"
 TOKENIZER = "tokenizer.json"
+BATCHING = {
+    "none": "each stream generated to its end before the instance takes the next",
+    "iteration": "the instance's streams advance one token each per step; a new stream joins "
+    "between steps, a finished one leaves (iteration-level scheduling)",
+}
+TORCHSCRIPT = ("script", "trace")
+TRACE_LENGTHS = (1, 3, 9)  # a trace must answer as the module at these prompt lengths
 
 
 def _config_type(datatype: str) -> str:
@@ -48,7 +55,10 @@ class StreamSpec:
     module, in eval mode), the vocabulary its logits cover, its context (None: any length), its
     instances, the tensors it speaks (`interface`: pytest-triton's own layout, or a preset of
     client/stream_interface.py) and, for a text layout, its `tokenizer` (a
-    `tokenizers.Tokenizer` whose ids are the module's)."""
+    `tokenizers.Tokenizer` whose ids are the module's); `batching` how an instance schedules
+    its streams (BATCHING: "none", one at a time, or "iteration"); `torchscript` how the
+    module becomes TorchScript: "script" (torch.jit.script), or "trace" (torch.jit.trace, for
+    a stateless module script cannot compile, e.g. a `transformers` model)."""
 
     name: str = "tiny_stream"
     generator: Callable[[], nn.Module] | None = None
@@ -57,8 +67,20 @@ class StreamSpec:
     instances: int = 2
     interface: StreamInterface = PROJECT
     tokenizer: Any = None
+    batching: str = "none"
+    torchscript: str = "script"
 
     def __post_init__(self) -> None:
+        if self.torchscript not in TORCHSCRIPT:
+            raise SpecError(
+                f"StreamSpec {self.name!r}: torchscript={self.torchscript!r}: give 'script' "
+                "(torch.jit.script) or 'trace' (torch.jit.trace, stateless modules)"
+            )
+        if self.batching not in BATCHING:
+            raise SpecError(
+                f"StreamSpec {self.name!r}: batching={self.batching!r} is not a schedule: "
+                + "; ".join(f"{key!r}: {meaning}" for key, meaning in BATCHING.items())
+            )
         if self.generator is None:
             raise SpecError(
                 f"StreamSpec {self.name!r} has no generator: pass generator=<a callable "
@@ -178,6 +200,7 @@ def stream_config(spec: StreamSpec) -> mc.ModelConfig:
         "vocab": str(spec.vocab),
         "context": "" if spec.context is None else str(spec.context),
         "interface": interface.to_json(),
+        "batching": spec.batching,
     }.items():
         config.parameters[key].string_value = value
     return config
@@ -185,6 +208,8 @@ def stream_config(spec: StreamSpec) -> mc.ModelConfig:
 
 def script(spec: StreamSpec, module: nn.Module) -> torch.jit.ScriptModule:
     """The module in TorchScript (what the served model loads), or a SpecError saying why not."""
+    if spec.torchscript == "trace":
+        return trace(spec, module)
     try:
         with torchscript_notice.torchscript_calls():
             return torch.jit.script(module)
@@ -193,8 +218,34 @@ def script(spec: StreamSpec, module: nn.Module) -> torch.jit.ScriptModule:
             f"StreamSpec {spec.name!r}: torch.jit.script cannot compile "
             f"{type(module).__name__} ({type(exc).__name__}: {str(exc).splitlines()[0]}); the "
             "served model loads TorchScript: make forward (and initial_state, if any) "
-            "scriptable"
+            "scriptable, or, for a stateless module, give torchscript='trace'"
         ) from None
+
+
+def trace(spec: StreamSpec, module: nn.Module) -> torch.jit.ScriptModule:
+    """A stateless module traced on a 4-token prompt, refused unless the trace answers as
+    the module at other lengths (a trace keeps the shapes it saw wherever forward computed
+    them from Python numbers)."""
+    if stream_greedy.carries_state(module):
+        raise SpecError(
+            f"StreamSpec {spec.name!r}: torchscript='trace' serves stateless modules "
+            f"(forward(tokens) -> logits); {type(module).__name__} carries a state "
+            "(initial_state), which a trace drops: script it"
+        )
+    with torch.no_grad(), torchscript_notice.torchscript_calls():
+        traced: torch.jit.ScriptModule = torch.jit.trace(
+            module, torch.zeros(1, 4, dtype=torch.int64), check_trace=False
+        )
+        for length in TRACE_LENGTHS:
+            tokens = (torch.arange(length, dtype=torch.int64) * 7 + 1) % spec.vocab
+            want, got = module(tokens[None]), traced(tokens[None])
+            if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-5, atol=1e-5):
+                raise SpecError(
+                    f"StreamSpec {spec.name!r}: the trace of {type(module).__name__} does "
+                    f"not answer as the module for a {length}-token prompt (traced on 4 "
+                    "tokens; forward's shapes were fixed by the trace): script it instead"
+                )
+    return traced
 
 
 def write_stream_model(root: Path, spec: StreamSpec, source: str | None = None) -> Path:

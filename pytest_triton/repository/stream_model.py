@@ -10,11 +10,22 @@ stub, so it imports nothing from pytest_triton. A bad request gets one error res
 final flag: the stream ends with a reason and the instance serves the next one. Subclasses (in
 tests) override `token` or `finish` to prove that the checks catch a wrong token or a stream
 without its final flag.
+
+Two schedules (the `batching` config parameter): "none" generates each request's stream to
+its end inside execute(), one stream at a time per instance; "iteration" (iteration-level
+scheduling, as LLM servers do) hands each request to the instance's generation thread and
+returns at once (decoupled mode lets execute() return before the responses are sent): the
+thread advances every active stream by one token per iteration, a new stream joins between
+iterations and a finished one leaves. Each stream keeps its own greedy loop, so its tokens are
+those it gets alone; the module's forward takes one sequence, so an iteration runs one forward
+per stream rather than one fused batch.
 """
 
 import importlib.util
 import json
 import os
+import queue
+import threading
 
 import numpy as np
 import torch
@@ -54,6 +65,17 @@ class TritonPythonModel:
             from tokenizers import Tokenizer
 
             self.tokenizer = Tokenizer.from_file(here)
+        self.batching = params.get("batching") or "none"
+        self.arrivals = queue.Queue()
+        self.thread = None
+        if self.batching == "iteration":
+            self.thread = threading.Thread(target=self._iterate, daemon=True)
+            self.thread.start()
+
+    def finalize(self):
+        if self.thread is not None:
+            self.arrivals.put(None)  # the generation thread ends its streams and returns
+            self.thread.join(timeout=10)
 
     def token(self, position, token):
         """The token sent at `position` (a test's subclass corrupts one)."""
@@ -66,15 +88,27 @@ class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
+            if self.thread is not None:
+                self.arrivals.put((request, sender))  # joins the active streams between steps
+                continue
             try:
                 self._generate(request, sender)
             except Exception as exc:  # one error response ends this stream, not the model
-                error = pb_utils.TritonError(f"{type(exc).__name__}: {exc}")
-                sender.send(
-                    pb_utils.InferenceResponse(error=error),
-                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                )
+                self._fail(sender, exc, request)
         return None
+
+    def _fail(self, sender, exc, request):
+        """One error response with the final flag. Its message starts with the request's id
+        as Triton's own errors do (`[request id: 7] ...`): several streams in flight on one
+        gRPC stream, the client gives the error to its stream alone."""
+        message = f"{type(exc).__name__}: {exc}"
+        if request.request_id():
+            message = f"[request id: {request.request_id()}] {message}"
+        error = pb_utils.TritonError(message)
+        sender.send(
+            pb_utils.InferenceResponse(error=error),
+            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
 
     def _input(self, request, role):
         """The request's array for an interface role (None: not declared or not sent)."""
@@ -148,23 +182,74 @@ class TritonPythonModel:
             array = np.array(values, dtype=NUMPY[tensor["datatype"]])
         return pb_utils.Tensor(tensor["name"], array.reshape(shape))
 
-    def _generate(self, request, sender):
+    def _tokens(self, request):
+        """The request's prompt ids, its greedy token iterator and its budget and stop token
+        (a refusal raises)."""
         ids, max_tokens, stop_token = self._request(request)
         problem = self.greedy.problem_of(ids, max_tokens, self.vocab, self.context)
         if problem:
             raise ValueError(problem)
         tokens = self.greedy.greedy_tokens(self.module, ids, max_tokens, stop_token, self.vocab)
+        return ids, tokens, max_tokens, stop_token
+
+    def _send(self, sender, ids, position, token):
+        sent = self.token(position, token)
+        if self.tokenizer is not None:
+            sent = self.tokenizer.decode([sent])
+        outputs = [self._tensor("output", [sent])]
+        if self.interface.get("position") is not None:
+            outputs.append(self._tensor("position", [position]))
+        if self.interface.get("length") is not None:
+            outputs.append(self._tensor("length", [len(ids) + position + 1]))
+        sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
+
+    def _generate(self, request, sender):
+        ids, tokens, _, _ = self._tokens(request)
         for position, token in enumerate(tokens):
-            sent = self.token(position, token)
-            if self.tokenizer is not None:
-                sent = self.tokenizer.decode([sent])
-            outputs = [self._tensor("output", [sent])]
-            if self.interface.get("position") is not None:
-                outputs.append(self._tensor("position", [position]))
-            if self.interface.get("length") is not None:
-                outputs.append(self._tensor("length", [len(ids) + position + 1]))
-            sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
+            self._send(sender, ids, position, token)
             if request.is_cancelled():
                 tokens.close()
                 break  # the client went away: stop generating for it
         self.finish(sender)
+
+    def _iterate(self):
+        """The generation thread: one token of every active stream per iteration; arrivals
+        join between iterations (waiting only when no stream is active)."""
+        active = []  # [request, sender, ids, tokens, budget, stop, position]
+        while True:
+            arrived = []
+            try:
+                arrived.append(self.arrivals.get(block=not active))
+                while True:
+                    arrived.append(self.arrivals.get_nowait())
+            except queue.Empty:
+                pass
+            if None in arrived:  # finalize(): end what is in flight and stop
+                for request, sender, _, tokens, *_ in active:
+                    tokens.close()
+                    self._fail(sender, RuntimeError("the model is being unloaded"), request)
+                return
+            for request, sender in arrived:
+                try:
+                    active.append([request, sender, *self._tokens(request), 0])
+                except Exception as exc:
+                    self._fail(sender, exc, request)
+            active = [stream for stream in active if self._step(stream)]
+
+    def _step(self, stream):
+        """Advance one stream by one token; False when it has ended (its final flag sent
+        with its last token's step, as the one-stream schedule sends it)."""
+        request, sender, ids, tokens, budget, stop, position = stream
+        try:
+            token = next(tokens)
+            self._send(sender, ids, position, token)
+        except Exception as exc:  # this stream ends with its error; the others go on
+            tokens.close()
+            self._fail(sender, exc, request)
+            return False
+        stream[6] = position + 1
+        if token == stop or position + 1 >= budget or request.is_cancelled():
+            tokens.close()  # done, or the client went away: stop generating for it
+            self.finish(sender)
+            return False
+        return True

@@ -2,10 +2,12 @@
 a module that is not a causal model, and, on the real bundled tritonserver (one for the
 module), a GRU language model (`forward(tokens) -> logits`) and a user's module carrying a
 state, each served by the generic decoupled model.py and checked token by token over gRPC
-streaming and HTTP generate_stream."""
+streaming and HTTP generate_stream; and the same two with iteration-level batching, streams
+served together equal to each alone."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import torch
 from torch import nn
 
 from pytest_triton.base.errors import SpecError
-from pytest_triton.client.streaming import GrpcStreams, generate_http
+from pytest_triton.client.streaming import GrpcStreams, Streamed, StreamError, generate_http
 from pytest_triton.models.gru_lm import GruLM, gru_lm, gru_lm_spec
 from pytest_triton.parity.token_match import assert_stream_parity
 from pytest_triton.repository.stream import StreamSpec, generate, write_stream_model
@@ -54,8 +56,13 @@ def cached_lm() -> CachedLM:
 
 GRU_SPEC = gru_lm_spec(name="user_gru_lm", vocab=VOCAB)
 CACHED_SPEC = StreamSpec(name="user_cached_lm", generator=cached_lm, vocab=VOCAB, instances=1)
-SPECS = (GRU_SPEC, CACHED_SPEC)
+ITERATION = {  # the same generators, their streams advanced step by step together
+    spec.name: dataclasses.replace(spec, name=f"{spec.name}_iteration", batching="iteration")
+    for spec in (GRU_SPEC, CACHED_SPEC)
+}
+SPECS = (GRU_SPEC, CACHED_SPEC, *ITERATION.values())
 PROMPTS = GRU_SPEC.prompts(4, length=5)
+LONG = 60  # the first stream's budget: the others (MAX_TOKENS) join it between its steps
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +163,73 @@ def test_the_stop_token_and_the_vocabulary_hold_for_a_users_generator(
             streams.generate(GRU_SPEC.name, PROMPTS[0], 3).tokens
             == expected(GRU_SPEC, PROMPTS[0])[:3]
         )
+
+
+def test_an_unknown_batching_schedule_is_refused_naming_the_schedules() -> None:
+    with pytest.raises(SpecError, match=r"batching='dynamic' is not a schedule: 'none': each"):
+        dataclasses.replace(GRU_SPEC, batching="dynamic")
+
+
+def _together(grpc: str, spec: StreamSpec, stop: int) -> tuple[list[Streamed], str]:
+    """Sent at once on one gRPC stream to the model's one instance: a long stream, then three
+    of MAX_TOKENS (the last with a stop token), one of a longer prompt, and a refused one."""
+    other = GRU_SPEC.prompts(1, length=9, seed=5)[0]
+    asked = [(PROMPTS[0], LONG, -1), (PROMPTS[1], MAX_TOKENS, -1), (PROMPTS[2], MAX_TOKENS, -1)]
+    asked += [(PROMPTS[3], MAX_TOKENS, stop), (other, MAX_TOKENS, -1)]
+    with GrpcStreams(grpc, timeout_s=60) as streams:
+        sent = [streams.send(spec.name, p, n, s) for p, n, s in asked]
+        refused = streams.send(spec.name, [1, VOCAB], 3)
+        answers = [streams.collect(spec.name, *one) for one in sent]
+        with pytest.raises(StreamError) as caught:
+            streams.collect(spec.name, *refused)
+    module = spec.module()
+    for (prompt, budget, stop_token), streamed in zip(asked, answers, strict=True):
+        want = generate(module, prompt, budget, stop_token, vocab=VOCAB)
+        assert_stream_parity(streamed.tokens, want, context=f"{spec.name} {prompt}")
+    return answers, str(caught.value)
+
+
+@pytest.mark.parametrize("alone", (GRU_SPEC, CACHED_SPEC), ids=lambda s: s.name)
+def test_streams_generated_together_equal_each_alone_token_for_token(
+    served: Endpoints, alone: StreamSpec
+) -> None:
+    """Iteration-level batching: short streams sent after a long one finish before it (they
+    joined it between its steps; one stream at a time, they wait for its end), every
+    stream equals the reference and the one-at-a-time model's answer token for token, a stop
+    token ends its stream alone, and a refused request fails alone."""
+    together = ITERATION[alone.name]
+    stop = expected(alone, PROMPTS[3])[3]
+    batched, batched_error = _together(served.grpc, together, stop)
+    one_by_one, one_error = _together(served.grpc, alone, stop)
+    assert [s.tokens for s in batched] == [s.tokens for s in one_by_one]
+    assert len(batched[3].tokens) == expected(alone, PROMPTS[3]).index(stop) + 1
+    long, *short = batched
+    assert all(s.final_at is not None and long.final_at is not None for s in batched)
+    # joined between its steps: a short stream ended while the long one still ran (on a
+    # loaded machine the last ones may arrive late; one stream at a time, none can)
+    assert min(s.final_at or 0.0 for s in short) < (long.final_at or 0.0), "not interleaved"
+    long, *short = one_by_one
+    assert min(s.final_at or 0.0 for s in short) > (long.final_at or 0.0)
+    for error in (batched_error, one_error):
+        assert f"prompt token {VOCAB} is outside the vocabulary" in error
+
+
+class LengthBound(nn.Module):
+    """Reads its prompt's length as a Python number: a trace fixes it to the example's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(16, 16)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        length = int(tokens.shape[1])
+        return self.embed(tokens).sum(1) * float(length)
+
+
+def test_a_trace_that_fixes_the_prompt_length_is_refused(tmp_path: Path) -> None:
+    spec = StreamSpec(name="length_bound", generator=LengthBound, vocab=16, torchscript="trace")
+    with pytest.raises(SpecError, match=r"does not answer as the module for a 1-token prompt"):
+        write_stream_model(tmp_path, spec)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SpecError, match="torchscript='tracing': give 'script'"):
+        StreamSpec(name="x", generator=LengthBound, vocab=16, torchscript="tracing")
