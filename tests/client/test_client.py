@@ -215,7 +215,7 @@ def test_prepared_requests_are_sent_again_and_again(server: RunningServer) -> No
 
 FORKS_WHILE_GRPC_RUNS = """
 import subprocess, sys, threading
-import pytest_triton.plugin  # first, as pytest does (Locust's users and the CLIs alike)
+import pytest_triton.cli  # a front end first, as the plugin, the Locust users and the CLIs are
 from pytest_triton import TritonClient
 
 client = TritonClient(sys.argv[1], protocol="grpc")

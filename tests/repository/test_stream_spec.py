@@ -62,7 +62,12 @@ ITERATION = {  # the same generators, their streams advanced step by step togeth
 }
 SPECS = (GRU_SPEC, CACHED_SPEC, *ITERATION.values())
 PROMPTS = GRU_SPEC.prompts(4, length=5)
-LONG = 60  # the first stream's budget: the others (MAX_TOKENS) join it between its steps
+LONG = 600
+"""The first stream's budget: the others (MAX_TOKENS) are sent right after it and join it
+between its steps. It must outlast their way to the model: with 60 tokens a loaded CI
+machine (three workers on two cores) once delivered them after it had ended. 600 steps of
+this GRU take about 0.3 s of the stub's CPU; the requests sent with it arrive in
+milliseconds."""
 
 
 @pytest.fixture(scope="module")
