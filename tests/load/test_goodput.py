@@ -144,8 +144,10 @@ def test_triton_perf_reports_the_highest_rate_at_which_goodput_holds(
             "500",
             "--triton-stability-percentage",
             "50",
+            # 15 requests a 1 s window: one slow answer on a loaded machine is a window's
+            # p99; CI once saw 87 and 75 ms, then 29 and 29, and 4 trials ended unstable
             "--max-trials",
-            "4",
+            "8",
             "--latency-bound",
             "60",
             "--goodput",
