@@ -42,6 +42,18 @@ from tests.helpers.locust_runs import REPO, subprocess_env
 from tests.helpers.probe_models import probe_spec
 
 
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh interpreter of the suite's environment, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(),
+    )
+
+
 def test_nothing_here_imports_locust() -> None:
     """The plugin and every module pytest may import must leave gevent out of the process."""
     code = (
@@ -56,14 +68,7 @@ def test_nothing_here_imports_locust() -> None:
         "from gevent import monkey; "
         "assert 'locust' not in sys.modules and not monkey.is_anything_patched()"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=subprocess_env(),
-    )
+    done = run_python(code)
     assert done.returncode == 0, done.stderr
 
 
@@ -92,14 +97,7 @@ def test_run_time_counts_from_the_start_of_the_load() -> None:
     """The cause of the flaky 0-request CSV: libev measures a timer from the loop's cached
     clock, which stands still while the process works without yielding (imports, exports),
     so Locust's -t timer fired early by that long. hooks syncs the clock after init."""
-    done = subprocess.run(
-        [sys.executable, "-c", LOOP_CLOCK],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=subprocess_env(),
-    )
+    done = run_python(LOOP_CLOCK)
     assert done.returncode == 0, done.stderr
     stale, synced = map(float, done.stdout.split())
     assert stale < 0.5, f"gevent's timers no longer start from a stale clock ({stale:.2f}s)"
@@ -143,14 +141,7 @@ def test_two_runs_in_one_process_keep_their_own_state() -> None:
     """Two Locust Environments in one process: each numbers its own users, says its own
     refusal once, has its own multiplexer and hands out its own sequence ids (module-level
     registries shared them all)."""
-    done = subprocess.run(
-        [sys.executable, "-c", TWO_RUNS],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=subprocess_env(),
-    )
+    done = run_python(TWO_RUNS)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "2 {'triton': 2} {'triton': 1}",
