@@ -20,7 +20,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from pytest_triton.base.config import Numerics
 from pytest_triton.base.errors import ConfigError, ServerError
 from pytest_triton.base.processes import (
     die_with_parent,
+    group_members,
     interrupts_deferred,
     kill_group,
     process_alive,
@@ -198,6 +199,14 @@ class LocalServer(RunningServer):
             cmd.append(f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}")
         self.command = cmd
         self._log_path = workdir / "tritonserver.log"
+        # Temporary files of the server and its stubs (AOTInductor unpacks each package it
+        # loads into one, and a killed stub never removes it) go with the work directory.
+        scratch = workdir / "tmp"
+        scratch.mkdir()
+        server_env = {
+            **(env if env is not None else server_environment(install)),
+            "TMPDIR": str(scratch),
+        }
         owned = False
         try:
             # A Ctrl-C while Popen waits for the child's exec would raise with the server
@@ -209,7 +218,7 @@ class LocalServer(RunningServer):
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
-                        env=dict(env) if env is not None else server_environment(install),
+                        env=server_env,
                         cwd=workdir,
                         start_new_session=True,
                         preexec_fn=die_with_parent,
@@ -264,7 +273,7 @@ class LocalServer(RunningServer):
     def died(self, code: int) -> None:
         """Its python backend stubs outlive a killed server and keep its accepted sockets
         open (an HTTP request would wait for its whole timeout): kill the group first."""
-        kill_group(self.process.pid)
+        kill_server_group(self.process.pid)
         super().died(code)
 
     def stop(self) -> None:
@@ -283,7 +292,7 @@ class LocalServer(RunningServer):
                 logged = self._log_size()
                 self.process.terminate()
                 if self._drained_after(logged, self._exit_timeout + 5):
-                    kill_group(self.process.pid)  # the server with its stubs
+                    kill_server_group(self.process.pid)  # the server with its stubs
                 try:
                     self.process.wait(self._exit_timeout + 5)
                 except subprocess.TimeoutExpired:
@@ -292,7 +301,7 @@ class LocalServer(RunningServer):
         finally:
             # A Ctrl-C in the middle would leave files no later stop() removes: it waits.
             with interrupts_deferred():
-                kill_group(self.process.pid)  # stubs left in the group
+                kill_server_group(self.process.pid)  # stubs left in the group
                 log = self.log_text()
                 shutil.rmtree(self.workdir, ignore_errors=True)
                 for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
@@ -343,6 +352,37 @@ def _wait_for_closes_seen(pid: int) -> None:
         time.sleep(0.02)
 
 
+LOCALIZED_COPY = "/tmp/folder"
+"""Where Triton copies a model loaded with its files in the request (a fixed mkdtemp template in
+Triton's core, not TMPDIR); the server removes a copy when it unloads the model, a killed one
+never does."""
+
+
+def localized_copies(pids: Iterable[int]) -> set[Path]:
+    """The model copies the python stubs among `pids` run from (a stub's first argument is
+    its model.py)."""
+    copies = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            argv = psutil.Process(pid).cmdline()
+            if len(argv) > 1 and argv[1].startswith(LOCALIZED_COPY):
+                copies.add(Path(*Path(argv[1]).parts[:3]))
+    return copies
+
+
+def remove_copies(copies: Iterable[Path]) -> None:
+    for copy in copies:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def kill_server_group(pgid: int) -> None:
+    """SIGKILL a server's group (the server, its stubs) and remove the model copies its
+    stubs ran from, which the killed server can no longer remove."""
+    copies = localized_copies(group_members(pgid))
+    kill_group(pgid)
+    remove_copies(copies)
+
+
 def reap_orphan_servers() -> list[Path]:
     """Remove work directories and shared-memory regions of servers whose pytest was killed
     outright (the server itself died with it by PDEATHSIG), and kill what still runs from
@@ -359,6 +399,7 @@ def kill_orphan_stubs() -> list[int]:
     zoo server's stubs, reparented to init, each spinning a core for minutes)."""
     marker = os.path.join(tempfile.gettempdir(), WORKDIR_PREFIX)
     killed = []
+    copies: set[Path] = set()
     for process in psutil.process_iter(["cmdline"]):
         argv = process.info["cmdline"] or []
         first = argv[0] if argv else ""
@@ -366,10 +407,12 @@ def kill_orphan_stubs() -> list[int]:
             continue
         owner = first[len(marker) :].split("-", 1)[0]
         if owner.isdigit() and not process_alive(int(owner)):
+            copies |= localized_copies([process.pid])
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
                 killed.append(process)
     psutil.wait_procs(killed, timeout=5)
+    remove_copies(copies)
     return [p.pid for p in killed]
 
 

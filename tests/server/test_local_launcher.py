@@ -146,16 +146,32 @@ def test_model_failing_at_startup_names_model_and_reason(tmp_path: Path) -> None
     assert "model 'broken' failed to load" in str(info.value)
 
 
-def test_crash_is_reported_with_exit_code(repo: Path) -> None:
+def test_crash_is_reported_with_exit_code_and_leaves_nothing(repo: Path) -> None:
     server = LocalLauncher().start(ServerArgs(repo, load_models=("add_one",)))
     regions = list(Path("/dev/shm").glob(f"{server.shm_prefix}*"))
     assert regions, "the python backend should have made its shared-memory region"
+    # A model loaded with its files in the request runs from Triton's own copy in /tmp.
+    files = {
+        f"file:{p.relative_to(repo / 'add_one').as_posix()}": p.read_bytes()
+        for p in (repo / "add_one").rglob("*")
+        if p.is_file() and p.name != "config.pbtxt"
+    }
+    with TritonClient(server.endpoints.http) as client:
+        config = {**client.model_config("add_one"), "name": "add_one_copy"}
+        client.load_model("add_one_copy", config=json.dumps(config), files=files)
+    stubs = group_members(server.process.pid)[1:]
+    copies = local_module.localized_copies(stubs)
+    assert copies, "the model loaded with its files should run from a copy in /tmp"
+    environments = [psutil.Process(pid).environ().get("TMPDIR") for pid in stubs]
+    assert environments and set(environments) == {str(server.workdir / "tmp")}
     os.kill(server.process.pid, signal.SIGKILL)
     server.process.wait(10)
     with pytest.raises(ServerError, match="exited with code -9"):
         server.check_alive()
     server.stop()
     assert not any(r.exists() for r in regions), "a killed server's shared memory must go"
+    assert not any(c.exists() for c in copies), "a killed server's model copies must go"
+    assert not server.workdir.exists()
 
 
 def test_startup_timeout_is_an_error_not_a_hang(tmp_path: Path) -> None:
