@@ -199,6 +199,9 @@ class LocalServer(RunningServer):
             cmd.append(f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}")
         self.command = cmd
         self._log_path = workdir / "tritonserver.log"
+        # Triton's copies of models loaded with their files in the request, as the watcher
+        # last saw them: a killed server's stubs may be gone before it is found dead.
+        self.copies: set[Path] = set()
         # Temporary files of the server and its stubs (AOTInductor unpacks each package it
         # loads into one, and a killed stub never removes it) go with the work directory.
         scratch = workdir / "tmp"
@@ -263,17 +266,26 @@ class LocalServer(RunningServer):
         """Poll rather than block in waitid(): in a gevent-patched process (Locust) a "thread"
         is a greenlet, and a blocking wait there would freeze every user and the server start.
         poll() is non-blocking and never holds Popen's lock across a wait."""
+        refreshed = 0.0
         while not self.stopping:
             code = self.process.poll()
             if code is not None:
                 return code
+            if self.model_control_mode == "explicit" and time.monotonic() > refreshed + 1.0:
+                self.copies |= localized_copies(self._stub_pids())
+                refreshed = time.monotonic()
             time.sleep(WATCH_INTERVAL_S)
         return None
+
+    def _stub_pids(self) -> list[int]:
+        with contextlib.suppress(psutil.Error):
+            return [p.pid for p in psutil.Process(self.process.pid).children()]
+        return []
 
     def died(self, code: int) -> None:
         """Its python backend stubs outlive a killed server and keep its accepted sockets
         open (an HTTP request would wait for its whole timeout): kill the group first."""
-        kill_server_group(self.process.pid)
+        kill_server_group(self.process.pid, self.copies)
         super().died(code)
 
     def stop(self) -> None:
@@ -292,7 +304,7 @@ class LocalServer(RunningServer):
                 logged = self._log_size()
                 self.process.terminate()
                 if self._drained_after(logged, self._exit_timeout + 5):
-                    kill_server_group(self.process.pid)  # the server with its stubs
+                    kill_server_group(self.process.pid, self.copies)  # the server, its stubs
                 try:
                     self.process.wait(self._exit_timeout + 5)
                 except subprocess.TimeoutExpired:
@@ -301,7 +313,7 @@ class LocalServer(RunningServer):
         finally:
             # A Ctrl-C in the middle would leave files no later stop() removes: it waits.
             with interrupts_deferred():
-                kill_server_group(self.process.pid)  # stubs left in the group
+                kill_server_group(self.process.pid, self.copies)  # stubs left in the group
                 log = self.log_text()
                 shutil.rmtree(self.workdir, ignore_errors=True)
                 for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
@@ -375,10 +387,11 @@ def remove_copies(copies: Iterable[Path]) -> None:
         shutil.rmtree(copy, ignore_errors=True)
 
 
-def kill_server_group(pgid: int) -> None:
+def kill_server_group(pgid: int, known: Iterable[Path] = ()) -> None:
     """SIGKILL a server's group (the server, its stubs) and remove the model copies its
-    stubs ran from, which the killed server can no longer remove."""
-    copies = localized_copies(group_members(pgid))
+    stubs ran from (those `known` and those its stubs show now), which the killed server
+    can no longer remove."""
+    copies = localized_copies(group_members(pgid)) | set(known)
     kill_group(pgid)
     remove_copies(copies)
 
