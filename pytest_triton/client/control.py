@@ -1,16 +1,19 @@
-"""The part of a client every other part stands on: what it shares, every call with its
-failure mapped to the package's errors (a rejection becomes an InferenceError naming model,
-protocol and Triton's message, a transport failure one naming the server, any failure against
-a dead server that ServerError), and model control, health, metadata and statistics through
-tritonclient's own clients (over TLS and with the client's headers where asked)."""
+"""The part of a client every other part stands on: the endpoint they share, tritonclient's
+control client, every call with its failure mapped to the package's errors (a rejection becomes
+an InferenceError naming model, protocol and Triton's message, a transport failure one naming
+the server, any failure against a dead server that ServerError), and model control, health,
+metadata and statistics through tritonclient's own clients (over TLS and with the client's
+headers where asked)."""
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
@@ -23,14 +26,10 @@ from pytest_triton.base.errors import (
 from pytest_triton.base.security import Security
 from pytest_triton.base.watched_servers import ServerHealth
 from pytest_triton.client import failures
-from pytest_triton.client.connections import Connections
 from pytest_triton.client.failures import request_problem
-from pytest_triton.client.wire.http_control import WithHeaders
+from pytest_triton.client.wire.http_control import PerThreadControl, WithHeaders
 from pytest_triton.client.wire.request import PreparedRequest, Protocol
-from pytest_triton.client.wire.shm import (
-    SharedMemory,
-    Transport,
-)
+from pytest_triton.client.wire.shm import Transport
 
 Tensors = Mapping[str, Array]
 T = TypeVar("T")
@@ -75,26 +74,34 @@ def _intify(value: Any, key: str = "") -> Any:
     return value
 
 
-class Control:
-    """The state every part of a client shares, its failures mapped to the package's errors,
-    and the control calls: readiness, load/unload, metadata, config, statistics, outputs."""
+@dataclass(frozen=True)
+class Endpoint:
+    """What every part of a client shares: where the server is, how it is spoken to and what
+    it may be sent. `headers` are the security headers' values, for the wire only (never
+    printed)."""
 
-    # What every part of a client shares (set in TritonClient.__init__).
     url: str
     protocol: Protocol
     timeout_s: float
     server: ServerHealth | None
     security: Security
     shared_memory: Transport
-    output_shared_memory_size: int
-    _headers: dict[str, str]
-    _conns: Connections
-    _lock: threading.Lock
-    _outputs: dict[tuple[str, str], list[str]]
-    _signatures: dict[tuple[str, str], tuple[list[dict[str, Any]], bool]]
-    _memory: SharedMemory | None
+    headers: Mapping[str, str] = field(repr=False)
 
-    def _call(
+
+class Control:
+    """tritonclient's control client for one endpoint, each call's failure mapped to the
+    package's errors, and the control calls: readiness, load/unload, metadata, config,
+    statistics, outputs."""
+
+    def __init__(self, endpoint: Endpoint, concurrency: int) -> None:
+        self.endpoint = endpoint
+        http = endpoint.protocol == "http"
+        self.tritonclient: Any = self._http(concurrency) if http else self._grpc()
+        self._outputs: dict[tuple[str, str], list[str]] = {}
+        self._signatures: dict[tuple[str, str], tuple[list[dict[str, Any]], bool]] = {}
+
+    def call(
         self,
         model: str,
         fn: Callable[[], T],
@@ -103,20 +110,22 @@ class Control:
         *,
         named: bool = True,
     ) -> T:
+        """fn() for a request about `model`, refused before it when Triton could never serve
+        the name, its failure as failure() says."""
         problem = request_problem(model, version) if named else None
         if problem is not None:
-            raise failures.refused(self, model, problem)
+            raise failures.refused(self.endpoint, model, problem)
         try:
-            if self.server is not None:
-                self.server.raise_if_dead()
+            if self.endpoint.server is not None:
+                self.endpoint.server.raise_if_dead()
             return fn()
         except Exception as exc:  # sockets and gRPC raise their own transport errors
-            failure = self._failure(model, exc, version, request)
+            failure = self.failure(model, exc, version, request)
             if failure is exc:  # already ours: keep its traceback
                 raise
             raise failure from None
 
-    def _failure(
+    def failure(
         self, model: str, exc: Exception, version: str = "", request: PreparedRequest | None = None
     ) -> Exception:
         """What a request's failure means: Triton's rejection, the server's death, or where
@@ -124,10 +133,10 @@ class Control:
         if isinstance(exc, InferenceServerException):
             return self._rejected(model, exc, version, request)
         if isinstance(exc, ServerError):
-            return failures.died(self, model, exc)
+            return failures.died(self.endpoint, model, exc)
         if isinstance(exc, TritonTestError):
             return exc
-        return failures.unexpected(self, model, exc)
+        return failures.unexpected(self.endpoint, model, exc)
 
     def _rejected(
         self,
@@ -137,15 +146,16 @@ class Control:
         request: PreparedRequest | None = None,
     ) -> Exception:
         message = exc.message() or str(exc)
-        if self.shared_memory != "none" and "shared memory size specified" in message:
+        endpoint = self.endpoint
+        if endpoint.shared_memory != "none" and "shared memory size specified" in message:
             return SharedMemoryError(
-                f"{self.protocol} request to model {model!r}: {message} (raise "
+                f"{endpoint.protocol} request to model {model!r}: {message} (raise "
                 "--triton-output-shared-memory-size, the bytes each output gets when the "
                 "model's metadata does not fix its size)"
             )
         shapes = request.input_shapes if request is not None else None
         return failures.rejected(
-            self, model, exc, version, shapes, self._versions_of, self._repository_state
+            endpoint, model, exc, version, shapes, self._versions_of, self._repository_state
         )
 
     def _versions_of(self, model: str) -> list[str] | None:
@@ -159,11 +169,11 @@ class Control:
         """How the server's repository index lists a model it does not serve ('' for a model
         never loaded), or None when the repository has no such model."""
         try:
-            if self.protocol == "http":
-                index = self._call(model, self._conns.control.get_model_repository_index)
+            if self.endpoint.protocol == "http":
+                index = self.call(model, self.tritonclient.get_model_repository_index)
             else:
-                index = self._call(
-                    model, lambda: self._conns.control.get_model_repository_index(as_json=True)
+                index = self.call(
+                    model, lambda: self.tritonclient.get_model_repository_index(as_json=True)
                 ).get("models", [])
         except TritonTestError:
             return None
@@ -172,27 +182,41 @@ class Control:
                 return ", ".join(str(entry[k]) for k in ("state", "reason") if entry.get(k))
         return None
 
-    # -- health and model control ---------------------------------------------------------
+    # -- tritonclient's clients ----------------------------------------------------------
 
-    def _http_tls(self) -> dict[str, Any]:
-        """tritonclient.http's TLS arguments: our context (CA bundle, client certificate)."""
-        security = self.security
-        if not security.tls:
-            return {}
-        options = {"server_hostname": security.server_name} if security.server_name else {}
-        return {
-            "ssl": True,
-            "ssl_options": options,
-            "ssl_context_factory": lambda **_: security.ssl_context(),
-        }
+    def _http(self, concurrency: int) -> Any:
+        """One tritonclient.http client per thread (its connections belong to the thread's
+        gevent hub), with our TLS context and headers."""
+        endpoint = self.endpoint
+        security = endpoint.security
+        tls: dict[str, Any] = {}
+        if security.tls:
+            options = {"server_hostname": security.server_name} if security.server_name else {}
+            tls = {
+                "ssl": True,
+                "ssl_options": options,
+                "ssl_context_factory": lambda **_: security.ssl_context(),
+            }
+        control: Any = PerThreadControl(
+            functools.partial(
+                httpclient.InferenceServerClient,
+                endpoint.url,
+                concurrency=concurrency,
+                connection_timeout=endpoint.timeout_s,
+                network_timeout=endpoint.timeout_s,
+                **tls,
+            )
+        )
+        return WithHeaders(control, endpoint.headers) if endpoint.headers else control
 
-    def _grpc_control(self) -> Any:
-        security = self.security
+    def _grpc(self) -> Any:
+        endpoint = self.endpoint
+        security = endpoint.security
         client: Any
         if security.tls:
             name = security.server_name
             client = grpcclient.InferenceServerClient(
-                self.url,
+                endpoint.url,
                 ssl=True,
                 root_certificates=security.ca_file,
                 private_key=security.key_file,
@@ -200,72 +224,74 @@ class Control:
                 channel_args=[("grpc.ssl_target_name_override", name)] if name else None,
             )
         else:
-            client = grpcclient.InferenceServerClient(self.url)
+            client = grpcclient.InferenceServerClient(endpoint.url)
         # gRPC metadata keys must be lowercase (grpc refuses 'X-Api-Key' as "Invalid
         # metadata"); HTTP header names are case-insensitive, so the same header means this
-        headers = {name.lower(): value for name, value in self._headers.items()}
+        headers = {name.lower(): value for name, value in endpoint.headers.items()}
         return WithHeaders(client, headers) if headers else client
 
+    def release_idle(self) -> None:
+        """Close tritonclient's idle connections: over HTTP every thread's client (a thread's
+        next call makes a new one), over gRPC the channel, replaced by a new one."""
+        if self.endpoint.protocol == "http":
+            self.tritonclient.close()
+        else:
+            old, self.tritonclient = self.tritonclient, self._grpc()
+            old.close()
+
+    def close(self) -> None:
+        self.tritonclient.close()
+
+    # -- health and model control ---------------------------------------------------------
+
     def is_server_ready(self) -> bool:
-        return bool(self._call("-", self._conns.control.is_server_ready, named=False))
+        return bool(self.call("-", self.tritonclient.is_server_ready, named=False))
 
     def is_model_ready(self, model: str, version: str = "") -> bool:
         return bool(
-            self._call(model, lambda: self._conns.control.is_model_ready(model, version), version)
+            self.call(model, lambda: self.tritonclient.is_model_ready(model, version), version)
         )
 
     def load_model(
         self, model: str, config: str | None = None, files: Mapping[str, bytes] | None = None
     ) -> None:
-        self._call(
+        self.call(
             model,
-            lambda: self._conns.control.load_model(
+            lambda: self.tritonclient.load_model(
                 model, config=config, files=dict(files) if files else None
             ),
         )
 
     def unload_model(self, model: str) -> None:
-        self._call(model, lambda: self._conns.control.unload_model(model))
+        self.call(model, lambda: self.tritonclient.unload_model(model))
 
     def server_metadata(self) -> dict[str, Any]:
         """Triton's name, version and extensions (the same keys on both protocols)."""
-        if self.protocol == "http":
-            return dict(self._call("-", self._conns.control.get_server_metadata, named=False))
+        if self.endpoint.protocol == "http":
+            return dict(self.call("-", self.tritonclient.get_server_metadata, named=False))
         return dict(
-            self._call(
-                "-", lambda: self._conns.control.get_server_metadata(as_json=True), named=False
-            )
+            self.call("-", lambda: self.tritonclient.get_server_metadata(as_json=True), named=False)
         )
 
     def model_config(self, model: str) -> dict[str, Any]:
         """The model's configuration as the server completed it (the same on both
         protocols)."""
-        if self.protocol == "http":
-            return dict(self._call(model, lambda: self._conns.control.get_model_config(model)))
-        got = self._call(model, lambda: self._conns.control.get_model_config(model))
-        return _as_dict(got.config)
+        got = self.call(model, lambda: self.tritonclient.get_model_config(model))
+        return dict(got) if self.endpoint.protocol == "http" else _as_dict(got.config)
 
     def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
         """Name, versions, platform, inputs and outputs (shapes as ints on both protocols)."""
-        if self.protocol == "http":
-            return dict(
-                self._call(
-                    model, lambda: self._conns.control.get_model_metadata(model, version), version
-                )
-            )
-        got = self._call(
-            model, lambda: self._conns.control.get_model_metadata(model, version), version
+        got = self.call(
+            model, lambda: self.tritonclient.get_model_metadata(model, version), version
         )
-        return _as_dict(got)
+        return dict(got) if self.endpoint.protocol == "http" else _as_dict(got)
 
     def statistics(self, model: str, version: str = "") -> dict[str, Any]:
         """The statistics API's answer for one model, counters as ints on both protocols."""
-        got = self._call(
-            model, lambda: self._conns.control.get_inference_statistics(model, version), version
+        got = self.call(
+            model, lambda: self.tritonclient.get_inference_statistics(model, version), version
         )
-        return dict(_intify(got)) if self.protocol == "http" else _as_dict(got)
-
-    # -- inference -----------------------------------------------------------------------
+        return dict(_intify(got)) if self.endpoint.protocol == "http" else _as_dict(got)
 
     def output_names(self, model: str, version: str = "") -> list[str]:
         key = (model, version)
@@ -274,7 +300,7 @@ class Control:
             self._outputs[key] = [o["name"] for o in meta.get("outputs", [])]
         return self._outputs[key]
 
-    def _signature(self, model: str, version: str) -> tuple[list[dict[str, Any]], bool]:
+    def signature(self, model: str, version: str) -> tuple[list[dict[str, Any]], bool]:
         """The model's outputs (metadata) and whether it batches (config), asked once."""
         key = (model, version)
         if key not in self._signatures:

@@ -11,6 +11,8 @@ tests/client/test_request_path.py holds the two paths to the same bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -63,3 +65,29 @@ def standard_infer(
         **extra,
     )
     return read_result(request, result)
+
+
+def standard_infer_async(
+    client: Any, request: PreparedRequest, timeout_s: float, done: Callable[[], None]
+) -> Future[Any]:
+    """Send a prepared request with tritonclient.grpc's async_infer (the same InferInputs as
+    standard_infer) and return at once: the Future gets its InferResult, or tritonclient's
+    InferenceServerException, after `done()` is called from gRPC's callback."""
+    sent: Future[Any] = Future()
+
+    def callback(result: Any, error: Exception | None) -> None:
+        done()
+        if error is not None:
+            sent.set_exception(error)
+        else:
+            sent.set_result(result)
+
+    client.async_infer(
+        request.model,
+        request.inputs,
+        callback,
+        model_version=request.version,
+        outputs=request.requested,
+        client_timeout=timeout_s,
+    )
+    return sent

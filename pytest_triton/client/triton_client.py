@@ -1,40 +1,39 @@
-"""One client for one server, protocol and transport: the one request path.
+"""One client for one server, protocol and transport, built from the parts it holds: `control`
+(tritonclient's control client: health, model control, metadata, statistics; every failure
+mapped to the package's errors), `memory` (its shared-memory regions), `inference` (the
+checks: requests prepared once and sent through tritonclient) and `load` (the load
+generators' hand-written wire). request_path.py chooses the path; the repr names it.
 
 Tests parametrized over protocols and transports call the same methods. Inference goes
 `prepare()` (built once, see wire/request.py) then `send()` (every output, for parity) or
-`send_status()` (the status only, for load); health, model control, metadata and statistics
-go through tritonclient's own clients. Every server-side rejection becomes an InferenceError
-naming the model, the protocol and Triton's own message, every transport failure (refused,
-reset, timed out) an InferenceError naming the server, and any failure of a request to a
-server that died the ServerError saying how it died.
+`send_status()` (the status only, for load). Every server-side rejection becomes an
+InferenceError naming the model, the protocol and Triton's own message, every transport
+failure (refused, reset, timed out) an InferenceError naming the server, and any failure of a
+request to a server that died the ServerError saying how it died.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import tritonclient.http as httpclient
-
 from pytest_triton.base import watched_servers
+from pytest_triton.base.dtypes import Array
 from pytest_triton.base.security import PLAIN, Security
 from pytest_triton.base.watched_servers import ServerHealth
-from pytest_triton.client.connections import Connections
+from pytest_triton.client.control import Control, Endpoint, Tensors
 from pytest_triton.client.inference import Inference
-from pytest_triton.client.request_path import choose
-from pytest_triton.client.wire.grpc_call import GrpcInfer
-from pytest_triton.client.wire.http_conn import HttpConnections
-from pytest_triton.client.wire.http_control import PerThreadControl, WithHeaders
-from pytest_triton.client.wire.request import PreparedRequest, Protocol
+from pytest_triton.client.load_wire import LoadWire
+from pytest_triton.client.memory_regions import MemoryRegions
+from pytest_triton.client.request_path import RequestPath, choose
+from pytest_triton.client.wire.lane import Lane
+from pytest_triton.client.wire.request import PreparedRequest, Protocol, RawAnswer
 from pytest_triton.client.wire.shm import (
     DEFAULT_OUTPUT_BYTES,
     ID_SUFFIX,
-    SharedMemory,
     Transport,
     check_offered,
 )
@@ -55,7 +54,7 @@ def release_connections(hostports: Iterable[str]) -> None:
                 client.release_idle()
 
 
-class TritonClient(Inference):
+class TritonClient:
     """One protocol's client for one server, sending tensors in the request (transport
     "none") or through shared memory ("system", "cuda": servers on this machine only)."""
 
@@ -82,39 +81,53 @@ class TritonClient(Inference):
             host_memory=getattr(server, "host_memory", None),
             server_gpu=getattr(server, "cuda_memory", None),
         )
-        self.url = url
-        self.protocol: Protocol = protocol
-        self.security = security
-        self._headers = security.header_values()  # values for the wire only; never printed
-        self.shared_memory: Transport = shared_memory
-        self.output_shared_memory_size = output_shared_memory_size
-        self.timeout_s = timeout_s
-        self.server = server
-        self.path = choose(protocol, shared_memory)
-        self._outputs: dict[tuple[str, str], list[str]] = {}
-        self._signatures: dict[tuple[str, str], tuple[list[dict[str, Any]], bool]] = {}
-        self._memory: SharedMemory | None = None
-        self._lock = threading.Lock()
-        if protocol == "http":
-            control: Any = PerThreadControl(
-                functools.partial(
-                    httpclient.InferenceServerClient,
-                    url,
-                    concurrency=concurrency,
-                    connection_timeout=timeout_s,
-                    network_timeout=timeout_s,
-                    **self._http_tls(),
-                )
-            )
-            if self._headers:
-                control = WithHeaders(control, self._headers)
-            self._conns = Connections(control, http=HttpConnections(url, timeout_s, security))
-        else:
-            self._conns = Connections(self._grpc_control(), grpc=GrpcInfer(url, security))
+        headers = security.header_values()  # values for the wire only; never printed
+        endpoint = Endpoint(url, protocol, timeout_s, server, security, shared_memory, headers)
+        self.path: RequestPath = choose(protocol, shared_memory)
+        self.control = Control(endpoint, concurrency)
+        self.memory = MemoryRegions(self.control, output_shared_memory_size)
+        self.inference = Inference(self.control, self.memory)
+        self.load = LoadWire(self.control, self.path)
         # Dropping the client closes what it holds, at once and without the collector.
-        self._release = weakref.finalize(self, self._conns.close)
+        self._release = weakref.finalize(self, _close, self.inference, self.load, self.control)
         _LIVE.add(self)
         log.debug("%r", self)
+
+    # -- what it is -----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self.control.endpoint.url
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.control.endpoint.protocol
+
+    @property
+    def timeout_s(self) -> float:
+        return self.control.endpoint.timeout_s
+
+    @property
+    def server(self) -> ServerHealth | None:
+        return self.control.endpoint.server
+
+    @property
+    def security(self) -> Security:
+        return self.control.endpoint.security
+
+    @property
+    def shared_memory(self) -> Transport:
+        return self.control.endpoint.shared_memory
+
+    @property
+    def output_shared_memory_size(self) -> int:
+        return self.memory.output_size
+
+    @property
+    def shared_memory_regions(self) -> list[str]:
+        """Names of the regions this client holds registered (none before its first request
+        over shared memory and after close())."""
+        return self.memory.names
 
     @property
     def id(self) -> str:
@@ -127,25 +140,121 @@ class TritonClient(Inference):
             f"{self.path})"
         )
 
+    # -- health, model control, metadata, statistics (tritonclient's control client) ------
+
+    def is_server_ready(self) -> bool:
+        return self.control.is_server_ready()
+
+    def is_model_ready(self, model: str, version: str = "") -> bool:
+        return self.control.is_model_ready(model, version)
+
+    def load_model(
+        self, model: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        self.control.load_model(model, config, files)
+
+    def unload_model(self, model: str) -> None:
+        self.control.unload_model(model)
+
+    def server_metadata(self) -> dict[str, Any]:
+        """Triton's name, version and extensions (the same keys on both protocols)."""
+        return self.control.server_metadata()
+
+    def model_config(self, model: str) -> dict[str, Any]:
+        """The model's configuration as the server completed it (the same on both
+        protocols)."""
+        return self.control.model_config(model)
+
+    def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        """Name, versions, platform, inputs and outputs (shapes as ints on both protocols)."""
+        return self.control.model_metadata(model, version)
+
+    def statistics(self, model: str, version: str = "") -> dict[str, Any]:
+        """The statistics API's answer for one model, counters as ints on both protocols."""
+        return self.control.statistics(model, version)
+
+    def output_names(self, model: str, version: str = "") -> list[str]:
+        return self.control.output_names(model, version)
+
+    # -- the checks: through tritonclient (request_path.py) -------------------------------
+
+    def prepare(
+        self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None, version: str = ""
+    ) -> PreparedRequest:
+        """Build a request once; outputs None asks for all the model has (over shared memory
+        that takes the model's metadata, asked once per model)."""
+        return self.inference.prepare_all(model, [inputs], outputs, version)[0]
+
+    def prepare_all(
+        self,
+        model: str,
+        batches: Sequence[Tensors],
+        outputs: Sequence[str] | None = None,
+        version: str = "",
+    ) -> list[PreparedRequest]:
+        """Several requests of one model; over shared memory their blocks share one
+        registered region (a load user's distinct batches)."""
+        return self.inference.prepare_all(model, batches, outputs, version)
+
+    def send(self, request: PreparedRequest) -> dict[str, Array]:
+        """Send a prepared request through tritonclient's own client (request_path.py: the
+        checks go over the client users deploy); every output it asked for, by name."""
+        return self.inference.send(request)
+
+    def infer(
+        self, model: str, inputs: Tensors, outputs: Sequence[str] | None = None, version: str = ""
+    ) -> dict[str, Array]:
+        """One request; returns every requested output (all the model's outputs by default,
+        in the order its metadata lists them)."""
+        return self.inference.infer(model, inputs, outputs, version)
+
+    def infer_many(
+        self,
+        model: str,
+        requests: Sequence[Tensors],
+        outputs: Sequence[str] | None = None,
+        version: str = "",
+    ) -> list[dict[str, Array]]:
+        """Send all requests at once (so the dynamic batcher can combine them); answers in
+        request order."""
+        return self.inference.infer_many(model, requests, outputs, version)
+
+    # -- the load generators: over the hand-written wire (request_path.py) -----------------
+
+    def send_status(self, request: PreparedRequest) -> int:
+        """Send a prepared request and read no more of the answer than whether it succeeded
+        (the HTTP status and Triton's error, or the gRPC status): what a load generator's
+        verdict needs. Returns the answer's size in bytes as it came over the wire (the HTTP
+        body, the gRPC message; over shared memory the outputs are not in it). Failures raise
+        as send()'s do."""
+        return self.load.send_status(request)
+
+    def send_answer(self, request: PreparedRequest) -> RawAnswer:
+        """Send a prepared request; its answer as it came back, not decoded (decode it with
+        read_answer when wanted, as a load generator does with a sample of its
+        answers). Failures raise as send()'s do."""
+        return self.load.send_answer(request)
+
+    def lane(self, shared: bool = False) -> Lane[Any] | None:
+        """A connection of its own for a driver that waits on many sockets at once (the load
+        multiplexer), sending prepared requests as send_status() does and failing as it
+        does; None where that path is not available (gRPC without `hpack`, or over CUDA
+        shared memory: those go through the gRPC channel). `shared`: a gRPC lane is a stream
+        on the process's one connection to the server instead. The caller closes it."""
+        return self.load.lane(shared)
+
+    # -- its life --------------------------------------------------------------------------
+
     def release_idle(self) -> None:
         """Close the keep-alive connections no request is using; the next request or call
         opens new ones."""
-        for pool in (self._conns.http, self._conns.h2):
-            if pool is not None:
-                pool.close_idle()
-        if self.protocol == "http":
-            self._conns.control.close()  # PerThreadControl: a thread's next call makes a new one
-        else:
-            control, self._conns.control = self._conns.control, self._grpc_control()
-            control.close()
+        self.load.release_idle()
+        self.control.release_idle()
 
     def close(self) -> None:
         """Unregister and unlink its shared memory, close its connections; idempotent."""
-        with self._lock:
-            memory, self._memory = self._memory, None
         try:
-            if memory is not None:
-                memory.close()
+            self.memory.close()
         finally:
             self._release()
 
@@ -155,7 +264,12 @@ class TritonClient(Inference):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- errors (request_errors says what each failure means) ----------------------------
+
+def _close(inference: Inference, load: LoadWire, control: Control) -> None:
+    """Close every part, each even when another fails; idempotent."""
+    for part in (inference, load, control):
+        with contextlib.suppress(Exception):
+            part.close()
 
 
 _LIVE: weakref.WeakSet[TritonClient] = weakref.WeakSet()

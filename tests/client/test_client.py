@@ -179,7 +179,7 @@ def test_one_http_client_serves_many_threads(server: RunningServer) -> None:
     np.testing.assert_array_equal(answers["slow"], x["X"])  # the slow model echoes X
     assert answers["config"] == "slow" and answers["statistics"] == "add_one", answers
     shared.close()
-    assert shared._conns.control._made == []
+    assert shared.control.tritonclient._made == []
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

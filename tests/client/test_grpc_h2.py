@@ -5,6 +5,7 @@ server or a timeout read as the channel's are."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -216,9 +217,9 @@ def test_the_lean_path_is_what_grpc_clients_load_through(server: RunningServer) 
             request = c.prepare("add_one", {"X": np.ones((2, 4), np.float32)})
             out = c.send(request)
             np.testing.assert_array_equal(out["Y"], np.full((2, 4), 2, np.float32))
-            assert c._conns.h2 is None, memory
+            assert c.load.h2 is None, memory
             assert c.send_status(request) > 0
-            assert c._conns.h2 is not None and len(c._conns.h2), memory
+            assert c.load.h2 is not None and len(c.load.h2), memory
             request.release()
             rows = [{"X": np.full((1, 4), i, np.float32)} for i in range(6)]
             answers = c.infer_many("add_one", rows)
@@ -239,7 +240,7 @@ def test_a_killed_server_drops_the_request_at_once(doomed: LocalServer) -> None:
     url = doomed.endpoints.grpc
     knowing = TritonClient(url, "grpc", server=doomed, timeout_s=120)
     blind = TritonClient(url, "grpc", timeout_s=120)  # knows the address only
-    blind.server = None
+    blind.control.endpoint = dataclasses.replace(blind.control.endpoint, server=None)
     x = {"X": np.zeros((1, 4), np.float32)}
     for c in (knowing, blind):  # a connection each in the pool, reused by the next request
         c.send_status(c.prepare("add_one", x))

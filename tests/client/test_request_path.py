@@ -15,6 +15,7 @@ import tritonclient.http as httpclient
 
 from pytest_triton import InferenceError, TritonClient, assert_parity
 from pytest_triton.base.dtypes import Array
+from pytest_triton.client.inference import IN_FLIGHT
 from pytest_triton.client.wire.grpc_call import GrpcInfer
 from pytest_triton.client.wire.grpc_h2 import GrpcConnections
 from pytest_triton.client.wire.http_conn import HttpConnections
@@ -104,13 +105,15 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
     found: Counts = {}
     for module in (httpclient, grpcclient):
         counting(monkeypatch, found, module.InferenceServerClient, "infer")
+    counting(monkeypatch, found, grpcclient.InferenceServerClient, "async_infer")
     for wire in (HttpConnections, GrpcConnections, GrpcInfer):
         counting(monkeypatch, found, wire, "exchange")
     return found
 
 
 def standard_calls(counts: Counts) -> int:
-    return sum(n for key, n in counts.items() if key.endswith("InferenceServerClient.infer"))
+    """tritonclient's infer() and gRPC's async_infer() (infer_many's path over gRPC)."""
+    return sum(n for key, n in counts.items() if ".InferenceServerClient." in key)
 
 
 def wire_calls(counts: Counts) -> int:
@@ -128,8 +131,30 @@ def test_a_parity_check_goes_through_tritonclient(
         for row, answer in zip(rows, c.infer_many("add_one", rows), strict=True):
             assert_parity({"Y": row["X"] + 1}, answer, protocol=protocol)
         assert (standard_calls(counts), wire_calls(counts)) == (3, 0)
+        many = counts["tritonclient.grpc._client.InferenceServerClient.async_infer"]
+        assert many == (2 if protocol == "grpc" else 0), "gRPC's infer_many: one thread, async"
         c.send_status(c.prepare("add_one", {"X": x}, ["Y"]))  # load: the hand-written wire
     assert (standard_calls(counts), wire_calls(counts)) == (3, 1)
+
+
+@pytest.mark.parametrize(("protocol", "memory"), CASES)
+def test_infer_many_answers_in_order_and_fails_as_send(
+    server: RunningServer, protocol: str, memory: str
+) -> None:
+    """More requests than infer_many keeps in flight, answered in request order; one bad
+    request among them fails with send()'s own error, and leaves no region behind."""
+    rows = [{"X": np.full((1, 4), i, np.float32)} for i in range(IN_FLIGHT + 6)]
+    with client(server, protocol, memory) as c:
+        answers = c.infer_many("add_one", rows, ["Y"])
+        assert [int(a["Y"][0, 0]) for a in answers] == [i + 1 for i in range(len(rows))]
+        bad = {"X": np.zeros((1, 5), np.float32)}
+        with pytest.raises(InferenceError) as alone:
+            c.infer("add_one", bad, ["Y"])
+        with pytest.raises(InferenceError) as among:
+            c.infer_many("add_one", [*rows[:3], bad, *rows[3:]], ["Y"])
+        assert str(among.value) == str(alone.value)
+        assert c.infer_many("add_one", rows[:2], ["Y"])[1]["Y"][0, 0] == 2, "still usable"
+        assert len(c.shared_memory_regions) == (1 if memory == "system" else 0)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -94,9 +94,9 @@ def shm_client(server: RunningServer, protocol: str, **kwargs: object) -> Triton
 def server_regions(client: TritonClient) -> list[str]:
     """What the server has registered, by name (its own answer, both protocols)."""
     if client.protocol == "http":
-        status = client._conns.control.get_system_shared_memory_status()
+        status = client.control.tritonclient.get_system_shared_memory_status()
         return sorted(r["name"] for r in status)
-    status = client._conns.control.get_system_shared_memory_status(as_json=True)
+    status = client.control.tritonclient.get_system_shared_memory_status(as_json=True)
     return sorted(status.get("regions", {}))
 
 

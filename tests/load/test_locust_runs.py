@@ -151,7 +151,7 @@ def test_users_over_shared_memory_register_once_and_leave_nothing(
     prefix = f"pytest_triton_{run.proc.pid}_c"
     during = [
         r["name"]
-        for r in admin._conns.control.get_system_shared_memory_status()
+        for r in admin.control.tritonclient.get_system_shared_memory_status()
         if r["name"].startswith(prefix)
     ]
     finished = run.finish(timeout=60)
@@ -163,7 +163,7 @@ def test_users_over_shared_memory_register_once_and_leave_nothing(
     assert measured["requests"] > 20 and measured["failures"] == 0, measured
     after = [
         r["name"]
-        for r in admin._conns.control.get_system_shared_memory_status()
+        for r in admin.control.tritonclient.get_system_shared_memory_status()
         if r["name"].startswith(prefix)
     ]
     assert after == [] and our_regions(run.proc.pid) == []
@@ -219,7 +219,7 @@ def test_triton_perf_over_shared_memory(probe_server: Endpoints, tmp_path: Path)
     assert all(len(v.replace(".", "").lstrip("0")) == 3 for v in printed.groups()), printed
     status = TritonClient(
         probe_server.http, "http"
-    )._conns.control.get_system_shared_memory_status()
+    ).control.tritonclient.get_system_shared_memory_status()
     assert [r["name"] for r in status] == [], "the generator's regions outlived it"
 
 

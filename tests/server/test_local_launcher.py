@@ -264,7 +264,7 @@ def _control_and_drop(url: str, protocol: str) -> tuple[weakref.finalize, Any]:
     channel). Returns the release finalizer and that control client."""
     client = TritonClient(url, protocol)  # type: ignore[arg-type]
     client.model_config("add_one")
-    return client._release, client._conns.control
+    return client._release, client.control.tritonclient
 
 
 def _connections_to(port: int) -> list[object]:
