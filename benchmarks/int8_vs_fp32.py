@@ -165,6 +165,12 @@ def run(name: str, args: argparse.Namespace) -> tuple[list[str], str]:
             for precision, model in order[:: -1 if round_ % 2 else 1]:
                 print(f"[int8-vs-fp32] {name} {precision} round {round_ + 1}", file=sys.stderr)
                 figures[precision].append(measure(deployment, model, args))
+                rate, p99 = figures[precision][-1]
+                print(
+                    f"[int8-vs-fp32]   {rate:.0f} samples/s, p99 {p99:.1f} ms, load average "
+                    f"{os.getloadavg()[0]:.1f}",
+                    file=sys.stderr,
+                )
         checks = accuracy(served["int8"], deployment.client("http"), name)
     finally:
         if deployment is not None:
