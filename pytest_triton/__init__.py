@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from pytest_triton.repository import (
         DynamicBatching,
         InstanceGroup,
+        Int8,
         ModelSpec,
         PipelineSpec,
         Repository,
@@ -87,6 +88,7 @@ _HOME = {
         [
             "DynamicBatching",
             "InstanceGroup",
+            "Int8",
             "ModelSpec",
             "PipelineSpec",
             "Repository",
@@ -129,6 +131,7 @@ __all__ = [
     "ExportError",
     "InferenceError",
     "InstanceGroup",
+    "Int8",
     "Metric",
     "ModelLoadError",
     "ModelSpec",

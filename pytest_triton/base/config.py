@@ -726,8 +726,9 @@ class GateSettings:
         None,
         "triton-tune: the data --min-accuracy-ratio is judged on: digits (the held-out "
         "scikit-learn digits, top-1 against their labels: the digits model), generated "
-        "(the spec's generated inputs, top-1 agreement with fp32 PyTorch), or "
-        "MODULE:CALLABLE returning (batches, metric)",
+        "(the spec's generated inputs, top-1 agreement with fp32 PyTorch), click-logs "
+        "(2,048 generated inputs with clicks drawn from the spec's fp32 module, ROC AUC: "
+        "DLRM), or MODULE:CALLABLE returning (batches, metric)",
         TUNE,
         parse=parse_optional,
         option="--accuracy-dataset",

@@ -12,6 +12,7 @@ SHARPNESS sets how clearly the clicks follow them (0 would make every label a co
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +64,17 @@ def draw(
         raise ValueError(f"click logs need at least 2 samples to rank, got {samples}")
     config = config or dlrm.Config.small()
     model = dlrm.build(config, seed=model_seed)
-    inputs = dlrm.example_inputs(config, samples, seed=seed)
+    return drawn_from(model, dlrm.example_inputs(config, samples, seed=seed), seed, sharpness)
+
+
+def drawn_from(
+    model: torch.nn.Module,
+    inputs: Mapping[str, torch.Tensor],
+    seed: int = SEED,
+    sharpness: float = SHARPNESS,
+) -> ClickLogs:
+    """Clicks for `inputs` drawn from `model`'s click probabilities (one per row, its only
+    output): any DLRM, e.g. a ModelSpec's own module on its generated inputs."""
     with torch.inference_mode():
         probability = model(**inputs).reshape(-1).double()
     logit = torch.logit(probability, eps=1e-12)

@@ -12,6 +12,7 @@ from pytest_triton.repository.pipeline_build import PipelineRepository
 from pytest_triton.repository.spec import (
     DynamicBatching,
     InstanceGroup,
+    Int8,
     ModelSpec,
     TensorSpec,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "FORMATS",
     "DynamicBatching",
     "InstanceGroup",
+    "Int8",
     "ModelSpec",
     "PipelineRepository",
     "PipelineSpec",

@@ -84,8 +84,8 @@ def key(fmt: str, spec: ModelSpec, native: NativeModel, signature: Signature) ->
             return None
         sources.add(source)
     add(*sorted(sources))
-    if native.precision == "int8":  # the quantizer and the batches it calibrated on
-        add(_QUANTIZER.read_bytes())
+    if native.precision == "int8":  # the quantizer, how the spec declares it, its batches
+        add(_QUANTIZER.read_bytes(), spec.int8_options)
         for batch in calibration_batches(spec):
             for name, array in sorted(batch.items()):
                 add(name, str(array.dtype), array.shape, np.ascontiguousarray(array).tobytes())

@@ -5,7 +5,11 @@ transformer-style models, whose MatMul/Gemm weights carry the cost.
 
 Calibration batches: the spec's `calibration` (real data, as a CNN needs), else a few of its
 generated batches (`make_inputs`: right shapes, not real data; enough for dynamic
-quantization, which calibrates nothing)."""
+quantization, which calibrates nothing).
+
+How each is done is the spec's declaration (`ModelSpec(int8=Int8(...))`, spec.py):
+per-channel weight scales, weight MatMuls only, 7-bit weights, operator types, the output
+head or named nodes kept in fp32; `quantizer_options` turns it into onnxruntime's arguments."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.repository.spec import Int8, ModelSpec
 
 GENERATED_BATCHES = 4  # calibration batches made from the spec when it gives none
 
@@ -43,9 +47,34 @@ def uses_convolutions(model_path: Path) -> bool:
     return any(n.op_type == "Conv" for n in onnx.load(str(model_path)).graph.node)
 
 
+def head_nodes(model: onnx.ModelProto, count: int) -> list[str]:
+    """The names of the last `count` MatMul/Gemm nodes (an ONNX graph lists its nodes in
+    topological order): the output head."""
+    products = [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gemm")]
+    return products[len(products) - count :] if count else []
+
+
+def quantizer_options(options: Int8, static: bool, head: list[str]) -> dict[str, Any]:
+    """The declared `Int8` as keyword arguments of quantize_static / quantize_dynamic; only
+    what was declared (the method's own defaults stay the quantizer's). `head`: the names of
+    the nodes `fp32_head` keeps in fp32."""
+    chosen: dict[str, Any] = {}
+    if options.per_channel is not None:
+        chosen["per_channel"] = options.per_channel
+    if options.reduce_range:
+        chosen["reduce_range"] = True
+    if options.op_types:
+        chosen["op_types_to_quantize"] = list(options.op_types)
+    if options.exclude_nodes or head:
+        chosen["nodes_to_exclude"] = [*options.exclude_nodes, *head]
+    if options.weights_only and not static:
+        chosen["extra_options"] = {"MatMulConstBOnly": True}
+    return chosen
+
+
 def quantize(spec: ModelSpec, fp32_path: Path, path: Path) -> str:
-    """Write the INT8 model of the fp32 ONNX at `fp32_path` to `path`; returns the method
-    ("static-qdq" or "dynamic")."""
+    """Write the INT8 model of the fp32 ONNX at `fp32_path` to `path`, as the spec's `Int8`
+    declares; returns the method ("static-qdq" or "dynamic")."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # The exporter records shapes of initializers in value_info; the quantizer rewrites some
@@ -54,11 +83,14 @@ def quantize(spec: ModelSpec, fp32_path: Path, path: Path) -> str:
     model = onnx.load(str(fp32_path))
     del model.graph.value_info[:]
     onnx.save(model, str(fp32_path))
+    head = head_nodes(model, spec.int8_options.fp32_head)
+    static = any(n.op_type == "Conv" for n in model.graph.node)
+    declared = quantizer_options(spec.int8_options, static, head)
     with _quiet_root_logger():
-        if not uses_convolutions(fp32_path):
-            quantize_dynamic(str(fp32_path), str(path), weight_type=QuantType.QInt8)
+        if not static:
+            quantize_dynamic(str(fp32_path), str(path), weight_type=QuantType.QInt8, **declared)
             return "dynamic"
-        quantize_static_with(spec, fp32_path, path)
+        quantize_static_with(spec, fp32_path, path, **declared)
     return "static-qdq"
 
 
@@ -76,9 +108,10 @@ def _quiet_root_logger() -> Iterator[None]:
 
 
 def quantize_static_with(spec: ModelSpec, fp32_path: Path, path: Path, **options: Any) -> None:
-    """Static quantization calibrated on the spec's batches; `options` override the
-    project's choices (QDQ, per-channel int8 weights, uint8 activations, MinMax ranges),
-    e.g. quant_format=QuantFormat.QOperator or reduce_range=True to compare them."""
+    """Static quantization calibrated on the spec's batches; `options` (the spec's declared
+    `Int8`, or a comparison's) override the project's choices (QDQ, per-channel int8
+    weights, uint8 activations, MinMax ranges), e.g. quant_format=QuantFormat.QOperator or
+    reduce_range=True to compare them."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,

@@ -62,6 +62,31 @@ class InstanceGroup:
     gpus: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class Int8:
+    """How the INT8 variant is quantized (onnxruntime.quantization): declared on the spec,
+    `ModelSpec(int8=Int8(...))`, so that the choice is seen, documented and part of the
+    export cache's key. `Int8()` (or `int8=True`) is the quantizer's own default; what keeps
+    a model's accuracy is a property of the model, measured with `assert_accuracy`."""
+
+    # a scale per output channel of each weight; None: the method's default (static QDQ:
+    # per channel, dynamic: one scale per weight tensor)
+    per_channel: bool | None = None
+    # dynamic: only MatMuls whose second operand is a constant weight (onnxruntime's
+    # MatMulConstBOnly); products of two activations (attention's scores) stay fp32
+    weights_only: bool = False
+    # weights in 7 bits: AVX2 CPUs without VNNI multiply u8 x s8 with pairwise int16 sums
+    # that saturate at full 8 bits (onnxruntime's advice for such CPUs)
+    reduce_range: bool = False
+    # only these operator types (e.g. ("MatMul", "Gemm")); (): the quantizer's defaults
+    op_types: tuple[str, ...] = ()
+    # the last N MatMul/Gemm nodes of the graph (the output head, whose rounding goes
+    # straight into the answers) kept in fp32
+    fp32_head: int = 0
+    # nodes kept in fp32, by their name in the exported ONNX graph
+    exclude_nodes: tuple[str, ...] = ()
+
+
 TensorLike = str | TensorSpec
 ExampleInputs = Mapping[str, torch.Tensor] | Sequence[torch.Tensor]
 InputFactory = Callable[[int, int], Mapping[str, torch.Tensor]]
@@ -92,8 +117,9 @@ class ModelSpec:
     formats: Sequence[str] | None = None
     fp16: bool = False
     # int8: an INT8 ONNX variant too (onnxruntime.quantization: static QDQ calibrated on
-    # `calibration` batches for models with convolutions, dynamic otherwise)
-    int8: bool = False
+    # `calibration` batches for models with convolutions, dynamic otherwise); an `Int8`
+    # declares how (per-channel scales, weight MatMuls only, nodes kept in fp32)
+    int8: bool | Int8 = False
     calibration: Callable[[], Iterable[Mapping[str, Any]]] | None = None
     input_factory: InputFactory | None = None
     parameters: Mapping[str, str] = field(default_factory=dict)
@@ -121,6 +147,11 @@ class ModelSpec:
     @property
     def batched(self) -> bool:
         return self.max_batch_size > 0
+
+    @property
+    def int8_options(self) -> Int8:
+        """How the INT8 variant is quantized: the declared `Int8`, else the defaults."""
+        return self.int8 if isinstance(self.int8, Int8) else Int8()
 
     def example_tensors(self) -> dict[str, torch.Tensor]:
         """Example inputs by name, in the order forward() takes them."""
@@ -197,6 +228,7 @@ class ModelSpec:
             )
         if not isinstance(self.version, int) or self.version < 1:
             raise SpecError(f"{where}: version must be an integer >= 1, got {self.version!r}")
+        self._validate_int8(where)
         self._validate_tensors(where)
         self._validate_examples(where)
         self._validate_scheduling(where)
@@ -205,6 +237,27 @@ class ModelSpec:
                 raise SpecError(
                     f"{where}: unknown export format {fmt!r}; choose from "
                     f"{', '.join(allowed_formats)}"
+                )
+
+    def _validate_int8(self, where: str) -> None:
+        if not isinstance(self.int8, (bool, Int8)):
+            raise SpecError(
+                f"{where}: int8 must be True, False or an Int8(...) saying how to quantize, "
+                f"got {self.int8!r}"
+            )
+        options = self.int8_options
+        if not isinstance(options.fp32_head, int) or options.fp32_head < 0:
+            raise SpecError(
+                f"{where}: Int8.fp32_head must be an integer >= 0 (how many of the last "
+                f"MatMul/Gemm nodes stay fp32), got {options.fp32_head!r}"
+            )
+        for field_name in ("op_types", "exclude_nodes"):
+            value = getattr(options, field_name)
+            if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+                raise SpecError(
+                    f"{where}: Int8.{field_name} must be a tuple of names, e.g. "
+                    f"{('MatMul', 'Gemm') if field_name == 'op_types' else ('node_name',)!r}, "
+                    f"got {value!r}"
                 )
 
     def _validate_tensors(self, where: str) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_triton import ParityNotApplicable, TritonClient, assert_parity, factories
+from pytest_triton import Int8, ParityNotApplicable, TritonClient, assert_parity, factories
 from pytest_triton.accuracy import metrics
 from pytest_triton.models import digits, zoo_spec
 from pytest_triton.session.deployment import Deployment
@@ -24,12 +24,15 @@ from tests.helpers.locust_runs import REPO, run_locust, subprocess_env
 DIGITS = digits.load()
 AGREEMENT_LOCUSTFILE = REPO / "tests" / "helpers" / "locustfiles" / "digits_agreement.py"
 AGREEMENT_TARGET = 0.98
+BERT_INT8 = Int8(per_channel=True, op_types=("MatMul", "Gemm"), fp32_head=1)
 
 
 SPECS = [
     digits.int8_spec("digits"),
     digits.int8_spec("digits_zeros", np.zeros((64, 1, 28, 28), np.float32)),
-    zoo_spec("bert", "small", int8=True, formats=["onnx"], instance_count=1),
+    # quantized as docs/accuracy.md recommends for BERT: weight products only (the embedding
+    # tables stay fp32), a scale per output channel, the span head in fp32
+    zoo_spec("bert", "small", int8=BERT_INT8, formats=["onnx"], instance_count=1),
 ]
 int8_repository = factories.repository(SPECS, scope="module")
 int8_server = factories.server(repository="int8_repository", scope="module", precisions=("int8",))
@@ -73,13 +76,14 @@ def test_int8_bert_keeps_its_spans_and_fails_element_wise_parity(
     bert = int8_server.model("bert-onnx-int8-hosted")
     batches = [bert.inputs(8, seed) for seed in range(16)]
     # The zoo's BERT is untrained: its position scores are nearly flat, so INT8 rounding
-    # swaps a best position with its runner-up on a few samples (top-1 agreement measured
-    # 97.7% start / 99.2% end here); the reference's best stays in the served top 2 on all.
+    # can swap a best position with its runner-up; quantized with onnxruntime's defaults
+    # (embeddings and head in int8 too) it kept span F1 0.973 of fp32's, under MLPerf's 0.99;
+    # as BERT_INT8 declares, 0.999 (in process); the reference's best stays in its top 2.
     for output in ("start_logits", "end_logits"):
         kept = bert.assert_accuracy(client, batches, metrics.agreement(2, output))
         assert kept.served == 1.0 and kept.samples == 128
-    spans = bert.assert_accuracy(client, batches, "span_f1", min_ratio=0.95)  # measured 0.973
-    assert spans.interval_method == "bootstrap"
+    spans = bert.assert_accuracy(client, batches, "span_f1", min_ratio=0.99)
+    assert spans.interval_method == "bootstrap" and spans.ratio >= 0.99
     served = bert.infer(client, batches[0])
     with pytest.raises(AssertionError, match="parity FAILED"):
         assert_parity(bert.native(batches[0]), served, model="bert", backend="onnx-int8")

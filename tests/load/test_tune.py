@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -341,6 +342,24 @@ def test_precision_is_a_dimension_judged_by_accuracy() -> None:
         run_tune(TuneOptions(model="dlrm", choice=SpaceChoice(precisions=("int8",))))
     with pytest.raises(ConfigError, match=r"accuracy dataset 'mnist': use digits, generated"):
         AccuracyRule(0.99, "mnist").load(batch_centered_spec())
+
+
+def test_click_logs_are_drawn_from_the_searched_dlrm() -> None:
+    """--accuracy-dataset click-logs: the spec's own generated inputs with clicks drawn from
+    its fp32 module, so the zoo's DLRM is judged on the very log models/click_logs.py draws
+    from it (test_click_logs.py serves it); a model with two outputs is refused."""
+    from pytest_triton.models import click_logs, zoo_spec
+
+    batches, metric = AccuracyRule(0.99, "click-logs").load(zoo_spec("dlrm"))
+    logs = click_logs.draw()
+    assert metric == "roc_auc" and len(batches) == len(logs) // 256
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), logs.clicks)
+    np.testing.assert_array_equal(
+        np.concatenate([b[0]["categorical_features"] for b in batches]),
+        logs.inputs["categorical_features"],
+    )
+    with pytest.raises(ConfigError, match=r"click-logs draws clicks from one probability"):
+        AccuracyRule(0.99, "click-logs").load(zoo_spec("bert"))
 
 
 def dataclass_copy(trial: Trial, **changes: object) -> Trial:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_triton import Repository
+from pytest_triton import Int8, Repository
 from pytest_triton.repository import export_cache
 from pytest_triton.repository.reference import NativeModel
 from pytest_triton.repository.signature import resolve_signature
@@ -102,3 +102,12 @@ def test_pt2_formats_are_cached_each_under_its_own_key() -> None:
     program = _key(scorer_spec(formats=["torch-export"]), "torch-export")
     package = _key(scorer_spec(formats=["aoti"]), "aoti")
     assert program and package and program != package
+
+
+def test_an_int8_key_follows_how_the_spec_declares_the_quantization() -> None:
+    """Two INT8 artifacts of one module quantized two ways are two entries: the declared
+    `Int8` is part of the key, and `int8=True` is the same declaration as `Int8()`."""
+    plain = _key(scorer_spec(int8=True), precision="int8")
+    assert plain == _key(scorer_spec(int8=Int8()), precision="int8")
+    declared = _key(scorer_spec(int8=Int8(per_channel=True, weights_only=True)), precision="int8")
+    assert plain is not None and declared is not None and declared != plain

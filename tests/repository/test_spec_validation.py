@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_triton import DynamicBatching, InstanceGroup, Repository, SpecError, TensorSpec
+from pytest_triton import (
+    DynamicBatching,
+    InstanceGroup,
+    Int8,
+    Repository,
+    SpecError,
+    TensorSpec,
+)
 from tests.helpers.tiny_models import scorer_inputs, scorer_spec
 
 
@@ -89,6 +96,14 @@ from tests.helpers.tiny_models import scorer_inputs, scorer_spec
         ),
         pytest.param(
             {"formats": ["onnx", "tflite"]}, "unknown export format 'tflite'", id="unknown-format"
+        ),
+        pytest.param(
+            {"int8": "per_channel"}, "int8 must be True, False or an Int8(...)", id="int8-string"
+        ),
+        pytest.param(
+            {"int8": Int8(op_types="MatMul")},  # type: ignore[arg-type]
+            "Int8.op_types must be a tuple of names, e.g. ('MatMul', 'Gemm')",
+            id="int8-op-types-not-a-tuple",
         ),
     ],
 )

@@ -16,7 +16,8 @@ from pytest_triton.repository.spec import ModelSpec
 
 GENERATED_BATCHES = 12  # x 32 rows: 384 samples, enough to judge 0.99 of a top-1 near 1.0
 GENERATED_ROWS = 32
-DATASETS = ("digits", "generated")
+CLICK_LOG_ROWS = 2048  # models/click_logs.py's default log
+DATASETS = ("digits", "generated", "click-logs")
 
 Dataset = tuple[list[Any], Metric | str]
 
@@ -39,12 +40,15 @@ class AccuracyRule:
 def dataset_named(name: str, spec: ModelSpec) -> Dataset:
     """digits: the held-out digits with their labels, top-1 (a model trained on them);
     generated: the spec's generated inputs, top-1 agreement with fp32 PyTorch on its first
-    output (no labels needed); MODULE:CALLABLE: called with the spec, returns (batches,
-    metric)."""
+    output (no labels needed); click-logs: 2,048 of the spec's generated inputs with clicks
+    drawn from its own fp32 module's probabilities (a DLRM, models/click_logs.py), ROC AUC;
+    MODULE:CALLABLE: called with the spec, returns (batches, metric)."""
     if name == "digits":
         from pytest_triton.models import digits
 
         return list(digits.load().batches(GENERATED_ROWS)), "top1"
+    if name == "click-logs":
+        return click_logs_of(spec), "roc_auc"
     if name == "generated":
         batches = [
             dict(spec.make_inputs(GENERATED_ROWS, seed)) for seed in range(GENERATED_BATCHES)
@@ -57,6 +61,21 @@ def dataset_named(name: str, spec: ModelSpec) -> Dataset:
         f"accuracy dataset {name!r}: use {', '.join(DATASETS)} or MODULE:CALLABLE returning "
         "(batches, metric)"
     )
+
+
+def click_logs_of(spec: ModelSpec) -> list[Any]:
+    """(inputs, clicks) batches of click logs drawn from the spec's fp32 module."""
+    import torch
+
+    from pytest_triton.models import click_logs
+
+    if len(spec.output_names) != 1:
+        raise ConfigError(
+            f"accuracy dataset click-logs draws clicks from one probability per row: model "
+            f"{spec.name!r} has outputs {', '.join(spec.output_names)}; give MODULE:CALLABLE"
+        )
+    inputs = {n: torch.from_numpy(a) for n, a in spec.make_inputs(CLICK_LOG_ROWS, 0).items()}
+    return click_logs.drawn_from(spec.torch_module(), inputs).batches(256)
 
 
 def rule_for(
