@@ -388,13 +388,7 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
                     if streams.get("good_streams") and _finite(streams.get("goodput"))
                     else ""
                 )
-                + (
-                    f"; whole run {streams['run']['streams']:,} streams, "
-                    f"{streams['run']['checked_streams']:,} checked token by token, "
-                    f"{streams['run']['mismatched_streams']:,} mismatched"
-                    if streams.get("run")
-                    else ""
-                )
+                + (_stream_counts(streams["run"]) if streams.get("run") else "")
                 + "."
             )
         if run.get("wrong_answers") is not None:
@@ -463,6 +457,17 @@ def _perf_goodput(run: Mapping[str, Any]) -> list[str]:
             + "."
         )
     return notes
+
+
+def _stream_counts(run: Mapping[str, Any]) -> str:
+    """The whole run's streams counted once (as the printed verdict counts them)."""
+    complete, failed = run["streams"], run.get("failed_streams", 0)
+    checked, mismatched = run["checked_streams"], run["mismatched_streams"]
+    return (
+        f"; whole run {complete + failed:,} streams ended = {complete:,} complete + "
+        f"{failed:,} failed, {checked:,} checked token by token = {checked - mismatched:,} "
+        f"agreed + {mismatched:,} mismatched"
+    )
 
 
 def _finite(value: Any) -> bool:

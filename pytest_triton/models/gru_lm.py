@@ -6,6 +6,8 @@ sequence). Served and checked through a StreamSpec like any user's generator
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -53,3 +55,22 @@ def gru_lm_spec(
         instances=instances,
         batching=batching,
     )
+
+
+def gru_one_stream_spec() -> StreamSpec:
+    """The GRU language model, one instance generating one stream at a time (`-m
+    pytest_triton.models.gru_lm:gru_one_stream_spec`; vocabulary 64, the triton-perf prompts')."""
+    return gru_lm_spec(name="gru_lm_one", vocab=64)
+
+
+def gru_unfused_spec() -> StreamSpec:
+    """Its streams advanced step by step together, one forward per stream."""
+    return dataclasses.replace(
+        gru_one_stream_spec(), name="gru_lm_unfused", batching="iteration", fuse=False
+    )
+
+
+def gru_iteration_spec() -> StreamSpec:
+    """Its streams advanced step by step together, one forward per group of streams of equal
+    length (a stateless module: its batched rows are checked within rounding of alone)."""
+    return dataclasses.replace(gru_one_stream_spec(), name="gru_lm_iteration", batching="iteration")

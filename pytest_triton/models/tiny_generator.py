@@ -17,11 +17,14 @@ from pytest_triton.repository.stream import StreamSpec
 class TinyGenerator(nn.Module):
     """A causal model over `vocab` tokens and a fixed `context`: forward(tokens, start, state)
     gives the next token's logits after the last one and the GRU state, so generation feeds one
-    token at a time after the prompt (`initial_state` says it carries a state)."""
+    token at a time after the prompt (`initial_state` says it carries a state; its state is
+    [layers, batch, hidden], so `state_batch_dim` 1: streams at one position share a forward
+    where its batched forward is bit-exact, stream_greedy.fusing_problem)."""
 
     def __init__(self, vocab: int = 64, context: int = 64, dim: int = 32, hidden: int = 64):
         super().__init__()
         self.context = context
+        self.state_batch_dim = 1  # kept by TorchScript: the served model reads it
         self.layers = 2
         self.hidden = hidden
         self.embed = nn.Embedding(vocab, dim)

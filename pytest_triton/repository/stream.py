@@ -56,9 +56,12 @@ class StreamSpec:
     instances, the tensors it speaks (`interface`: pytest-triton's own layout, or a preset of
     client/stream_interface.py) and, for a text layout, its `tokenizer` (a
     `tokenizers.Tokenizer` whose ids are the module's); `batching` how an instance schedules
-    its streams (BATCHING: "none", one at a time, or "iteration"); `torchscript` how the
-    module becomes TorchScript: "script" (torch.jit.script), or "trace" (torch.jit.trace, for
-    a stateless module script cannot compile, e.g. a `transformers` model)."""
+    its streams (BATCHING: "none", one at a time, or "iteration"; with "iteration", `fuse`
+    lets streams at the same position share one forward where the module batches them
+    exactly, False runs one forward per stream: what fusing is measured beside);
+    `torchscript` how the module becomes TorchScript: "script" (torch.jit.script), or
+    "trace" (torch.jit.trace, for a stateless module script cannot compile, e.g. a
+    `transformers` model)."""
 
     name: str = "tiny_stream"
     generator: Callable[[], nn.Module] | None = None
@@ -69,6 +72,7 @@ class StreamSpec:
     tokenizer: Any = None
     batching: str = "none"
     torchscript: str = "script"
+    fuse: bool = True
 
     def __post_init__(self) -> None:
         if self.torchscript not in TORCHSCRIPT:
@@ -201,6 +205,7 @@ def stream_config(spec: StreamSpec) -> mc.ModelConfig:
         "context": "" if spec.context is None else str(spec.context),
         "interface": interface.to_json(),
         "batching": spec.batching,
+        "fuse": "1" if spec.fuse else "0",
     }.items():
         config.parameters[key].string_value = value
     return config

@@ -16,9 +16,14 @@ its end inside execute(), one stream at a time per instance; "iteration" (iterat
 scheduling, as LLM servers do) hands each request to the instance's generation thread and
 returns at once (decoupled mode lets execute() return before the responses are sent): the
 thread advances every active stream by one token per iteration, a new stream joins between
-iterations and a finished one leaves. Each stream keeps its own greedy loop, so its tokens are
-those it gets alone; the module's forward takes one sequence, so an iteration runs one forward
-per stream rather than one fused batch.
+iterations and a finished one leaves. Within an iteration, the streams whose next forward
+reads as many positions share one forward over their stacked rows (stream_greedy.py's
+`step_group`; no padding), where the module batches them exactly, as checked at load on probe
+sequences (`fusing_problem`): a stateless module (`forward(tokens [B, T]) -> logits [B, V]`)
+exactly in tokens (a row too close to call through the batch's rounding is recomputed
+alone); a state-carrying one bit for bit, and only where it declares its state's batch
+dimension (`state_batch_dim`). Any other module, or the `fuse` parameter "0", runs one
+forward per stream; the log says which and why. Each stream's tokens are those it gets alone.
 """
 
 import importlib.util
@@ -66,11 +71,31 @@ class TritonPythonModel:
 
             self.tokenizer = Tokenizer.from_file(here)
         self.batching = params.get("batching") or "none"
+        self.fuse, self.state_dim = False, self.greedy.state_batch_dim(self.module)
+        if self.batching == "iteration":
+            self.fuse = self._fuses(params.get("fuse", "1") == "1")
         self.arrivals = queue.Queue()
         self.thread = None
         if self.batching == "iteration":
             self.thread = threading.Thread(target=self._iterate, daemon=True)
             self.thread.start()
+
+    def _fuses(self, asked):
+        """Whether an iteration shares forwards between streams (logged with the reason)."""
+        if not asked:
+            reason = "fuse is 0: one forward per stream"
+        else:
+            problem = self.greedy.fusing_problem(self.module, self.vocab)
+            reason = (
+                f"one forward per stream: {problem}"
+                if problem
+                else "one forward per group of streams at the same position"
+            )
+            asked = problem is None
+        logger = getattr(pb_utils, "Logger", None)
+        if logger is not None:
+            logger.log_info(f"iteration-level batching: {reason}")
+        return asked
 
     def finalize(self):
         if self.thread is not None:
@@ -182,15 +207,19 @@ class TritonPythonModel:
             array = np.array(values, dtype=NUMPY[tensor["datatype"]])
         return pb_utils.Tensor(tensor["name"], array.reshape(shape))
 
-    def _tokens(self, request):
-        """The request's prompt ids, its greedy token iterator and its budget and stop token
-        (a refusal raises)."""
+    def _checked(self, request):
+        """The request's prompt ids, budget and stop token (a refusal raises)."""
         ids, max_tokens, stop_token = self._request(request)
         problem = self.greedy.problem_of(ids, max_tokens, self.vocab, self.context)
         if problem:
             raise ValueError(problem)
+        return ids, max_tokens, stop_token
+
+    def _tokens(self, request):
+        """The request's prompt ids and its greedy token iterator (a refusal raises)."""
+        ids, max_tokens, stop_token = self._checked(request)
         tokens = self.greedy.greedy_tokens(self.module, ids, max_tokens, stop_token, self.vocab)
-        return ids, tokens, max_tokens, stop_token
+        return ids, tokens
 
     def _send(self, sender, ids, position, token):
         sent = self.token(position, token)
@@ -204,7 +233,7 @@ class TritonPythonModel:
         sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
 
     def _generate(self, request, sender):
-        ids, tokens, _, _ = self._tokens(request)
+        ids, tokens = self._tokens(request)
         for position, token in enumerate(tokens):
             self._send(sender, ids, position, token)
             if request.is_cancelled():
@@ -215,41 +244,65 @@ class TritonPythonModel:
     def _iterate(self):
         """The generation thread: one token of every active stream per iteration; arrivals
         join between iterations (waiting only when no stream is active)."""
-        active = []  # [request, sender, ids, tokens, budget, stop, position]
+        active = []  # (request, sender, prompt ids, Decoding)
         while True:
-            arrived = []
-            try:
-                arrived.append(self.arrivals.get(block=not active))
-                while True:
-                    arrived.append(self.arrivals.get_nowait())
-            except queue.Empty:
-                pass
+            arrived = self._arrivals(block=not active)
             if None in arrived:  # finalize(): end what is in flight and stop
-                for request, sender, _, tokens, *_ in active:
-                    tokens.close()
+                for request, sender, *_ in active:
                     self._fail(sender, RuntimeError("the model is being unloaded"), request)
                 return
             for request, sender in arrived:
                 try:
-                    active.append([request, sender, *self._tokens(request), 0])
+                    ids, budget, stop = self._checked(request)
+                    decoding = self.greedy.Decoding(self.module, ids, budget, stop, self.vocab)
+                    active.append((request, sender, ids, decoding))
                 except Exception as exc:
                     self._fail(sender, exc, request)
-            active = [stream for stream in active if self._step(stream)]
+            active = self._iteration(active)
 
-    def _step(self, stream):
-        """Advance one stream by one token; False when it has ended (its final flag sent
-        with its last token's step, as the one-stream schedule sends it)."""
-        request, sender, ids, tokens, budget, stop, position = stream
+    def _arrivals(self, block):
+        """The requests that arrived since the last iteration (None: finalize())."""
+        arrived = []
         try:
-            token = next(tokens)
-            self._send(sender, ids, position, token)
+            arrived.append(self.arrivals.get(block=block))
+            while True:
+                arrived.append(self.arrivals.get_nowait())
+        except queue.Empty:
+            pass
+        return arrived
+
+    def forward(self, decodings):
+        """One forward for a group of streams at the same position: their next tokens (a
+        test's subclass records the group sizes)."""
+        return self.greedy.step_group(self.module, decodings, self.state_dim)
+
+    def _iteration(self, active):
+        """Advance every active stream by one token, one forward per group; the streams
+        that go on, in their order."""
+        going_on = set()
+        for group in self.greedy.groups([stream[3] for stream in active], self.fuse):
+            streams = [active[i] for i in group]
+            try:
+                tokens = self.forward([stream[3] for stream in streams])
+            except Exception as exc:  # these streams end with the error; the others go on
+                for request, sender, *_ in streams:
+                    self._fail(sender, exc, request)
+                continue
+            for i, token in zip(group, tokens, strict=True):
+                if self._emit(active[i], token):
+                    going_on.add(i)
+        return [stream for i, stream in enumerate(active) if i in going_on]
+
+    def _emit(self, stream, token):
+        """Send a stream's new token; False when it has ended (its final flag sent with its
+        last token's step, as the one-stream schedule sends it)."""
+        request, sender, ids, decoding = stream
+        try:
+            self._send(sender, ids, decoding.generated - 1, token)
         except Exception as exc:  # this stream ends with its error; the others go on
-            tokens.close()
             self._fail(sender, exc, request)
             return False
-        stream[6] = position + 1
-        if token == stop or position + 1 >= budget or request.is_cancelled():
-            tokens.close()  # done, or the client went away: stop generating for it
-            self.finish(sender)
+        if decoding.done or request.is_cancelled():
+            self.finish(sender)  # done, or the client went away: stop generating for it
             return False
         return True

@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -197,14 +198,37 @@ def test_stream_users_drive_both_layouts_and_every_answer_is_checked(
     wrong = re.search(r"HTTP-stream +vllm_lm_faulty +(\d+) +(\d+)\(100\.00%\)", done.output)
     assert right and int(right[1]) > 0, done.tail()
     assert wrong and wrong[1] == wrong[2] != "0", done.tail()
-    counts = re.search(r"whole run: (\d+) streams \((\d+) failed\), (\d+) checked", done.output)
-    assert counts is not None, done.tail()
-    assert int(counts[3]) == int(counts[1]) + int(counts[2])  # every stream checked
+    assert_counted_once(done.output, done.report)
     assert re.search(
         r"wrong answer: model 'vllm_lm_faulty', prompt \[[\d, ]+\]: streamed tokens differ "
         rf"from PyTorch's greedy generation first at position {CORRUPT_AT}: served \d+",
         done.output,
     ), done.tail()
+
+
+WHOLE_RUN = re.compile(
+    r"whole run \(warm-up included\): (\d+) streams ended = (\d+) complete \+ (\d+) failed; "
+    r"(\d+) checked token by token = (\d+) agreed \+ (\d+) mismatched"
+)
+
+
+def assert_counted_once(output: str, report: dict[str, Any] | None) -> None:
+    """The printed whole-run line counts each stream once and adds up: ended = complete +
+    failed, checked = agreed + mismatched (every stream checked here: checked = ended); it
+    says what the JSON report's counts and Locust's own last table say."""
+    counts = WHOLE_RUN.search(output)
+    assert counts is not None and report is not None, output[-3000:]
+    ended, complete, failed, checked, agreed, mismatched = map(int, counts.groups())
+    assert ended == complete + failed and checked == agreed + mismatched, counts[0]
+    assert checked == ended and agreed == complete and mismatched == failed > 0, counts[0]
+    run = report["streams"]["run"]
+    assert (run["streams"], run["failed_streams"]) == (complete, failed), (run, counts[0])
+    assert (run["checked_streams"], run["mismatched_streams"]) == (checked, mismatched), run
+    # Locust's last table counts the same streams (its requests): the failed are the faulty
+    # model's, the complete the right one's
+    right = re.findall(r"gRPC-stream +trtllm_lm +(\d+) +0\(0\.00%\)", output)[-1]
+    wrong = re.findall(r"HTTP-stream +vllm_lm_faulty +(\d+) +\d+\(100\.00%\)", output)[-1]
+    assert (complete, failed) == (int(right), int(wrong)), (counts[0], right, wrong)
 
 
 SWEEP = ("--concurrency-range", "2", "--check-every", "1", "--triton-load-warmup", "200",

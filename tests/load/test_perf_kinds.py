@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,18 @@ def test_streams_report_ttft_and_itl_and_an_impossible_ttft_target_fails_naming_
     assert float(row["Output Tokens/Second"]) > float(row["Streams/Second"]) > 0
     assert int(row["Output Tokens"]) == 16 * int(row["Streams"])  # 16 tokens a stream
     assert int(row["Answers Checked"]) > 0 and int(row["Wrong Answers"]) == 0
+    # each stream counted once, each count of one span, and they add up
+    counts = re.search(
+        r"concurrency 2, measured windows: (\d+) streams ended = (\d+) complete \+ (\d+) "
+        r"failed \([\d.]+ complete/s\).*\n  whole point \(warm-up included\): (\d+) checked "
+        r"token by token = (\d+) agreed \+ (\d+) mismatched against the PyTorch reference",
+        done.stdout,
+    )
+    assert counts is not None, done.tail()
+    ended, complete, failed, checked, agreed, mismatched = map(int, counts.groups())
+    assert ended == complete + failed and complete == int(row["Streams"]), counts[0]
+    assert checked == agreed + mismatched == int(row["Answers Checked"]), counts[0]
+    assert mismatched == int(row["Wrong Answers"]) == failed == 0, counts[0]
     assert "perf_ttft_p99 (ms) measured" in done.stdout
     assert "perf_itl_p99" not in done.stdout.split("RESULT:")[1]
     assert "(failed: perf_ttft_p99)" in done.stdout

@@ -161,6 +161,7 @@ def test_triton_tab_shows_live_figures_in_headless_chromium(tmp_path: Path) -> N
         bars = re.search(r'data-chart="histogram" data-bars="(\d+)"', charts)
         assert bars and int(bars.group(1)) >= 1
         assert re.search(r'data-phase="compute_infer"', charts)
+        assert_stream_charts(charts)
         if SCREENSHOTS:
             save_screenshots(base)
     finally:
@@ -190,12 +191,25 @@ def assert_stream_rows(rows: dict[tuple[str, str], list[str]]) -> None:
     rate = values.get("output tokens/s (now)") or values["output tokens/s (run average)"]
     assert number(rate) > 0, values
     assert 0 < number(values["stream goodput"]) <= 1, values
-    checked = re.fullmatch(r"([\d,]+) \(([\d,]+)\)", values["streams checked (mismatched)"])
-    assert checked and number(checked.group(1)) > 0 and checked.group(2) == "0", values
-    streamed = re.fullmatch(r"([\d,]+) \(([\d,]+)\)", values["streams (failed)"])
-    assert streamed and number(streamed.group(1)) >= number(checked.group(1)), values
+    counted = r"([\d,]+) \(([\d,]+) \+ ([\d,]+)\)"  # total (one + other), each stream once
+    checked = re.fullmatch(counted, values["streams checked (agreed + mismatched)"])
+    assert checked and number(checked[1]) > 0 and checked[3] == "0", values
+    assert number(checked[1]) == number(checked[2]), values
+    ended = re.fullmatch(counted, values["streams ended (complete + failed)"])
+    assert ended and number(ended[1]) == number(ended[2]) + number(ended[3]), values
+    assert number(ended[2]) >= number(checked[2]), values
     target = rows["Aggregated", "perf_ttft_p99 (ms)"]
     assert target[3:] == ["<= 5,000", "PASS"] and number(target[2]) > 0, target
+
+
+def assert_stream_charts(charts: str) -> None:
+    """The charts page draws the streams' card: TTFT, ITL and tokens/s over time, each a
+    line through at least one point."""
+    assert 'data-model="streams"' in charts, charts[:2000]
+    for chart in ("tokens", "ttft", "itl"):
+        svg = re.search(rf'data-chart="{chart}" data-points="(\d+)">(.*?)</svg>', charts, re.S)
+        assert svg and int(svg[1]) >= 1, (chart, charts[:2000])
+        assert re.search(r'class="line" d="M[\d.]+,[\d.]+', svg[2]), (chart, svg[0])
 
 
 def assert_streams_add_up(report: dict[str, Any], counts: Path) -> None:

@@ -22,6 +22,7 @@ from pytest_triton.load.webui.snapshot import (
     Snapshot,
     StreamsNow,
     as_json,
+    chart_point,
     csv_rows,
     tab_rows,
 )
@@ -181,17 +182,26 @@ def test_stream_rows_show_ttft_itl_tokens_goodput_and_checked_streams() -> None:
         tokens_per_s=120.0,
         run_tokens_per_s=100.0,
         goodput=0.975,
+        ttft_p99_now_ms=70.0,
+        itl_p99_now_ms=15.0,
     )
     base = snapshot()
     running = Snapshot("running", 10.0, 10.0, base.models, streams=streams)
     rows = {(r["model"], r["figure"]): r["value"] for r in tab_rows(running)}
-    assert rows["tiny_generator", "streams (failed)"] == "40 (1)"
+    # each stream that ended counted once: 40 complete + 1 failed; the mismatched one checked
+    # is the failed one
+    assert rows["tiny_generator", "streams ended (complete + failed)"] == "41 (40 + 1)"
     assert rows["tiny_generator", "time to first token p50 (ms)"] == "12.3"
     assert rows["tiny_generator", "time to first token p99 (ms)"] == "88.0"
     assert rows["tiny_generator", "inter-token latency p99 (ms)"] == "20.5"
     assert rows["tiny_generator", "output tokens/s (now)"] == "120"
     assert rows["tiny_generator", "stream goodput"] == "0.975"
-    assert rows["tiny_generator", "streams checked (mismatched)"] == "20 (1)"
+    assert rows["tiny_generator", "streams checked (agreed + mismatched)"] == "20 (19 + 1)"
+    # the charts page's lines: tokens/s, TTFT p99 and ITL p99 over about the last 10 s
+    point = chart_point(running)
+    assert point["streams"] == {"tokens_s": 120.0, "ttft_p99_ms": 70.0, "itl_p99_ms": 15.0}
+    assert chart_point(base)["streams"] is None  # no streams: no stream lines
+    assert as_json(running, [point])["streams"]["ttft_p50_ms"] == 12.34
     final = Snapshot("stopped", 10.0, 10.0, [], final=True, streams=streams)
     rows = {(r["model"], r["figure"]): r["value"] for r in tab_rows(final)}
     assert rows["tiny_generator", "output tokens/s (run average)"] == "100"

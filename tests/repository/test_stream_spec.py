@@ -3,12 +3,13 @@ a module that is not a causal model, and, on the real bundled tritonserver (one 
 module), a GRU language model (`forward(tokens) -> logits`) and a user's module carrying a
 state, each served by the generic decoupled model.py and checked token by token over gRPC
 streaming and HTTP generate_stream; and the same two with iteration-level batching, streams
-served together equal to each alone."""
+served together equal to each alone, streams at one position sharing one forward."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,13 @@ from pytest_triton.base.errors import SpecError
 from pytest_triton.client.streaming import GrpcStreams, Streamed, StreamError, generate_http
 from pytest_triton.models.gru_lm import GruLM, gru_lm, gru_lm_spec
 from pytest_triton.parity.token_match import assert_stream_parity
-from pytest_triton.repository.stream import StreamSpec, generate, write_stream_model
+from pytest_triton.repository import stream_greedy
+from pytest_triton.repository.stream import (
+    MODEL_SOURCE,
+    StreamSpec,
+    generate,
+    write_stream_model,
+)
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
 
@@ -61,6 +68,24 @@ ITERATION = {  # the same generators, their streams advanced step by step togeth
     for spec in (GRU_SPEC, CACHED_SPEC)
 }
 SPECS = (GRU_SPEC, CACHED_SPEC, *ITERATION.values())
+RECORDING = dataclasses.replace(GRU_SPEC, name="user_gru_lm_recording", batching="iteration")
+TOGETHER = 4
+RECORDER = """
+
+class TritonPythonModel(TritonPythonModel):
+    # records each forward's group size, a line a forward; an idle instance waits for
+    # {count} streams before its first iteration, so that they join together
+    def _arrivals(self, block):
+        arrived = super()._arrivals(block)
+        while block and None not in arrived and len(arrived) < {count}:
+            arrived += super()._arrivals(True)
+        return arrived
+
+    def forward(self, decodings):
+        with open({path!r}, "a") as f:
+            f.write(f"{{len(decodings)}}\\n")
+        return super().forward(decodings)
+"""
 PROMPTS = GRU_SPEC.prompts(4, length=5)
 LONG = 600
 """The first stream's budget: the others (MAX_TOKENS) are sent right after it and join it
@@ -71,10 +96,18 @@ milliseconds."""
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+def forwards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the recording model writes its forwards' group sizes."""
+    return tmp_path_factory.mktemp("forwards") / "forwards.txt"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, forwards: Path) -> Iterator[Endpoints]:
     root: Path = tmp_path_factory.mktemp("user_streams")
     for spec in SPECS:
         write_stream_model(root, spec)
+    recorder = RECORDER.format(count=TOGETHER, path=str(forwards))
+    write_stream_model(root, RECORDING, MODEL_SOURCE.read_text() + recorder)
     with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
         yield server.endpoints
 
@@ -217,6 +250,127 @@ def test_streams_generated_together_equal_each_alone_token_for_token(
     assert min(s.final_at or 0.0 for s in short) > (long.final_at or 0.0)
     for error in (batched_error, one_error):
         assert f"prompt token {VOCAB} is outside the vocabulary" in error
+
+
+def _step_together(
+    module: nn.Module, prompts: list[list[int]], budgets: list[int], fuse: bool = True
+) -> tuple[list[list[int]], list[int]]:
+    """The served schedule in process: every stream one token per iteration, one forward
+    per group; each stream's tokens, and each forward's group size."""
+    dim = stream_greedy.state_batch_dim(module)
+    active = [
+        stream_greedy.Decoding(module, p, n, -1, VOCAB)
+        for p, n in zip(prompts, budgets, strict=True)
+    ]
+    tokens: list[list[int]] = [[] for _ in prompts]
+    sizes: list[int] = []
+    index = list(range(len(prompts)))
+    while active:
+        for group in stream_greedy.groups(active, fuse):
+            sizes.append(len(group))
+            next_tokens = stream_greedy.step_group(module, [active[i] for i in group], dim)
+            for i, token in zip(group, next_tokens, strict=True):
+                tokens[index[i]].append(token)
+        index = [i for i, d in zip(index, active, strict=True) if not d.done]
+        active = [d for d in active if not d.done]
+    return tokens, sizes
+
+
+class Decaying(nn.Module):
+    """A user's generator carrying a state it declares stackable (`state_batch_dim`), built of
+    lookups and elementwise steps only: a batch answers each row bit for bit as alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state_batch_dim = 0
+        self.embed = nn.Embedding(VOCAB, VOCAB)
+        self.decay = nn.Parameter(torch.rand(VOCAB))
+
+    @torch.jit.export
+    def initial_state(self) -> torch.Tensor:
+        return torch.zeros(1, VOCAB)
+
+    def forward(
+        self, tokens: torch.Tensor, start: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        for t in range(tokens.shape[1]):
+            state = torch.tanh(state * self.decay + self.embed(tokens[:, t]))
+        return 3 * state + self.embed(tokens[:, -1]).roll(1, 1), state
+
+
+def decaying() -> Decaying:
+    torch.manual_seed(5)
+    return Decaying().eval()
+
+
+@pytest.mark.parametrize("make", [lambda: gru_lm(vocab=VOCAB), decaying], ids=["gru", "state"])
+def test_streams_at_one_position_share_a_forward_and_equal_each_alone(
+    make: Callable[[], nn.Module],
+) -> None:
+    """A stateless module (its batched rows within rounding of alone) and one carrying a
+    declared state (bit for bit): streams step together, one forward per group of equal
+    length (prompts of 5, 5, 5 and 7 tokens: the three, then the two left, share one; the
+    7-token one, always two ahead, runs alone), and every stream's tokens equal its greedy
+    generation alone."""
+    module = make()
+    assert stream_greedy.fusing_problem(module, VOCAB) is None
+    prompts = [*PROMPTS[:3], GRU_SPEC.prompts(1, length=7, seed=9)[0]]
+    budgets = [MAX_TOKENS, MAX_TOKENS, 4, MAX_TOKENS]
+    tokens, sizes = _step_together(module, prompts, budgets)
+    for prompt, budget, got in zip(prompts, budgets, tokens, strict=True):
+        assert got == generate(module, prompt, budget, vocab=VOCAB)
+    assert len({tuple(t) for t in tokens}) == len(tokens)  # the prompts told apart
+    # 4 steps of three 5-token streams and the 7-token one, then 8 of two and of one
+    assert sizes == [3, 1] * 4 + [2, 1] * (MAX_TOKENS - 4), sizes
+    unfused, one_each = _step_together(module, prompts, budgets, fuse=False)
+    assert unfused == tokens and set(one_each) == {1}
+
+
+class RowsMeet(nn.Module):
+    """Each row's logits see the batch's mean: alone, a row is as it is; together, not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits = self.embed(tokens).sum(1)
+        return 2 * logits - logits.mean(0, keepdim=True)
+
+
+def test_a_module_that_does_not_batch_exactly_steps_one_stream_a_forward() -> None:
+    """The probe refuses rows that see each other, and a state whose batch dimension is not
+    declared; such modules serve one stream a forward (the log says why)."""
+    meeting = str(stream_greedy.fusing_problem(RowsMeet(), VOCAB))
+    assert re.fullmatch(
+        r"a forward over 2 streams of 1 tokens answers each stream alone within [\d.e-]+ of "
+        r"its largest logit, more than 0.0001",
+        meeting,
+    ), meeting
+    undeclared = stream_greedy.fusing_problem(cached_lm(), VOCAB)
+    assert undeclared == "its state's batch dimension is not declared (state_batch_dim)"
+    # a GRU's state through a batched matmul differs from alone in its last bits (MKL on
+    # CPU): it would carry them on, so the zoo's generator steps one stream a forward there
+    declared = CachedLM().eval()
+    declared.state_batch_dim = 1
+    assert stream_greedy.fusing_problem(declared, VOCAB) in (
+        None,  # a machine whose kernels sum a batch's rows as each alone
+        "a forward over 2 streams of 1 tokens answers otherwise than each stream alone, and "
+        "its state would carry the difference on",
+    )
+
+
+def test_streams_served_together_share_one_forward_a_step(
+    served: Endpoints, forwards: Path
+) -> None:
+    """On the real server: four streams of equal prompt length, joined in one iteration, run
+    one forward of four a step (the model records each forward's group size), and each
+    equals its greedy generation alone."""
+    with GrpcStreams(served.grpc, timeout_s=30) as streams:
+        together = streams.generate_many(RECORDING.name, PROMPTS[:TOGETHER], MAX_TOKENS)
+    for i, streamed in enumerate(together):
+        assert_stream_parity(streamed.tokens, expected(GRU_SPEC, PROMPTS[i]), context=f"{i}")
+    assert forwards.read_text().split() == [str(TOGETHER)] * MAX_TOKENS
 
 
 class LengthBound(nn.Module):

@@ -16,6 +16,7 @@ from pytest_triton.load.measure.run_figures import RunFigures, Warmup
 from pytest_triton.load.measure.run_verdict import RunVerdict, offsets_text
 from pytest_triton.load.measure.soak import soak_plot_names
 from pytest_triton.load.measure.stages import stages_table
+from pytest_triton.load.measure.stream_log import checked_text, ended_text
 from pytest_triton.load.measure.windows import Stability, windows_table
 
 
@@ -159,8 +160,8 @@ def stream_text(figures: RunFigures) -> str:
     if log is not None:
         total = log.total()
         text += (
-            f"\n  whole run: {total.streams} streams ({total.failed} failed), "
-            f"{total.checked} checked token by token, {total.mismatched} mismatched"
+            f"\n  whole run (warm-up included): {ended_text(total.streams, total.failed)}; "
+            f"{checked_text(total.checked, total.mismatched)}"
         )
     return text
 

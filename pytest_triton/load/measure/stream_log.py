@@ -14,6 +14,11 @@ The definitions (docs/streams.md sets them beside AIPerf's):
   1), AIPerf's per-request ITL) is within the ITL SLO; the user judges each stream (it knows
   the SLOs) and the log counts the good ones.
 
+Counted once (`ended_text`, `checked_text`): every stream that ended is complete (its final
+flag after every token, and right where checked) or failed (an error, no final flag, or a
+wrong token); of the streams checked token by token, each agreed (a complete one) or
+mismatched (a failed one).
+
 Slices are keyed by the second the stream ended in (its final flag), as the window log keys
 requests by when they were answered, so a span's figures count the streams that finished in it.
 """
@@ -139,6 +144,19 @@ class StreamFigures:
             f"  inter-token latency (ms): {ms(self.itl_ms)}\n"
             f"  end to end (ms):          {ms(self.e2e_ms)}"
         )
+
+
+def ended_text(complete: int, failed: int) -> str:
+    """The streams that ended, each counted once: complete or failed."""
+    return f"{complete + failed:,} streams ended = {complete:,} complete + {failed:,} failed"
+
+
+def checked_text(checked: int, mismatched: int) -> str:
+    """The streams checked token by token: agreed (complete ones) or mismatched (failed)."""
+    return (
+        f"{checked:,} checked token by token = {checked - mismatched:,} agreed + "
+        f"{mismatched:,} mismatched"
+    )
 
 
 class StreamLog:

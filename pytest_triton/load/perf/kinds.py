@@ -282,6 +282,7 @@ def kind_figures(
                 }
             )
             out["streams"] = figures.streams
+            out["failed_streams"] = figures.failed
             out["output_tokens"] = figures.tokens
             good = figures.goodput
             out["stream_goodput"] = None if math.isnan(good) or not stream_slo else good

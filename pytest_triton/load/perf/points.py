@@ -66,7 +66,8 @@ class Point(Rates):
     itl_p99_ms: float | None = None
     output_tokens_per_s: float | None = None
     streams_per_s: float | None = None
-    streams: int | None = None
+    streams: int | None = None  # complete ones (their final flag), in the measured windows
+    failed_streams: int | None = None  # likewise, failed (an error, no final flag, wrong)
     output_tokens: int | None = None
     stream_goodput: float | None = None  # with --perf-slo-ttft-ms / --perf-slo-itl-ms
 

@@ -22,6 +22,7 @@ from pytest_triton.base.config import TritonConfig
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.server_side import CPU_SATURATED_PERCENT
+from pytest_triton.load.measure.stream_log import checked_text, ended_text
 from pytest_triton.load.measure.windows import Window, windows_table
 from pytest_triton.load.perf.points import Point, bound_summary, largest_within_bound
 
@@ -349,11 +350,18 @@ def kind_lines(p: Point) -> list[str]:
         def ms(value: float | None) -> str:
             return "n/a" if value is None else f"{value:.3f}"
 
+        checked = (
+            f"whole point (warm-up included): "
+            f"{checked_text(p.answers_checked, p.wrong_answers)} against the PyTorch reference"
+            if p.answers_checked
+            else "answers not checked (--check-every N checks them against a given server)"
+        )
         lines = [
-            f"{load}: {p.streams or 0} streams ({p.streams_per_s or 0:.2f}/s), "
-            f"{p.output_tokens or 0} output tokens ({p.output_tokens_per_s or 0:.1f} tokens/s)"
-            + (f", goodput {p.stream_goodput:.3f}" if p.stream_goodput is not None else "")
-            + f"; {checked}",
+            f"{load}, measured windows: {ended_text(p.streams or 0, p.failed_streams or 0)} "
+            f"({p.streams_per_s or 0:.2f} complete/s), {p.output_tokens or 0} output tokens "
+            f"({p.output_tokens_per_s or 0:.1f} tokens/s)"
+            + (f", goodput {p.stream_goodput:.3f}" if p.stream_goodput is not None else ""),
+            f"  {checked}",
             f"  time to first token (ms): p50 {ms(p.ttft_p50_ms)}, p90 {ms(p.ttft_p90_ms)}, "
             f"p99 {ms(p.ttft_p99_ms)}",
             f"  inter-token latency (ms): p50 {ms(p.itl_p50_ms)}, p90 {ms(p.itl_p90_ms)}, "

@@ -199,6 +199,8 @@ class LiveView:
                 if ended and (config.perf_slo_ttft_ms or config.perf_slo_itl_ms)
                 else None
             ),
+            ttft_p99_now_ms=_known(recent.ttft_ms[99.0]) if recent is not None else None,
+            itl_p99_now_ms=_known(recent.itl_ms[99.0]) if recent is not None else None,
         )
 
     def _figures(

@@ -81,12 +81,13 @@ class ModelFigures:
 @dataclass(frozen=True)
 class StreamsNow:
     """The streams of a run driving decoupled models, so far (every worker's, on a master):
-    latencies over the run, output tokens/s over about the last 10 s and over the run,
-    goodput where an SLO is set (None: none), and the streams compared token by token with
-    the reference."""
+    latencies over the run (and the p99s over about the last 10 s: the charts' lines),
+    output tokens/s over about the last 10 s and over the run, goodput where an SLO is set
+    (None: none), and the streams compared token by token with the reference. Each stream
+    that ended is counted once: complete (`streams`) or `failed`."""
 
     model: str  # the stream models' names
-    streams: int
+    streams: int  # complete: every token and the final flag
     failed: int
     tokens: int
     checked: int
@@ -98,6 +99,8 @@ class StreamsNow:
     tokens_per_s: float | None = None  # over about the last 10 s
     run_tokens_per_s: float | None = None  # over the run so far
     goodput: float | None = None
+    ttft_p99_now_ms: float | None = None  # over about the last 10 s
+    itl_p99_now_ms: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -180,14 +183,22 @@ def _stream_rows(s: StreamsNow, final: bool) -> list[dict[str, str]]:
         else "no SLO (--perf-slo-ttft-ms / --perf-slo-itl-ms)"
     )
     return [
-        _row(s.model, "streams (failed)", f"{s.streams:,} ({s.failed:,})"),
+        _row(
+            s.model,
+            "streams ended (complete + failed)",
+            f"{s.streams + s.failed:,} ({s.streams:,} + {s.failed:,})",
+        ),
         _row(s.model, "time to first token p50 (ms)", ms_text(s.ttft_p50_ms)),
         _row(s.model, "time to first token p99 (ms)", ms_text(s.ttft_p99_ms)),
         _row(s.model, "inter-token latency p50 (ms)", ms_text(s.itl_p50_ms)),
         _row(s.model, "inter-token latency p99 (ms)", ms_text(s.itl_p99_ms)),
         rate,
         _row(s.model, "stream goodput", goodput),
-        _row(s.model, "streams checked (mismatched)", f"{s.checked:,} ({s.mismatched:,})"),
+        _row(
+            s.model,
+            "streams checked (agreed + mismatched)",
+            f"{s.checked:,} ({s.checked - s.mismatched:,} + {s.mismatched:,})",
+        ),
     ]
 
 
@@ -292,9 +303,19 @@ def csv_rows(snapshot: Snapshot) -> list[list[Any]]:
 
 
 def chart_point(snapshot: Snapshot) -> dict[str, Any]:
-    """One point of the charts' time axis."""
+    """One point of the charts' time axis (the streams' lines where the run has streams)."""
+    s = snapshot.streams
     return {
         "t": round(snapshot.elapsed_s, 1),
+        "streams": (
+            {
+                "tokens_s": s.tokens_per_s,
+                "ttft_p99_ms": s.ttft_p99_now_ms,
+                "itl_p99_ms": s.itl_p99_now_ms,
+            }
+            if s is not None
+            else None
+        ),
         "models": {
             m.model: {
                 "samples_s": m.sample_rate,

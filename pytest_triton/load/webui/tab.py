@@ -6,7 +6,8 @@ Flask blueprint on `web_ui.app` for the charts page, its JSON and the samples CS
 
 Locust's React UI renders an extended tab as one table, so the tab holds the figures; the
 charts (samples/s and p99 over time, the server's latency breakdown, the batch-size
-histogram) are on ./triton, a static page that draws them from ./triton/live.json.
+histogram; where the run has streams, their time to first token, inter-token latency and
+output tokens/s) are on ./triton, a static page that draws them from ./triton/live.json.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def install_web_tab(environment: Environment) -> None:
             {"href": "./triton/csv", "title": "Download Triton samples/s CSV"},
             {
                 "href": "./triton",
-                "title": "Open the Triton charts (samples/s, p99, latency breakdown, batch sizes)",
+                "title": "Open the Triton charts (samples/s, p99, latency breakdown, batch "
+                "sizes; streams' TTFT, ITL, tokens/s)",
             },
         ],
     )

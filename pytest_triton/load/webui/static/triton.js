@@ -5,7 +5,7 @@
 const SVG = "http://www.w3.org/2000/svg";
 const COLORS = { samples: "#0969da", p99: "#cf222e", queue: "#e8910c", compute_input: "#8250df",
                  compute_infer: "#1a7f37", compute_output: "#0969da", overhead: "#8c959f",
-                 histogram: "#0969da" };
+                 histogram: "#0969da", tokens: "#1a7f37", ttft: "#cf222e", itl: "#8250df" };
 const PHASES = [["queue", "queue"], ["compute_input", "compute input"],
                 ["compute_infer", "compute infer"], ["compute_output", "compute output"],
                 ["overhead", "overhead"]];
@@ -141,14 +141,42 @@ function drawModel(model, history) {
   return card;
 }
 
+function drawStreams(streams, history) {  // the run's streams: TTFT, ITL and tokens/s
+  const card = el("div", { class: "model", "data-model": "streams" });
+  card.append(el("h2", {}, `Streams: ${streams.model}`));
+  const kpis = el("div", { class: "kpis" });
+  kpis.append(kpi("streams ended (complete + failed)",
+                  `${fmt(streams.streams + streams.failed, 0)} (${fmt(streams.streams, 0)} + ` +
+                  `${fmt(streams.failed, 0)})`),
+              kpi("time to first token p50 / p99 (ms)",
+                  `${ms(streams.ttft_p50_ms)} / ${ms(streams.ttft_p99_ms)}`),
+              kpi("inter-token latency p50 / p99 (ms)",
+                  `${ms(streams.itl_p50_ms)} / ${ms(streams.itl_p99_ms)}`),
+              kpi("output tokens/s (now)", fmt(streams.tokens_per_s)));
+  card.append(kpis);
+  const series = (key) => history.filter((p) => p.streams && p.streams[key] !== null &&
+                                                p.streams[key] !== undefined)
+                                 .map((p) => ({ x: p.t, y: p.streams[key] }));
+  const charts = el("div", { class: "charts" });
+  charts.append(lineChart("tokens", "Output tokens/s over time (last ~10 s)",
+                          series("tokens_s"), "tokens/s"),
+                lineChart("ttft", "Time to first token p99 over time (last ~10 s)",
+                          series("ttft_p99_ms"), "ms"),
+                lineChart("itl", "Inter-token latency p99 over time (last ~10 s)",
+                          series("itl_p99_ms"), "ms"));
+  card.append(charts);
+  return card;
+}
+
 function draw(data) {
   const state = data.final ? `${data.state} (final)` : data.state;
   document.getElementById("status").textContent =
     `state: ${state} | ${fmt(data.elapsed_s, 0)} s since the test started`;
   const warnings = document.getElementById("warnings");
   warnings.replaceChildren(...data.warnings.map((w) => el("div", { class: "warning" }, w)));
-  document.getElementById("models").replaceChildren(
-    ...data.models.map((m) => drawModel(m, data.history)));
+  const cards = data.models.map((m) => drawModel(m, data.history));
+  if (data.streams) cards.push(drawStreams(data.streams, data.history));
+  document.getElementById("models").replaceChildren(...cards);
   const body = document.querySelector("#rows tbody");
   body.replaceChildren(...data.rows.map((r) => {
     const tr = el("tr");
