@@ -7,9 +7,11 @@ seconds and the CPU seconds its worker spent on it, counted as the worker's own 
 reaped children's (servers, stubs, cold subprocesses: the kernel adds a child's CPU to its
 parent's when the parent reaps it) plus the same of this worker's warm interpreters (the
 processes warm_start.py forks). A server a module shares is counted in the test after which
-it stops. The controller adds a first and a last line with the machine's busy and idle CPU,
-so the sum of the tests can be held against the whole (docker's containers, a process no
-test reaps and the kernel's own work are in the whole only).
+it stops. A python stub outlives its server by a moment at every stop, so its CPU would go to
+no one (an orphan is reaped by init); each logging process makes itself their child subreaper
+and reaps the stubs it adopts. The controller adds a first and a last line with the
+machine's busy and idle CPU, so the sum of the tests can be held against the whole (docker's
+containers, a process no test reaps and the kernel's own work are in the whole only).
 
 Only the suite's own session logs: a pytest session a test starts (pytester, the examples'
 sessions) inherits the variable but is not a child of the suite's controller, and stays
@@ -18,6 +20,7 @@ silent. `python benchmarks/suite_cpu.py LOG` prints the tables (docs/development
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import time
@@ -56,6 +59,26 @@ def worker_cpu_s() -> float:
     )
 
 
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+ADOPTED = "triton_python_b"  # the stub's name as the kernel keeps it (15 characters)
+
+
+def adopt_orphans() -> None:
+    """Orphaned descendants of this process are re-parented to it rather than to init."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_adopted() -> None:
+    """Reap the stubs that exited as this process's adopted children: their CPU joins this
+    process's children's. Only stubs: a zombie a test's Popen owns stays for its wait()."""
+    for child in psutil.Process().children():
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE and child.name().startswith(ADOPTED):
+                os.waitpid(child.pid, os.WNOHANG)
+        except (psutil.Error, ChildProcessError):
+            continue
+
+
 def enabled(config: pytest.Config) -> bool:
     """Whether this session is the suite's own (its controller, or a worker it started)."""
     if not os.environ.get(LOG):
@@ -81,6 +104,7 @@ class CpuLog:
         self.started: dict[str, tuple[float, float]] = {}
         if self.controller:
             os.environ[_CONTROLLER] = str(os.getpid())
+        adopt_orphans()
 
     def _machine(self, event: str) -> None:
         busy, idle = machine_cpu_s()
@@ -103,6 +127,7 @@ class CpuLog:
         if nodeid not in self.started:  # the controller hears its workers' tests too
             return
         cpu, wall = self.started.pop(nodeid)
+        reap_adopted()
         _append(
             {
                 "test": nodeid,
