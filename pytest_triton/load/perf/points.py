@@ -69,6 +69,7 @@ class Point(Rates):
     streams: int | None = None
     output_tokens: int | None = None
     stream_goodput: float | None = None  # with --perf-slo-ttft-ms / --perf-slo-itl-ms
+    format: str = ""  # the export format served (the server triton-perf starts; "" with --url)
 
     @property
     def sequences_per_s(self) -> float | None:
