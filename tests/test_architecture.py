@@ -257,7 +257,7 @@ refusals = {}
 for front, parser in parsers.items():
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
-        parser.parse_args(required[front] + ["--triton-formats", "onnx"])  # pytest's only
+        parser.parse_args(required[front] + ["--triton-specs", "m:specs"])  # pytest's only
     refusals[front] = err.getvalue()
 print(json.dumps({"taken": taken, "refusals": refusals}))
 """
@@ -307,7 +307,7 @@ def test_a_setting_given_where_it_is_not_taken_is_refused_on_every_front_end(
         else:
             assert set(names) == expected, front
     for front, text in seen["refusals"].items():
-        assert "--triton-formats" in text, (front, text)
+        assert "--triton-specs" in text, (front, text)
     # GPU mode reaches every front end that starts a server
     for name in ("gpu", "gpus", "numerics"):
         assert {"pytest", "locust", "perf", "tune"} <= BY_NAME[name].fronts, name

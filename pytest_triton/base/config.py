@@ -373,10 +373,15 @@ class ServingSettings:
     )
     formats: tuple[str, ...] = _setting(
         FORMATS,
-        "export formats to serve, comma-separated",
-        PYTEST,
+        "export formats to serve, comma-separated; triton-perf serves each in turn on its "
+        "own server and sweeps the same points in every one, one report with a row per "
+        "format and point (as perf_analyzer users compare backends)",
+        PYTEST | frozenset({"perf"}),
         parse=parse_formats,
         metavar="LIST",
+        shown_default="torchscript-script,torchscript-trace,onnx (triton-perf: the one "
+        "format of --triton-format)",
+        aliases=("--formats",),
     )
     precisions: tuple[str, ...] | None = _setting(
         None,

@@ -146,16 +146,19 @@ def _soak_summary(soak: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, Any]:
     verdict = document.get("verdict") or None
     by_point = {
-        (v["batch_size"], v["concurrency"], v.get("request_rate_asked")): v
+        (v.get("format", ""), v["batch_size"], v["concurrency"], v.get("request_rate_asked")): v
         for v in (verdict or {}).get("points", [])
     }
+    # a sweep over export formats (--triton-formats): each point's key names its format
+    several = len({raw.get("format", "") for raw in document["points"]}) > 1
     points = []
     for raw in document["points"]:
         batch, concurrency = int(raw["batch_size"]), int(raw["concurrency"])
         rate = raw.get("request_rate_asked")  # open loop: the rate, not the concurrency, varies
         load = f"rate {rate:g}/s" if rate else f"concurrency {concurrency}"
+        fmt = raw.get("format", "")
         point = {
-            "key": f"{name} batch {batch} {load}",
+            "key": f"{name} {fmt + ' ' if several else ''}batch {batch} {load}",
             **_point(raw, raw.get("windows") or []),
             "batch_size": batch,
             "concurrency": concurrency,
@@ -163,7 +166,7 @@ def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, 
             "avg_batch_size": _number(raw.get("server_avg_batch")),
             "goodput": _number(raw.get("goodput")),  # the share within the SLO, when set
         }
-        judged = by_point.get((batch, concurrency, rate))
+        judged = by_point.get((fmt, batch, concurrency, rate))
         point["passed"] = None if judged is None else bool(judged["passed"])
         points.append(point)
     failed = (
@@ -206,22 +209,26 @@ def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, 
 
 
 def _within_bound(name: str, found: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
-    """triton-perf's answer to --latency-bound, per batch size: the highest load that held
-    the bound (or the goodput within the SLO), None where no measured load did."""
+    """triton-perf's answer to --latency-bound, per batch size (keyed "FORMAT BATCH" in a
+    sweep over formats): the highest load that held the bound (or the goodput within the
+    SLO), None where no measured load did."""
     if not found:
         return None
     held: list[dict[str, Any]] = []
-    for batch, best in sorted(found.items(), key=lambda item: int(item[0])):
+    for key, best in found.items():  # in the order triton-perf wrote them
+        fmt, _, batch = key.rpartition(" ")
+        where = f"{fmt} batch {batch}" if fmt else f"batch {batch}"
         if not best:
-            held.append({"batch_size": int(batch), "load": None})
+            held.append({"batch_size": int(batch), "where": where, "load": None})
             continue
         rate = best.get("request_rate_asked")
         load = f"rate {rate:g}/s" if rate else f"concurrency {best.get('concurrency')}"
         held.append(
             {
                 "batch_size": int(batch),
+                "where": where,
                 "load": load,
-                "key": f"{name} batch {batch} {load}",
+                "key": f"{name} {where} {load}",
                 "throughput": _number(best.get("throughput")),
                 "p99_ms": _number(best.get("p99_ms")),
                 "goodput": _number(best.get("goodput")),

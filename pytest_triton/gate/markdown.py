@@ -446,12 +446,13 @@ def _perf_goodput(run: Mapping[str, Any]) -> list[str]:
         notes.append(
             f"Highest load of {run['name']} with {bound}: "
             + "; ".join(
-                f"batch {h['batch_size']}: {h['load']} ({num(h['throughput'])} samples/s, "
+                f"{h.get('where') or 'batch ' + str(h['batch_size'])}: {h['load']} "
+                f"({num(h['throughput'])} samples/s, "
                 f"p99 {num(h['p99_ms'])} ms"
                 + (f", goodput {num(h['goodput'])}" if _finite(h.get("goodput")) else "")
                 + ")"
                 if h["load"]
-                else f"batch {h['batch_size']}: no measured load"
+                else f"{h.get('where') or 'batch ' + str(h['batch_size'])}: no measured load"
                 for h in held
             )
             + "."

@@ -2,6 +2,10 @@
 
     triton-perf -m dlrm -b 4096 --concurrency-range 1:16 -f dlrm.csv --markdown dlrm.md \
         --plot dlrm.png --latency-bound 250 --search
+    triton-perf -m mnist --concurrency-range 1:4 --triton-formats onnx,torch-export,aoti
+
+With --triton-formats each format is served in turn by a server of its own and swept over the
+same points; the reports hold every format's points, one row each.
 
 This process (no gevent) starts the embedded server (or takes --url), drives a generator
 subprocess point by point, shows progress and writes the reports. The generator is a separate
@@ -23,7 +27,7 @@ from pytest_triton.base.config_resolution import (
     check_replicas_behind,
     client_security,
 )
-from pytest_triton.base.errors import TritonTestError
+from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.moved import moved_names
 from pytest_triton.base.processes import die_with_parent
 from pytest_triton.base.setting_sources import as_values
@@ -45,6 +49,8 @@ from pytest_triton.load.runner.embedded import (
     DEFAULT_FORMAT,
     EmbeddedSequenceModel,
     EmbeddedServer,
+    Size,
+    check_format,
     check_gpu_host,
     served_format,
 )
@@ -105,15 +111,47 @@ class GeneratorProcess:
             self.proc.wait()
 
 
-def _point(answer: dict[str, Any]) -> Point:
-    return Point(**{k: v for k, v in answer.items() if k in Point.__dataclass_fields__})
+def _point(answer: dict[str, Any], fmt: str = "") -> Point:
+    fields = {k: v for k, v in answer.items() if k in Point.__dataclass_fields__}
+    return Point(**{**fields, "format": fmt})
+
+
+def perf_formats(config: TritonConfig, model: str, size: Size) -> list[str]:
+    """The formats a run measures: --triton-formats, each served in turn by the server
+    triton-perf starts (checked before any export); else the one of --triton-format, else
+    the default (on a GPU, the first its server can serve)."""
+    if config.origins.get("formats") == "default":
+        fmt = config.serving.format or DEFAULT_FORMAT
+        if not config.server.url:  # with --triton-gpu: the GPU preflight, before any export
+            fmt = served_format(config, [perf_source(model, size, None)]) or fmt
+        return [fmt]
+    if config.serving.format:
+        raise ConfigError(
+            "--triton-format serves one format and --triton-formats sweeps several: give "
+            "one of them (e.g. --triton-formats "
+            f"{','.join(dict.fromkeys((config.serving.format, *config.serving.formats)))})"
+        )
+    if config.server.url:
+        raise ConfigError(
+            "--triton-formats serves each format on the server triton-perf starts; the server "
+            "at --url serves what it was given: measure each of its models by --model-name, "
+            "one run each, or drop --url"
+        )
+    kind = kind_of(perf_source(model, size, None))
+    if kind != "single":
+        raise ConfigError(
+            f"-m {model} is a {kind} model, served as it is whatever the format: "
+            "--triton-formats sweeps the export formats of a single model"
+        )
+    if not config.server.gpu:
+        return [check_format(fmt) for fmt in config.serving.formats]
+    return [
+        served_format(config.with_overrides({"format": fmt}), []) or fmt
+        for fmt in config.serving.formats
+    ]
 
 
 def run(args: argparse.Namespace, config: TritonConfig) -> int:
-    batches = parse_range(args.batch_size)
-    concurrencies = parse_range(args.concurrency_range)
-    unit = args.unit or UNITS.get(args.model, "")
-
     check_replicas_behind(config, config.server.url, "--url")
     # Goodput: the share of requests within the SLO (--perf-slo-ms, else --latency-bound);
     # with --latency-bound it replaces the percentile as what a point must hold.
@@ -127,15 +165,36 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
         else None
     )
     check_gpu_host(config, config.server.url, "--url")
-    fmt = config.serving.format or DEFAULT_FORMAT
-    if not config.server.url:  # with --triton-gpu: the GPU preflight, before any export
-        fmt = served_format(config, [perf_source(args.model, args.size, None)]) or fmt
+    formats = perf_formats(config, args.model, args.size)
+    names: list[str] = []
+    points: list[Point] = []
+    unit = ""
+    for fmt in formats:  # one after another, each on a server of its own
+        name, unit, measured = _measure_format(args, config, fmt, rates, len(formats) > 1)
+        names.append(name)
+        points += measured
+    verdict = sweep_verdict(points, config)
+    write_reports(points, args, unit, ", ".join(names), verdict)
+    return exit_status(verdict)
+
+
+def _measure_format(
+    args: argparse.Namespace,
+    config: TritonConfig,
+    fmt: str,
+    rates: Sequence[float] | None,
+    labelled: bool,
+) -> tuple[str, str, list[Point]]:
+    """One format's sweep: its server (or --url's), the generator, every point; the model's
+    name, the throughput unit and the points, each tagged with the format it served."""
+    batches = parse_range(args.batch_size)
+    concurrencies = parse_range(args.concurrency_range)
+    unit = args.unit or UNITS.get(args.model, "")
     chosen: Protocol | None = None
     if config.client.protocol:
         chosen = "grpc" if config.client.protocol[0] == "grpc" else "http"
     server: EmbeddedServer | None = None
     generator: GeneratorProcess | None = None
-    points: list[Point] = []
     try:
         if config.server.url:  # before any model is made: a refusal is said at once
             check_host(config.server.url, config.load.allow_remote)
@@ -166,6 +225,8 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
                 f"[triton-perf] tensors travel through {transport} shared memory", file=sys.stderr
             )
         if not config.server.url:
+            if labelled:
+                print(f"[triton-perf] format {fmt}", file=sys.stderr)
             server = EmbeddedServer(
                 [served],
                 fmt,
@@ -207,15 +268,14 @@ def run(args: argparse.Namespace, config: TritonConfig) -> int:
                 "embedded": endpoints.encode() if server is not None else None,
             }
         )
-        points = _sweep(generator, args, batches, concurrencies, rates, unit)
+        tag = "" if config.server.url else fmt  # with --url: whatever that server serves
+        points = _sweep(generator, args, batches, concurrencies, rates, unit, tag, labelled)
     finally:
         if generator is not None:
             generator.close()
         if server is not None:
             server.stop()
-    verdict = sweep_verdict(points, config)
-    write_reports(points, args, unit, name, verdict)
-    return exit_status(verdict)
+    return name, unit, points
 
 
 def _served_config(
@@ -241,8 +301,11 @@ def _sweep(
     concurrencies: Sequence[int],
     rates: Sequence[float] | None,
     unit: str,
+    fmt: str = "",
+    labelled: bool = False,
 ) -> list[Point]:
-    """Every batch size x concurrency (closed loop) or x request rate (open loop)."""
+    """Every batch size x concurrency (closed loop) or x request rate (open loop); each point
+    tagged with `fmt` (named in the progress bar when `labelled`: several formats a run)."""
     from tqdm import tqdm
 
     searching = args.search and args.latency_bound is not None and rates is None
@@ -255,7 +318,7 @@ def _sweep(
 
         def measure(batch: int, concurrency: int, rate: float | None = None) -> Point:
             load = f"rate {rate:g} req/s" if rate else f"concurrency {concurrency}"
-            bar.set_description(f"batch {batch} {load}")
+            bar.set_description(f"{fmt + ' ' if labelled else ''}batch {batch} {load}")
             point = _point(
                 generator.ask(
                     {
@@ -266,7 +329,8 @@ def _sweep(
                         "percentile": args.percentile,
                         "slo_ms": args.slo_ms,
                     }
-                )
+                ),
+                fmt,
             )
             points.append(point)
             bar.update(1)

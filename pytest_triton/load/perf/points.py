@@ -70,6 +70,7 @@ class Point(Rates):
     failed_streams: int | None = None  # likewise, failed (an error, no final flag, wrong)
     output_tokens: int | None = None
     stream_goodput: float | None = None  # with --perf-slo-ttft-ms / --perf-slo-itl-ms
+    format: str = ""  # the export format served (the server triton-perf starts; "" with --url)
 
     @property
     def sequences_per_s(self) -> float | None:

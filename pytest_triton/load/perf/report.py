@@ -39,51 +39,42 @@ def write_reports(
     lines = []
     goodput = getattr(args, "goodput", None)
     slo_ms = getattr(args, "slo_ms", None)
-    if args.latency_bound is not None:
-        for batch in sorted({p.batch_size for p in points}):
-            best = largest_within_bound(
-                [p for p in points if p.batch_size == batch],
-                args.latency_bound,
-                args.percentile,
-                goodput,
-            )
-            lines.append(
-                bound_summary(
-                    best,
-                    slo_ms if goodput is not None and slo_ms else args.latency_bound,
-                    args.percentile,
-                    unit,
-                    goodput,
-                )
-            )
-    lines += [
-        f"WARNING: batch {p.batch_size} {p.load}: {p.stability}" for p in points if not p.stable
-    ]
-    lines += [
-        f"batch {p.batch_size} {p.load}: {p.schedule_warning}" for p in points if p.schedule_warning
-    ]
+    label = point_label(points)
+    best_of = within_bound(points, args, goodput)
+    for (fmt, _), best in best_of.items():
+        summary = bound_summary(
+            best,
+            slo_ms if goodput is not None and slo_ms else args.latency_bound,
+            args.percentile,
+            unit,
+            goodput,
+        )
+        lines.append(f"{fmt}: {summary}" if several_formats(points) else summary)
+    lines += [f"WARNING: {label(p)}: {p.stability}" for p in points if not p.stable]
+    lines += [f"{label(p)}: {p.schedule_warning}" for p in points if p.schedule_warning]
     saturated = [p for p in points if (p.generator_cpu_percent or 0) >= CPU_SATURATED_PERCENT]
     if saturated:
         lines.append(
             "WARNING: the load generator's CPU was saturated at "
-            + ", ".join(f"batch {p.batch_size} {p.load}" for p in saturated)
+            + ", ".join(label(p) for p in saturated)
             + ": it could not keep up, those throughputs are lower bounds."
         )
     for p in points:
-        lines += kind_lines(p)
+        lines += [
+            f"{p.format}: {line}" if several_formats(points) else line for line in kind_lines(p)
+        ]
     failed = [p for p in points if p.failures]
     if failed:
         lines.append(
-            "WARNING: failed requests at "
-            + ", ".join(f"batch {p.batch_size} {p.load} ({p.failures})" for p in failed)
+            "WARNING: failed requests at " + ", ".join(f"{label(p)} ({p.failures})" for p in failed)
         )
     for line in lines:
         print(line)
     for p in points:
-        print(f"\nWindows of batch {p.batch_size} {p.load} ({p.stability or 'stable'}):")
+        print(f"\nWindows of {label(p)} ({p.stability or 'stable'}):")
         print(windows_table([Window.from_dict(w) for w in p.windows], unit))
         if p.server_replicas:
-            print(f"\nLoad over the replicas at batch {p.batch_size} {p.load} (summed above):")
+            print(f"\nLoad over the replicas at {label(p)} (summed above):")
             print(replicas_markdown(p.server_replicas))
     if args.csv:
         write_points_csv(points, args.csv)
@@ -112,19 +103,11 @@ def write_reports(
                     "goodput": goodput,
                     "slo_ms": slo_ms,
                     "within_bound": {
-                        str(b): (best.as_dict() if best else None)
-                        for b, best in (
-                            (
-                                b,
-                                largest_within_bound(
-                                    [p for p in points if p.batch_size == b],
-                                    args.latency_bound,
-                                    args.percentile,
-                                    goodput,
-                                ),
-                            )
-                            for b in sorted({p.batch_size for p in points})
+                        # keyed by batch size; with several formats "FORMAT BATCH"
+                        (f"{fmt} {b}" if several_formats(points) else str(b)): (
+                            best.as_dict() if best else None
                         )
+                        for (fmt, b), best in best_of.items()
                     }
                     if args.latency_bound is not None
                     else None,
@@ -133,6 +116,44 @@ def write_reports(
                 indent=2,
             )
         )
+
+
+def several_formats(points: Sequence[Point]) -> bool:
+    """Whether the points are of more than one export format (triton-perf --triton-formats)."""
+    return len({p.format for p in points}) > 1
+
+
+def format_order(points: Sequence[Point]) -> dict[str, int]:
+    """Each format's place: the order they were measured in (as asked)."""
+    return {fmt: i for i, fmt in enumerate(dict.fromkeys(p.format for p in points))}
+
+
+def point_label(points: Sequence[Point]) -> Callable[[Point], str]:
+    """How the reports name a point: 'batch 1 concurrency 4', led by its format when the
+    points are of several ('onnx batch 1 concurrency 4')."""
+    if several_formats(points):
+        return lambda p: f"{p.format} batch {p.batch_size} {p.load}"
+    return lambda p: f"batch {p.batch_size} {p.load}"
+
+
+def within_bound(
+    points: Sequence[Point], args: argparse.Namespace, goodput: float | None
+) -> dict[tuple[str, int], Point | None]:
+    """With --latency-bound: per format and batch size, the point offering the most load
+    within it (None where none did); empty without a bound."""
+    if args.latency_bound is None:
+        return {}
+    order = format_order(points)
+    groups = sorted({(p.format, p.batch_size) for p in points}, key=lambda g: (order[g[0]], g[1]))
+    return {
+        (fmt, batch): largest_within_bound(
+            [p for p in points if (p.format, p.batch_size) == (fmt, batch)],
+            args.latency_bound,
+            args.percentile,
+            goodput,
+        )
+        for fmt, batch in groups
+    }
 
 
 def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, Any] | None:
@@ -150,6 +171,7 @@ def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, An
         failed = tg.failures(tg.evaluate(targets, p))
         rows.append(
             {
+                "format": p.format,
                 "batch_size": p.batch_size,
                 "concurrency": p.concurrency,
                 "request_rate_asked": p.request_rate_asked,
@@ -185,9 +207,11 @@ def exit_status(verdict: dict[str, Any] | None) -> int:
         f"Targets (Targets({targets})): {sum(r['passed'] for r in rows)} of {len(rows)} "
         "points meet every one"
     )
+    several = len({r.get("format", "") for r in rows}) > 1
     for r in rows:
         state = "PASS" if r["passed"] else "FAIL - " + "; ".join(r["failed"])
-        print(f"  batch {r['batch_size']} {r['load']}: {state}")
+        where = f"{r['format']} " if several else ""
+        print(f"  {where}batch {r['batch_size']} {r['load']}: {state}")
         if not r["passed"] and r.get("first_wrong_answer"):
             print(f"    first wrong answer: {r['first_wrong_answer']}")
     failed = sorted({name for r in rows for name in r.get("failed_targets", ())})
@@ -302,6 +326,8 @@ def csv_columns(points: Sequence[Point]) -> list[Column]:
     else:
         first = ("Concurrency", lambda p: p.concurrency)
         ours = [c for c in OUR_COLUMNS if c[0] != "Concurrency"]
+    if several_formats(points):  # a sweep over formats: which one served each row
+        ours.insert(1, ("Format", lambda p: p.format))
     kinds = {p.kind for p in points}
     if "sequence" in kinds:
         ours += [*SEQUENCE_COLUMNS, *CHECK_COLUMNS]
@@ -403,6 +429,8 @@ def points_markdown(points: Sequence[Point], unit: str = "infer/s") -> str:
     concurrencies = {p.concurrency for p in points}
     rates = {p.request_rate_asked for p in points if p.request_rate_asked}
     keys: list[tuple[str, Callable[[Point], str]]] = []
+    if several_formats(points):
+        keys.append(("Format", lambda p: p.format))
     if len(batches) > 1 or (len(concurrencies) == 1 and not rates):
         keys.append(("Batch Size", lambda p: str(p.batch_size)))
     if rates:
@@ -438,7 +466,11 @@ def points_markdown(points: Sequence[Point], unit: str = "infer/s") -> str:
         "| " + " | ".join(header) + " |",
         "|" + "|".join("-" * (len(h) + 2) for h in header) + "|",
     ]
-    for p in sorted(points, key=lambda p: (p.batch_size, p.request_rate_asked or 0, p.concurrency)):
+    order = format_order(points)
+    for p in sorted(
+        points,
+        key=lambda p: (order[p.format], p.batch_size, p.request_rate_asked or 0, p.concurrency),
+    ):
         cells = (
             [get(p) for _, get in keys]
             + [
@@ -475,20 +507,27 @@ def plot(
 
     fig, ax = plt.subplots(figsize=(8, 5))
     batches = sorted({p.batch_size for p in points})
+    formats = list(format_order(points))
     by_batch_only = len({p.concurrency for p in points}) == 1 and len(batches) > 1
-    groups = (
-        [sorted(points, key=lambda p: p.batch_size)]
-        if by_batch_only
-        else [
-            sorted(
-                (p for p in points if p.batch_size == b),
-                key=lambda p: (p.request_rate_asked or 0, p.concurrency),
-            )
-            for b in batches
-        ]
-    )
+    groups = [
+        group
+        for fmt in formats
+        for group in (
+            [sorted((p for p in points if p.format == fmt), key=lambda p: p.batch_size)]
+            if by_batch_only
+            else [
+                sorted(
+                    (p for p in points if (p.format, p.batch_size) == (fmt, b)),
+                    key=lambda p: (p.request_rate_asked or 0, p.concurrency),
+                )
+                for b in batches
+            ]
+        )
+        if group
+    ]
     for group in groups:
-        label = "" if by_batch_only else f"batch {group[0].batch_size} "
+        label = f"{group[0].format} " if len(formats) > 1 else ""
+        label += "" if by_batch_only else f"batch {group[0].batch_size} "
         xs = [p.throughput for p in group]
         line = ax.plot(
             xs, [p.latency(percentile) for p in group], marker="o", label=f"{label}p{percentile}"
