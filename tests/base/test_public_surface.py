@@ -26,6 +26,7 @@ TOP_LEVEL = [
     "ExportError",
     "InferenceError",
     "InstanceGroup",
+    "Int8",
     "Metric",
     "ModelLoadError",
     "ModelSpec",
