@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -130,13 +132,10 @@ def held_out_accuracy(model: torch.nn.Module) -> float:
     return float((predicted == digits.test_labels).mean())
 
 
-def int8_spec(
-    name: str = "digits", calibration: Array | None = None, config: mnist.Config = SMALL
-) -> ModelSpec:
+def spec(name: str = "digits", config: mnist.Config = SMALL, **fields: Any) -> ModelSpec:
     """The digits-trained CNN (`config`: the small network, or mnist.Config.full(), the
-    example's) served as fp32 and INT8 ONNX, its static quantization calibrated on
-    `calibration` (default: the first 256 training digits) in batches of 64."""
-    batches = calibration if calibration is not None else load().train_images[:256]
+    example's) as a spec taking [N, 1, 28, 28] digits in batches of up to 64; `fields` set
+    the rest (formats, fp16, int8, calibration)."""
     return ModelSpec(
         name=name,
         module=functools.partial(trained, config),
@@ -144,7 +143,30 @@ def int8_spec(
         inputs=["input__0"],
         outputs=["output__0"],
         max_batch_size=64,
+        **fields,
+    )
+
+
+def int8_spec(
+    name: str = "digits", calibration: Array | None = None, config: mnist.Config = SMALL
+) -> ModelSpec:
+    """The digits-trained CNN served as fp32 and INT8 ONNX, its static quantization
+    calibrated on `calibration` (default: the first 256 training digits) in batches of 64."""
+    batches = calibration if calibration is not None else load().train_images[:256]
+    return spec(
+        name,
+        config,
         formats=["onnx"],
         int8=True,
         calibration=lambda: [{"input__0": batches[i : i + 64]} for i in range(0, len(batches), 64)],
     )
+
+
+def fp16_spec(
+    name: str = "digits_fp16",
+    formats: Sequence[str] = ("torchscript-trace", "onnx"),
+    config: mnist.Config = SMALL,
+) -> ModelSpec:
+    """The digits-trained CNN served as fp32 and fp16 in `formats` (half weights, half
+    inputs and outputs on the wire), to be judged by held-out accuracy against fp32 PyTorch."""
+    return spec(name, config, formats=list(formats), fp16=True)

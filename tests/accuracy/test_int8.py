@@ -4,7 +4,9 @@ of fp32 PyTorch's held-out top-1; the same CNN calibrated on zeros fails naming 
 (small) quantized dynamically keeps its answer spans while element-wise parity of the same
 variant fails: the test shows why both checks exist. Under load (a short, paced Locust run)
 the INT8 CNN's sampled answers are judged by top-1 agreement with fp32 PyTorch: it meets its
-agreement target, the one calibrated on zeros misses it, named with its rate and target."""
+agreement target, the one calibrated on zeros misses it, named with its rate and target.
+The same server serves the CNN in fp16 (TorchScript trace and ONNX, on the CPU): it too is
+judged by held-out top-1 against fp32 PyTorch."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ SPECS = [
     # quantized as docs/accuracy.md recommends for BERT: weight products only (the embedding
     # tables stay fp32), a scale per output channel, the span head in fp32
     zoo_spec("bert", "small", int8=BERT_INT8, formats=["onnx"], instance_count=1),
+    digits.fp16_spec("digits_fp16"),  # fp32 and fp16, TorchScript (trace) and ONNX
 ]
 int8_repository = factories.repository(SPECS, scope="module")
 int8_server = factories.server(repository="int8_repository", scope="module", precisions=("int8",))
@@ -87,6 +90,22 @@ def test_int8_bert_keeps_its_spans_and_fails_element_wise_parity(
     served = bert.infer(client, batches[0])
     with pytest.raises(AssertionError, match="parity FAILED"):
         assert_parity(bert.native(batches[0]), served, model="bert", backend="onnx-int8")
+
+
+@pytest.mark.parametrize("fmt", ["torchscript_trace", "onnx"])
+def test_fp16_mnist_keeps_99_percent_of_fp32_top1(
+    int8_server: Deployment, client: TritonClient, fmt: str
+) -> None:
+    """fp16 on the CPU: half inputs on the wire, the top-1 of fp32 PyTorch (not of fp16) kept."""
+    served = int8_server.model(f"digits_fp16_{fmt}_fp16")
+    assert served.variant.precision == "fp16" and served.variant.gpu is False
+    result = served.assert_accuracy(client, DIGITS.batches(32), "top1", min_ratio=0.99)
+    assert result.reference >= 0.95 and result.samples == 360 and result.precision == "fp16"
+    assert result.ratio >= 0.99, result.describe()
+    # unlike INT8, fp16 still has an element-wise check: against PyTorch run in fp16 (the
+    # parity tables' fp16 rows), which says the server computes what PyTorch computes in fp16
+    report = served.assert_parity(client)
+    assert report.ok and [d.dtype for d in report.diffs] == ["FP16"], report.describe()
 
 
 @pytest.fixture(scope="module")
