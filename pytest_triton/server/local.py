@@ -20,7 +20,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,14 +266,18 @@ class LocalServer(RunningServer):
         """Poll rather than block in waitid(): in a gevent-patched process (Locust) a "thread"
         is a greenlet, and a blocking wait there would freeze every user and the server start.
         poll() is non-blocking and never holds Popen's lock across a wait."""
-        refreshed = 0.0
+        refreshed, logged = 0.0, 0
         while not self.stopping:
             code = self.process.poll()
             if code is not None:
                 return code
+            # A model loaded (its stub started) writes to the log: only then are the stubs
+            # read again, at most once a second.
             if self.model_control_mode == "explicit" and time.monotonic() > refreshed + 1.0:
-                self.copies |= localized_copies(self._stub_pids())
-                refreshed = time.monotonic()
+                size = self._log_size()
+                if size != logged:
+                    self.copies |= localized_copies(self._stub_pids())
+                    refreshed, logged = time.monotonic(), size
             time.sleep(WATCH_INTERVAL_S)
         return None
 
@@ -370,15 +374,21 @@ Triton's core, not TMPDIR); the server removes a copy when it unloads the model,
 never does."""
 
 
+def copy_run_from(argv: Sequence[str]) -> Path | None:
+    """The model copy a python stub runs from (its first argument is its model.py), if any."""
+    if len(argv) > 1 and argv[1].startswith(LOCALIZED_COPY):
+        return Path(*Path(argv[1]).parts[:3])
+    return None
+
+
 def localized_copies(pids: Iterable[int]) -> set[Path]:
-    """The model copies the python stubs among `pids` run from (a stub's first argument is
-    its model.py)."""
+    """The model copies the python stubs among `pids` run from."""
     copies = set()
     for pid in pids:
         with contextlib.suppress(psutil.Error):
-            argv = psutil.Process(pid).cmdline()
-            if len(argv) > 1 and argv[1].startswith(LOCALIZED_COPY):
-                copies.add(Path(*Path(argv[1]).parts[:3]))
+            copy = copy_run_from(psutil.Process(pid).cmdline())
+            if copy is not None:
+                copies.add(copy)
     return copies
 
 
@@ -420,7 +430,9 @@ def kill_orphan_stubs() -> list[int]:
             continue
         owner = first[len(marker) :].split("-", 1)[0]
         if owner.isdigit() and not process_alive(int(owner)):
-            copies |= localized_copies([process.pid])
+            copy = copy_run_from(argv)
+            if copy is not None:
+                copies.add(copy)
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
                 killed.append(process)
