@@ -260,25 +260,8 @@ def fusing_problem(module: Any, vocab: int) -> str | None:
 def greedy_tokens(
     module: Any, prompt: Sequence[int], max_tokens: int, stop_token: int, vocab: int
 ) -> Iterator[int]:
-    """Yield the greedy tokens one by one (the stop token, when generated, is the last)."""
-    ids = [int(t) for t in prompt]
-    if carries_state(module):
-        state = module.initial_state()
-        feed = torch.tensor([ids], dtype=torch.int64)
-        start = 0
-        for _ in range(max_tokens):
-            logits, state = module(feed, torch.tensor(start), state)
-            token = _argmax(logits, vocab)
-            yield token
-            if token == stop_token:
-                return
-            start += feed.shape[1]
-            feed = torch.tensor([[token]], dtype=torch.int64)
-    else:
-        sequence = list(ids)
-        for _ in range(max_tokens):
-            token = _argmax(module(torch.tensor([sequence], dtype=torch.int64)), vocab)
-            yield token
-            if token == stop_token:
-                return
-            sequence.append(token)
+    """Yield the greedy tokens one by one (the stop token, when generated, is the last): one
+    stream's `Decoding`, stepped alone."""
+    decoding = Decoding(module, prompt, max_tokens, stop_token, vocab)
+    while not decoding.done and decoding.generated < max_tokens:
+        yield step_group(module, [decoding])[0]
