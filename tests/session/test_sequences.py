@@ -31,11 +31,20 @@ sequence_repository = factories.repository([], scope="module")
 sequence_server = factories.server(
     repository="sequence_repository", scope="module", launcher="local", model_control="explicit"
 )
+# Ten seconds of idle before the batcher drops a sequence, not Triton's default one: sixteen
+# interleaved sequences on a machine running the whole suite once left one second between a
+# sequence's START and its next step, and the batcher had dropped it ("must specify the START
+# flag"). The idle timeout itself is tested below, on a probe model of its own.
+IDLE_US = 10_000_000
 gru_direct = factories.sequence_model(
-    streaming_gru.sequence_spec(strategy="direct"), server="sequence_server", scope="module"
+    streaming_gru.sequence_spec(strategy="direct", max_sequence_idle_microseconds=IDLE_US),
+    server="sequence_server",
+    scope="module",
 )
 gru_oldest = factories.sequence_model(
-    streaming_gru.sequence_spec(strategy="oldest", max_queue_delay_microseconds=2000),
+    streaming_gru.sequence_spec(
+        strategy="oldest", max_queue_delay_microseconds=2000, max_sequence_idle_microseconds=IDLE_US
+    ),
     server="sequence_server",
     scope="module",
 )
