@@ -35,4 +35,11 @@ def buffer_gru_spec(strategy: Strategy = "direct") -> SequenceSpec:
         model.load_state_dict(streaming_gru.build(config).state_dict(), strict=False)
         return model.eval()
 
-    return streaming_gru.sequence_spec(name="buffer_gru", strategy=strategy, module=build)
+    # Ten seconds of idle, not Triton's one: the sixteen interleaved sequences that catch the
+    # mixing must not be dropped by the batcher when a loaded machine stalls a client.
+    return streaming_gru.sequence_spec(
+        name="buffer_gru",
+        strategy=strategy,
+        module=build,
+        max_sequence_idle_microseconds=10_000_000,
+    )

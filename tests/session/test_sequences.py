@@ -157,16 +157,15 @@ class TritonPythonModel:
 """
 
 
-@pytest.fixture(scope="module")
-def state_probe(sequence_server: Deployment) -> str:
+def _load_probe(server: Deployment, name: str, idle_us: int) -> str:
     """A numpy-only python model (it loads in a second, no torch) with Triton's implicit state
-    (`state` block, initial state zeros) and a 0.3 s sequence idle timeout."""
+    (`state` block, initial state zeros) and the given sequence idle timeout."""
     spec = streaming_gru.sequence_spec(
-        initial_state=torch.zeros(1), max_sequence_idle_microseconds=300_000
+        initial_state=torch.zeros(1), max_sequence_idle_microseconds=idle_us
     )
     directory = write_python_directory(
-        sequence_server.repository.root,
-        "state_probe",
+        server.repository.root,
+        name,
         STATE_PROBE,
         [("FRAME", mc.TYPE_FP32, [1])],
         [("SCORES", mc.TYPE_FP32, [1])],
@@ -175,8 +174,20 @@ def state_probe(sequence_server: Deployment) -> str:
     config.sequence_batching.CopyFrom(sequence_batching(spec))
     config.sequence_batching.state.append(implicit_state(spec))
     pbtxt.write_config(directory, config)
-    sequence_server.client("http").load_model("state_probe")
-    return "state_probe"
+    server.client("http").load_model(name)
+    return name
+
+
+@pytest.fixture(scope="module")
+def state_probe(sequence_server: Deployment) -> str:
+    """The probe with the suite's 10 s idle timeout: its three steps never race the batcher."""
+    return _load_probe(sequence_server, "state_probe", IDLE_US)
+
+
+@pytest.fixture(scope="module")
+def idle_probe(sequence_server: Deployment) -> str:
+    """The probe with a 0.3 s idle timeout, for the one test that waits past it."""
+    return _load_probe(sequence_server, "idle_probe", 300_000)
 
 
 def _probe(url: str, model: str, sequence_id: int, steps: int) -> list[float]:
@@ -205,16 +216,18 @@ def test_the_bundled_python_backend_does_not_carry_implicit_state(
 
 
 def test_a_sequence_idle_past_the_batcher_timeout_is_a_clear_error(
-    sequence_server: Deployment, state_probe: str
+    sequence_server: Deployment, idle_probe: str
 ) -> None:
     url = sequence_server.server.endpoints.http
     x = {"FRAME": np.ones((1, 1), np.float32)}
     with SequenceClient(url, "http") as client:
-        client.step(state_probe, x, 5, start=True, end=False, step=0)
+        client.step(idle_probe, x, 5, start=True, end=False, step=0)
         time.sleep(1.0)  # the probe's max_sequence_idle_microseconds is 0.3 s
         with pytest.raises(InferenceError, match=r"sequence 5, step 1: .*START"):
-            client.step(state_probe, x, 5, start=False, end=True, step=1)
-    assert _probe(url, state_probe, 5, 2) == [1.0, 1.0]  # the server still serves
+            client.step(idle_probe, x, 5, start=False, end=True, step=1)
+    # The server still serves the sequence id: a one-step sequence (start and end together)
+    # leaves no gap for the 0.3 s timeout to fall in, however loaded the machine.
+    assert _probe(url, idle_probe, 5, 1) == [1.0]
 
 
 def _locust(locustfile: Path, host: str, tmp_path: Path) -> Finished:
