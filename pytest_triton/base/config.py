@@ -65,7 +65,6 @@ is always a local one (on the CPU, or on the GPU with --triton-gpu)."""
 ENV_FRONTS: frozenset[Front] = LOAD
 """The front ends that read their settings from TRITON_* variables too; pytest reads its
 command line and ini file, triton-deploy its command line."""
-"""Settings of how a server starts, for every front end that may start one."""
 
 
 # -- the declaration of one setting ------------------------------------------------------------

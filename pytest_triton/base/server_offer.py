@@ -4,12 +4,10 @@ so the variants a repository holds and the test ids can be listed at collection.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import get_args
 
 from pytest_triton.base.config import Numerics
 
 NO_TENSORRT = "TensorRT plans need a GPU server with the tensorrt backend: run with --triton-gpu"
-NUMERICS = get_args(Numerics)
 
 
 @dataclass(frozen=True)

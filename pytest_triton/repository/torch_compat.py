@@ -95,9 +95,3 @@ def compile_package(program: torch.export.ExportedProgram, path: Path) -> None:
     for the device the program's tensors are on."""
     with work_directory():
         torch_function(COMPILE)(program, package_path=str(path))
-
-
-def load_package(path: Path) -> Callable[..., Any]:
-    """A compiled package, loaded as a callable (the hosted model loads it the same way)."""
-    runner: Callable[..., Any] = torch_function(LOADER)(str(path))
-    return runner

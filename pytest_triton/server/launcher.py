@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -331,9 +331,7 @@ def poll_until_ready(
         time.sleep(interval_s)
 
 
-def wait_until_ready(
-    server: RunningServer, timeout_s: float, expect_models: Sequence[str] = ()
-) -> None:
+def wait_until_ready(server: RunningServer, timeout_s: float) -> None:
     """Poll /v2/health/ready; a dead server or a failed model load raises at once with the log."""
     ready_url = f"http://{server.endpoints.http}/v2/health/ready"
 

@@ -211,12 +211,6 @@ class LatencyHistogram:
         within = int(hdrh_counts.counts_view(hdr)[: int(last) + 1].sum())
         return float(within) / self.count
 
-    def max_ms(self) -> float:
-        return self._live().get_max_value() / 1e3 if self.count else math.nan
-
-    def min_ms(self) -> float:
-        return self._live().get_min_value() / 1e3 if self.count else math.nan
-
     def equivalent_range_ms(self, latency_ms: float) -> tuple[float, float]:
         """The latencies (ms) the histogram keeps as the same value as this one: what a
         percentile read from it is exact to."""
