@@ -80,7 +80,7 @@ class Setting:
     choices: tuple[str, ...] | None = None
     flag: bool = False  # a switch (--triton-gpu) rather than --triton-x VALUE
     metavar: str | None = None
-    option: str | None = None  # the flag, when not --triton-<name>
+    option: str | None = None  # the flag, when not the one `cli` derives from the name
     aliases: tuple[str, ...] = ()  # further flags of the standalone CLIs (triton-perf)
     shown_default: str | None = None  # what --help says the default is, when derived
     unit: str = ""  # targets: the limit's unit
@@ -89,7 +89,9 @@ class Setting:
 
     @property
     def cli(self) -> str:
-        return self.option or "--triton-" + self.name.replace("_", "-")
+        """--triton-<name>; a load test's targets (perf_*) are --perf-<name>."""
+        bare = self.name.replace("_", "-")
+        return self.option or ("--" if bare.startswith("perf-") else "--triton-") + bare
 
     @property
     def ini(self) -> str:
@@ -745,7 +747,6 @@ class GateSettings:
         "average client latency must stay at or below this",
         LOAD,
         parse=parse_limit,
-        option="--perf-latency-avg",
         unit="ms",
         bound="max",
         metavar="MS",
@@ -755,7 +756,6 @@ class GateSettings:
         "95th percentile client latency must stay at or below this",
         LOAD,
         parse=parse_limit,
-        option="--perf-latency-p95",
         unit="ms",
         bound="max",
         metavar="MS",
@@ -765,7 +765,6 @@ class GateSettings:
         "99th percentile client latency must stay at or below this",
         LOAD,
         parse=parse_limit,
-        option="--perf-latency-p99",
         unit="ms",
         bound="max",
         metavar="MS",
@@ -775,7 +774,6 @@ class GateSettings:
         "successful samples per second (requests x batch size) must reach this",
         LOAD,
         parse=parse_limit,
-        option="--perf-throughput",
         unit="samples/s",
         bound="min",
         metavar="X",
@@ -785,7 +783,6 @@ class GateSettings:
         "failed / all requests must stay at or below this (0 = no failure allowed)",
         LOAD,
         parse=parse_ratio,
-        option="--perf-fail-ratio",
         bound="max",
         metavar="R",
     )
@@ -796,7 +793,6 @@ class GateSettings:
         "as the SLO unless --perf-slo-ms is given)",
         LOAD,
         parse=parse_ratio,
-        option="--perf-goodput",
         bound="min",
         metavar="R",
         aliases=("--goodput",),
@@ -806,7 +802,6 @@ class GateSettings:
         "the latency SLO that --perf-goodput counts requests within",
         LOAD,
         parse=parse_positive_number,
-        option="--perf-slo-ms",
         unit="ms",
         metavar="MS",
         aliases=("--slo-ms",),
@@ -818,7 +813,6 @@ class GateSettings:
         "over the run after its warm-up",
         frozenset({"locust"}),
         parse=parse_limit,
-        option="--perf-memory-growth-mb-per-min",
         unit="MB/min",
         bound="max",
         metavar="MB",
@@ -829,7 +823,6 @@ class GateSettings:
         "most this percentage",
         frozenset({"locust"}),
         parse=parse_limit,
-        option="--perf-p99-drift",
         unit="%",
         bound="max",
         metavar="PCT",
@@ -840,7 +833,6 @@ class GateSettings:
         "token's response) must stay at or below this",
         frozenset({"locust", "perf"}),
         parse=parse_limit,
-        option="--perf-ttft-p99",
         unit="ms",
         bound="max",
         metavar="MS",
@@ -851,7 +843,6 @@ class GateSettings:
         "responses of a stream) must stay at or below this",
         frozenset({"locust", "perf"}),
         parse=parse_limit,
-        option="--perf-itl-p99",
         unit="ms",
         bound="max",
         metavar="MS",
@@ -862,7 +853,6 @@ class GateSettings:
         "warm-up, over that span) must reach this",
         frozenset({"locust", "perf"}),
         parse=parse_limit,
-        option="--perf-output-tokens-per-s",
         unit="tokens/s",
         bound="min",
         metavar="X",
@@ -874,7 +864,6 @@ class GateSettings:
         "--perf-slo-itl-ms must reach this (AIPerf's goodput)",
         frozenset({"locust", "perf"}),
         parse=parse_ratio,
-        option="--perf-stream-goodput",
         bound="min",
         metavar="R",
     )
@@ -883,7 +872,6 @@ class GateSettings:
         "streams: the time-to-first-token SLO a good stream meets (--perf-stream-goodput)",
         frozenset({"locust", "perf"}),
         parse=parse_positive_number,
-        option="--perf-slo-ttft-ms",
         unit="ms",
         metavar="MS",
     )
@@ -893,7 +881,6 @@ class GateSettings:
         "(--perf-stream-goodput)",
         frozenset({"locust", "perf"}),
         parse=parse_positive_number,
-        option="--perf-slo-itl-ms",
         unit="ms",
         metavar="MS",
     )
