@@ -173,6 +173,18 @@ def warn_moved(old: str, new: str) -> None:
     )
 
 
+def run_moved_command(old: str, new: str, main: str, command: str) -> None:
+    """`python -m pytest_triton.OLD`, as before the command line moved to NEW: still runs it
+    (NEW's `main`, by name: the layer of OLD does not import the front end), and says where
+    it is now."""
+    warnings.warn(
+        f"python -m {_full(old)} moved to python -m {_full(new)} (or {command})",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    raise SystemExit(getattr(importlib.import_module(_full(new)), main)())
+
+
 def old_path(name: str) -> Callable[[str], Any]:
     """What the stub at an old path does (base/old_paths/): warn, then give the old name the
     module that holds it now (the same module object); a package's stub stays, and its
