@@ -207,29 +207,20 @@ _ENTRIES = (
         _DLRM_SERVING,
         "DLRM CTR model, dot interaction, 26 hashed Criteo-like tables",
     ),
-    ZooEntry(
-        "resnet50",
-        resnext,
-        resnext.Config.full("resnet50"),
-        resnext.Config.small("resnet50"),
-        _RESNEXT_SERVING,
-        "ResNet-50 v1.5, ImageNet",
-    ),
-    ZooEntry(
-        "resnext101-32x4d",
-        resnext,
-        resnext.Config.full("resnext101-32x4d"),
-        resnext.Config.small("resnext101-32x4d"),
-        _RESNEXT_SERVING,
-        "ResNeXt101-32x4d, ImageNet",
-    ),
-    ZooEntry(
-        "se-resnext101-32x4d",
-        resnext,
-        resnext.Config.full("se-resnext101-32x4d"),
-        resnext.Config.small("se-resnext101-32x4d"),
-        _RESNEXT_SERVING,
-        "SE-ResNeXt101-32x4d, ImageNet",
+    *(
+        ZooEntry(
+            arch,
+            resnext,
+            resnext.Config.full(arch),
+            resnext.Config.small(arch),
+            _RESNEXT_SERVING,
+            f"{title}, ImageNet",
+        )
+        for arch, title in (
+            ("resnet50", "ResNet-50 v1.5"),
+            ("resnext101-32x4d", "ResNeXt101-32x4d"),
+            ("se-resnext101-32x4d", "SE-ResNeXt101-32x4d"),
+        )
     ),
     ZooEntry(
         "bert",

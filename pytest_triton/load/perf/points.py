@@ -207,28 +207,23 @@ def bound_search(
 def bound_summary(
     best: Point | None, bound_ms: float, percentile: int, unit: str, goodput: float | None = None
 ) -> str:
-    if goodput is not None:
-        what = f"goodput {goodput:g} within {bound_ms:g} ms"
-        if best is None:
-            return f"{what}: not met at any measured load"
-        load = (
-            f"an open-loop rate of {best.request_rate_asked:g} req/s"
-            if best.request_rate_asked
-            else f"{best.concurrency} concurrent requests"
-        )
-        return (
-            f"{what}: up to {load} of batch {best.batch_size} (goodput "
-            f"{best.goodput or 0:.4f}, p{percentile} {best.latency(percentile):.2f} ms), "
-            f"{best.throughput:,.1f} {unit}"
-        )
     if best is None:
+        if goodput is not None:
+            return f"goodput {goodput:g} within {bound_ms:g} ms: not met at any measured load"
         return f"p{percentile} latency bound {bound_ms:g} ms: not met at any measured concurrency"
-    per_window = best.throughput * bound_ms / 1e3
     load = (
         f"an open-loop rate of {best.request_rate_asked:g} req/s"
         if best.request_rate_asked
         else f"{best.concurrency} concurrent requests"
     )
+    if goodput is not None:
+        what = f"goodput {goodput:g} within {bound_ms:g} ms"
+        return (
+            f"{what}: up to {load} of batch {best.batch_size} (goodput "
+            f"{best.goodput or 0:.4f}, p{percentile} {best.latency(percentile):.2f} ms), "
+            f"{best.throughput:,.1f} {unit}"
+        )
+    per_window = best.throughput * bound_ms / 1e3
     return (
         f"p{percentile} latency bound {bound_ms:g} ms: up to {load} "
         f"of batch {best.batch_size} (p{percentile} {ms_text(best.latency(percentile))} "
