@@ -9,7 +9,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton.repository import torch_compat, warmup
 from pytest_triton.repository.signature import ServedTensor, Signature
-from pytest_triton.repository.spec import ModelSpec
+from pytest_triton.repository.spec import DynamicBatching, ModelSpec
 from pytest_triton.repository.variants import NATIVE_BACKEND, Variant
 
 
@@ -60,15 +60,7 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
         accelerator.parameters["max_workspace_size_bytes"] = str(1 << 30)
     config.input.extend(_tensor(mc.ModelInput, t) for t in sig.inputs)
     config.output.extend(_tensor(mc.ModelOutput, t) for t in sig.outputs)
-    db = spec.dynamic_batching
-    if db is not None:
-        config.dynamic_batching.CopyFrom(
-            mc.ModelDynamicBatching(
-                preferred_batch_size=list(db.preferred_batch_size),
-                max_queue_delay_microseconds=db.max_queue_delay_microseconds,
-                preserve_ordering=db.preserve_ordering,
-            )
-        )
+    set_dynamic_batching(config, spec.dynamic_batching)
     ig = spec.instance_group
     config.instance_group.append(
         mc.ModelInstanceGroup(
@@ -81,6 +73,18 @@ def model_config(variant: Variant, signature: Signature) -> mc.ModelConfig:
         _param(config, key, value)
     config.model_warmup.extend(warmup.messages(variant, signature))
     return config
+
+
+def set_dynamic_batching(config: mc.ModelConfig, db: DynamicBatching | None) -> None:
+    """A spec's (or pipeline's) dynamic_batching block; none without one."""
+    if db is not None:
+        config.dynamic_batching.CopyFrom(
+            mc.ModelDynamicBatching(
+                preferred_batch_size=list(db.preferred_batch_size),
+                max_queue_delay_microseconds=db.max_queue_delay_microseconds,
+                preserve_ordering=db.preserve_ordering,
+            )
+        )
 
 
 def _param(config: mc.ModelConfig, key: str, value: str) -> None:

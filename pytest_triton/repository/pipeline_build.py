@@ -176,15 +176,7 @@ class PipelineRepository(Repository):
             max_batch_size=pipeline.max_batch_size,
         )
         self._io(pipeline, config)
-        if pipeline.dynamic_batching is not None:
-            db = pipeline.dynamic_batching
-            config.dynamic_batching.CopyFrom(
-                mc.ModelDynamicBatching(
-                    preferred_batch_size=list(db.preferred_batch_size),
-                    max_queue_delay_microseconds=db.max_queue_delay_microseconds,
-                    preserve_ordering=db.preserve_ordering,
-                )
-            )
+        pbtxt.set_dynamic_batching(config, pipeline.dynamic_batching)
         # The BLS model only moves tensors between steps: one CPU instance wherever the
         # steps run.
         config.instance_group.append(

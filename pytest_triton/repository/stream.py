@@ -110,14 +110,6 @@ class StreamSpec:
         return [[int(t) for t in row] for row in drawn]
 
 
-def check_prompt(
-    prompt: Sequence[int], max_tokens: int, vocab: int, context: int | None
-) -> str | None:
-    """Why a request cannot be generated (None when it can): the served model and the
-    reference refuse the same requests with the same words (stream_greedy.problem_of)."""
-    return stream_greedy.problem_of(prompt, max_tokens, vocab, context)
-
-
 def generate(
     module: nn.Module,
     prompt: Sequence[int],
@@ -134,7 +126,8 @@ def generate(
         context = getattr(module, "context", None)
     if vocab is None:
         vocab = _logits_width(module)
-    problem = check_prompt(prompt, max_tokens, vocab, context)
+    # the served model and the reference refuse the same requests with the same words
+    problem = stream_greedy.problem_of(prompt, max_tokens, vocab, context)
     if problem:
         raise SpecError(problem)
     tokens = stream_greedy.greedy_tokens(module, prompt, max_tokens, stop_token, vocab)
