@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram, ms_text
 from pytest_triton.load.measure.targets import Rates
+from pytest_triton.parity.compare import finite_or_none
 
 PERCENTILES = (50, 90, 95, 99)
 HISTOGRAM_KEY = "latency_histogram"
@@ -179,16 +180,12 @@ class Stability:
             "tolerance_pct": self.criterion.tolerance_pct,
             "percentile": self.criterion.percentile,
             "chosen": [w.index for w in self.chosen],
-            "throughput_spread_pct": _finite(self.throughput_spread_pct),
-            "latency_spread_pct": _finite(self.latency_spread_pct),
+            "throughput_spread_pct": finite_or_none(self.throughput_spread_pct),
+            "latency_spread_pct": finite_or_none(self.latency_spread_pct),
             "reason": self.reason,
             "summary": self.summary(),
             "measurement": m.as_dict() if m else None,
         }
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 def assess(windows: Sequence[Window], criterion: Criterion) -> Stability:
