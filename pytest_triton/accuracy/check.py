@@ -14,7 +14,7 @@ import numpy as np
 from pytest_triton.accuracy.dataset import Batch, check_batches, read_batches
 from pytest_triton.accuracy.intervals import bootstrap, samples_needed, wilson
 from pytest_triton.accuracy.metrics import Answers, Metric, metric_named
-from pytest_triton.accuracy.outcome import AccuracyResult
+from pytest_triton.accuracy.outcome import AccuracyResult, asserting
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import DatasetError
 from pytest_triton.client.triton_client import TritonClient
@@ -180,38 +180,10 @@ def measure_accuracy(
     return dataclasses.replace(result, worst=worst)
 
 
-def assert_accuracy(
-    client: TritonClient,
-    model: str,
-    dataset: Iterable[Any],
-    metric: Metric | str,
-    reference: Reference,
-    *,
-    min_ratio: float | None = 0.99,
-    min_value: float | None = None,
-    min_samples: int | None = None,
-    outputs: Sequence[str] | None = None,
-    in_flight: int = IN_FLIGHT,
-    version: str = "",
-    cast: Callable[[Mapping[str, Array]], Mapping[str, Array]] | None = None,
-) -> AccuracyResult:
+assert_accuracy = asserting(
+    measure_accuracy,
+    "assert_accuracy",
     """Raise AssertionError naming the metric, both values, the threshold and where the
     served model loses most when its metric falls below `min_ratio` x the reference's
-    (and/or below `min_value`); see measure_accuracy. Returns the result."""
-    result = measure_accuracy(
-        client,
-        model,
-        dataset,
-        metric,
-        reference,
-        min_ratio=min_ratio,
-        min_value=min_value,
-        min_samples=min_samples,
-        outputs=outputs,
-        in_flight=in_flight,
-        version=version,
-        cast=cast,
-    )
-    if not result.ok:
-        raise AssertionError(result.describe())
-    return result
+    (and/or below `min_value`); see measure_accuracy. Returns the result.""",
+)

@@ -4,8 +4,13 @@ and where the served model lost most when it failed."""
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ParamSpec
+
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -90,3 +95,23 @@ class AccuracyResult:
             "ok": self.ok,
             "worst": list(self.worst),
         }
+
+
+def asserting(
+    measure: Callable[P, AccuracyResult], name: str, doc: str
+) -> Callable[P, AccuracyResult]:
+    """The assert_ form of a measure_ function, named `name`: the same arguments (its
+    signature, for help() and type checkers), the result returned, or raised as an
+    AssertionError with its description when it fails."""
+
+    @functools.wraps(measure)
+    def check(*args: P.args, **kwargs: P.kwargs) -> AccuracyResult:
+        result = measure(*args, **kwargs)
+        if not result.ok:
+            raise AssertionError(result.describe())
+        return result
+
+    check.__name__ = name
+    check.__qualname__ = measure.__qualname__.removesuffix(measure.__name__) + name
+    check.__doc__ = doc
+    return check

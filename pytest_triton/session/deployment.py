@@ -18,7 +18,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from pytest_triton.accuracy.check import IN_FLIGHT, measure_accuracy
 from pytest_triton.accuracy.metrics import Metric
-from pytest_triton.accuracy.outcome import AccuracyResult
+from pytest_triton.accuracy.outcome import AccuracyResult, asserting
 from pytest_triton.base import setup_steps
 from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import (
@@ -448,37 +448,6 @@ class ServedModel:
             raise AssertionError(report.describe())
         return report
 
-    def assert_accuracy(
-        self,
-        client: TritonClient,
-        dataset: Iterable[Any],
-        metric: Metric | str,
-        *,
-        min_ratio: float | None = 0.99,
-        min_value: float | None = None,
-        min_samples: int | None = None,
-        in_flight: int = IN_FLIGHT,
-        name: str = "",
-    ) -> AccuracyResult:
-        """The dataset's metric on this variant's answers against fp32 PyTorch's on the same
-        data (pytest_triton.accuracy.check.assert_accuracy): how a reduced-precision variant
-        (int8, fp16) is judged, and any variant when a dataset is given. `name` labels the
-        dataset in the gate report. The result is recorded (the gate report's Accuracy
-        section) before a failure raises."""
-        result = self.measure_accuracy(
-            client,
-            dataset,
-            metric,
-            min_ratio=min_ratio,
-            min_value=min_value,
-            min_samples=min_samples,
-            in_flight=in_flight,
-            name=name,
-        )
-        if not result.ok:
-            raise AssertionError(result.describe())
-        return result
-
     def measure_accuracy(
         self,
         client: TritonClient,
@@ -519,6 +488,16 @@ class ServedModel:
         )
         self.deployment.record(result)
         return result
+
+    assert_accuracy = asserting(
+        measure_accuracy,
+        "assert_accuracy",
+        """The dataset's metric on this variant's answers against fp32 PyTorch's on the
+        same data (pytest_triton.accuracy.check.assert_accuracy): how a reduced-precision
+        variant (int8, fp16) is judged, and any variant when a dataset is given. `name`
+        labels the dataset in the gate report. The result is recorded (the gate report's
+        Accuracy section) before a failure raises.""",
+    )
 
     def assert_batched_parity(
         self,
