@@ -266,7 +266,6 @@ class Control:
         self.call(model, lambda: self.tritonclient.unload_model(model))
 
     def server_metadata(self) -> dict[str, Any]:
-        """Triton's name, version and extensions (the same keys on both protocols)."""
         if self.endpoint.protocol == "http":
             return dict(self.call("-", self.tritonclient.get_server_metadata, named=False))
         return dict(
@@ -274,20 +273,16 @@ class Control:
         )
 
     def model_config(self, model: str) -> dict[str, Any]:
-        """The model's configuration as the server completed it (the same on both
-        protocols)."""
         got = self.call(model, lambda: self.tritonclient.get_model_config(model))
         return dict(got) if self.endpoint.protocol == "http" else _as_dict(got.config)
 
     def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
-        """Name, versions, platform, inputs and outputs (shapes as ints on both protocols)."""
         got = self.call(
             model, lambda: self.tritonclient.get_model_metadata(model, version), version
         )
         return dict(got) if self.endpoint.protocol == "http" else _as_dict(got)
 
     def statistics(self, model: str, version: str = "") -> dict[str, Any]:
-        """The statistics API's answer for one model, counters as ints on both protocols."""
         got = self.call(
             model, lambda: self.tritonclient.get_inference_statistics(model, version), version
         )

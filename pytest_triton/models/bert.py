@@ -247,14 +247,12 @@ def _init(model: BertForQuestionAnswering, gen: torch.Generator) -> None:
 
 
 def construct(config: Config) -> BertForQuestionAnswering:
-    """An uninitialised model (use under ``torch.device('meta')`` for shape/size queries)."""
     return BertForQuestionAnswering(config)
 
 
 def build(
     config: Config, seed: int = 0, checkpoint: PathLike | None = None
 ) -> BertForQuestionAnswering:
-    """The model in eval mode, seeded from ``seed`` or loaded from ``checkpoint``."""
     return materialize(lambda: BertForQuestionAnswering(config), _init, seed, checkpoint)
 
 

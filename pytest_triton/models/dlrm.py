@@ -217,7 +217,6 @@ def _init(model: DLRM, gen: torch.Generator) -> None:
 
 
 def construct(config: Config) -> DLRM:
-    """An uninitialised model (use under ``torch.device('meta')`` for shape/size queries)."""
     return DLRM(config)
 
 

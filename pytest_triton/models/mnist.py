@@ -92,12 +92,10 @@ def _init(model: MNISTNet, gen: torch.Generator) -> None:
 
 
 def construct(config: Config) -> MNISTNet:
-    """An uninitialised model (use under ``torch.device('meta')`` for shape/size queries)."""
     return MNISTNet(config)
 
 
 def build(config: Config, seed: int = 0, checkpoint: PathLike | None = None) -> MNISTNet:
-    """The model in eval mode, seeded from ``seed`` or loaded from ``checkpoint``."""
     return materialize(lambda: MNISTNet(config), _init, seed, checkpoint)
 
 

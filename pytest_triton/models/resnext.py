@@ -183,12 +183,10 @@ def _init(model: ResNet, gen: torch.Generator) -> None:
 
 
 def construct(config: Config) -> ResNet:
-    """An uninitialised model (use under ``torch.device('meta')`` for shape/size queries)."""
     return ResNet(config)
 
 
 def build(config: Config, seed: int = 0, checkpoint: PathLike | None = None) -> ResNet:
-    """The model in eval mode, seeded from ``seed`` or loaded from ``checkpoint``."""
     return materialize(lambda: ResNet(config), _init, seed, checkpoint)
 
 

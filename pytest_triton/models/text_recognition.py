@@ -182,12 +182,10 @@ def _init(model: STRModel, gen: torch.Generator) -> None:
 
 
 def construct(config: Config) -> STRModel:
-    """An uninitialised model (use under ``torch.device('meta')`` for shape/size queries)."""
     return STRModel(config)
 
 
 def build(config: Config, seed: int = 0, checkpoint: PathLike | None = None) -> STRModel:
-    """The model in eval mode, seeded from ``seed`` or loaded from ``checkpoint``."""
     return materialize(lambda: STRModel(config), _init, seed, checkpoint)
 
 
