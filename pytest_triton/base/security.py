@@ -76,10 +76,6 @@ class Security:
                 "(--triton-tls-cert and --triton-tls-key)"
             )
 
-    @property
-    def plain(self) -> bool:
-        return not self.tls and not self.headers
-
     def header_values(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
         """The headers to send, variables expanded: for the wire only, never for printing."""
         return {name: expand(value, environ) for name, value in self.headers}

@@ -161,13 +161,6 @@ class LatencyHistogram:
         return histogram
 
     @classmethod
-    def merged(cls, histograms: Iterable[LatencyHistogram]) -> LatencyHistogram:
-        total = cls()
-        for h in histograms:
-            total.add(h)
-        return total
-
-    @classmethod
     def of(cls, latencies_ms: Iterable[float]) -> LatencyHistogram:
         histogram = cls()
         for value in latencies_ms:

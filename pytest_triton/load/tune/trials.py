@@ -360,6 +360,3 @@ class CandidateRunner:
     def config_of(self, serving: Candidate) -> mc.ModelConfig | None:
         deployed = self.deployed.get(serving)
         return deployed.config if deployed else None
-
-    def thread_key(self, fmt: str) -> str | None:
-        return thread_parameter(self.bases[(fmt, "fp32")])
