@@ -80,25 +80,36 @@ def rate_run(
     return {**run.report, "code": run.code, "output": run.output}
 
 
+def late_share(measured: dict) -> float:
+    """The share of requests slower than the run's --perf-slo-ms (its goodput is the share
+    within it)."""
+    return 1 - measured["goodput"]
+
+
 def test_an_open_loop_sees_the_stall_a_closed_loop_hides(models: Endpoints, tmp_path: Path) -> None:
     """One request in 200 stalls 200 ms. At 100 req/s a paced closed loop delays only that
-    request (0.5% of them: p99 stays low) and skips the ~20 sends due meanwhile; the open loop
-    sends them on schedule and counts each from its due time, so ~10% of requests wait behind
-    the stall and p99 shows it."""
-    closed = rate_run(models, "stall", "PacedUser", tmp_path=tmp_path)
+    request (0.5% of them) and skips the ~20 sends due meanwhile; the open loop sends them on
+    schedule and counts each from its due time, so each stall makes about six requests 150 ms
+    late (200, 190, ... 150 ms) and ~10% of requests wait behind the stalls: p99 shows it.
+    Judged by the difference of the two loops' late shares (theory: 3% against 0.5%): a
+    loaded machine slows both loops' ordinary requests alike, so it cancels out there, where
+    it once lifted the closed loop's p99 to 112 ms and a ratio of the two p99s failed."""
+    slo = ("--perf-slo-ms", str(STALL_MS * 3 // 4))
+    closed = rate_run(models, "stall", "PacedUser", *slo, tmp_path=tmp_path)
     opened = rate_run(
-        models, "stall", "OpenUser", "--triton-request-rate", "100", tmp_path=tmp_path
+        models, "stall", "OpenUser", "--triton-request-rate", "100", *slo, tmp_path=tmp_path
     )
     c, o = closed["measured"], opened["measured"]
     print(
-        f"closed loop: {c['request_rate']:.1f} req/s, p99 {c['p99_ms']:.1f} ms; "
-        f"open loop: {o['request_rate']:.1f} req/s, p99 {o['p99_ms']:.1f} ms"
+        f"closed loop: {c['request_rate']:.1f} req/s, p99 {c['p99_ms']:.1f} ms, "
+        f"{100 * late_share(c):.2f}% late; open loop: {o['request_rate']:.1f} req/s, "
+        f"p99 {o['p99_ms']:.1f} ms, {100 * late_share(o):.2f}% late"
     )
     for run in (closed, opened):
         assert run["code"] == 0 and run["measured"]["failures"] == 0, run["output"][-3000:]
         assert run["measured"]["request_rate"] == pytest.approx(100, rel=0.25)
     assert o["p99_ms"] >= STALL_MS / 2, opened["output"][-3000:]
-    assert o["p99_ms"] > 3 * c["p99_ms"], (c, o)
+    assert late_share(o) - late_share(c) > 0.01, (c, o)
     assert "open loop" in opened["output"] and "100 req/s" in opened["output"]
 
 
