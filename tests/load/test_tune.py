@@ -618,7 +618,7 @@ def test_quick_search_on_a_container_server(tmp_path: Path) -> None:
 @pytest.mark.load
 def test_tuning_gate_example_runs_from_pytest(tmp_path: Path) -> None:
     """examples/test_tune_gate.py calls tune() from a pytest test against the session's own
-    server: skipped without --tune-gate; with it, a tiny search (a 25 s budget, half-second
+    server: skipped without --tune-gate; with it, a tiny search (a 10 s budget, half-second
     windows, any shortfall allowed) runs, passes and joins the gate report."""
     example = str(REPO / "examples" / "test_tune_gate.py")
 
@@ -645,7 +645,7 @@ def test_tuning_gate_example_runs_from_pytest(tmp_path: Path) -> None:
         "-s",
         "--tune-gate",
         "--tune-budget",
-        "25",
+        "10",
         "--tune-within",
         "100",
         "--triton-report",
