@@ -413,6 +413,11 @@ def tune(
         "500",
         "--warmup",
         "200",
+        # Five half-second windows at most for a point, not ten: on a loaded 2-core machine the
+        # windows rarely settle, and what these runs judge (a disqualification, a 2x shortfall)
+        # is far wider than five windows' medians can move.
+        "--max-trials",
+        "5",
         "-o",
         str(out),
     ]
