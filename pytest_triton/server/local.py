@@ -276,15 +276,10 @@ class LocalServer(RunningServer):
             if self.model_control_mode == "explicit" and time.monotonic() > refreshed + 1.0:
                 size = self._log_size()
                 if size != logged:
-                    self.copies |= localized_copies(self._stub_pids())
+                    self.copies |= localized_copies(group_members(self.process.pid))
                     refreshed, logged = time.monotonic(), size
             time.sleep(WATCH_INTERVAL_S)
         return None
-
-    def _stub_pids(self) -> list[int]:
-        with contextlib.suppress(psutil.Error):
-            return [p.pid for p in psutil.Process(self.process.pid).children()]
-        return []
 
     def died(self, code: int) -> None:
         """Its python backend stubs outlive a killed server and keep its accepted sockets

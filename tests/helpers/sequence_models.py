@@ -8,6 +8,12 @@ import torch
 from pytest_triton.models import streaming_gru
 from pytest_triton.repository.sequence import SequenceSpec, Strategy
 
+IDLE_US = 10_000_000
+"""Ten seconds of idle before the batcher drops a sequence, not Triton's default one: sixteen
+interleaved sequences on a machine running the whole suite once left one second between a
+sequence's START and its next step, and the batcher had dropped it ("must specify the START
+flag")."""
+
 
 class BufferGRU(streaming_gru.StreamingGRU):
     """Right for one sequence on a fresh module (its buffer starts as the initial zeros);
@@ -35,11 +41,6 @@ def buffer_gru_spec(strategy: Strategy = "direct") -> SequenceSpec:
         model.load_state_dict(streaming_gru.build(config).state_dict(), strict=False)
         return model.eval()
 
-    # Ten seconds of idle, not Triton's one: the sixteen interleaved sequences that catch the
-    # mixing must not be dropped by the batcher when a loaded machine stalls a client.
     return streaming_gru.sequence_spec(
-        name="buffer_gru",
-        strategy=strategy,
-        module=build,
-        max_sequence_idle_microseconds=10_000_000,
+        name="buffer_gru", strategy=strategy, module=build, max_sequence_idle_microseconds=IDLE_US
     )

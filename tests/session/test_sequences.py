@@ -23,7 +23,7 @@ from pytest_triton.session.deployment import Deployment
 from pytest_triton.session.served_sequences import ServedSequenceModel
 from tests.helpers.locust_runs import LOCUSTFILES, Finished, run_locust
 from tests.helpers.raw_models import write_python_directory
-from tests.helpers.sequence_models import buffer_gru_spec
+from tests.helpers.sequence_models import IDLE_US, buffer_gru_spec
 
 pytestmark = pytest.mark.triton
 
@@ -31,11 +31,8 @@ sequence_repository = factories.repository([], scope="module")
 sequence_server = factories.server(
     repository="sequence_repository", scope="module", launcher="local", model_control="explicit"
 )
-# Ten seconds of idle before the batcher drops a sequence, not Triton's default one: sixteen
-# interleaved sequences on a machine running the whole suite once left one second between a
-# sequence's START and its next step, and the batcher had dropped it ("must specify the START
-# flag"). The idle timeout itself is tested below, on a probe model of its own.
-IDLE_US = 10_000_000
+# Every model here waits IDLE_US (10 s) before dropping an idle sequence; the idle timeout
+# itself is tested below, on a probe model of its own.
 gru_direct = factories.sequence_model(
     streaming_gru.sequence_spec(strategy="direct", max_sequence_idle_microseconds=IDLE_US),
     server="sequence_server",
