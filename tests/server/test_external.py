@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_triton.base.formats import FORMATS
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.models import zoo_spec
 from pytest_triton.repository.builder import Repository
@@ -81,8 +82,8 @@ def test_conformance_suite_with_xdist_workers_on_one_external_server(
     # instances a format, 12 core-s more of this test for no further proof.
     conformance_suite(shared_server, "-n", "2", "--dist", "each", "-k", "dlrm")
     loaded = set(re.findall(r"successfully loaded '([^']+)'", shared_server.log_text()))
-    formats = ("torchscript_script", "torchscript_trace", "onnx")  # the suite's default three
-    assert loaded == {f"dlrm_{fmt}_gw{i}" for fmt in formats for i in (0, 1)}, sorted(loaded)
+    expected = {f"dlrm_{fmt.replace('-', '_')}_gw{i}" for fmt in FORMATS for i in (0, 1)}
+    assert loaded == expected, sorted(loaded)
 
 
 DEPLOYED = ("mnist", "dlrm")
