@@ -780,7 +780,10 @@ class GateSettings:
     )
     perf_fail_ratio: float | None = _setting(
         0.0,
-        "failed / all requests must stay at or below this (0 = no failure allowed)",
+        "failed / all requests must stay at or below this (0 = no failed request allowed): "
+        "over a Locust run; at every point of a triton-perf sweep (one point above it fails "
+        "the run); a triton-tune candidate above it is disqualified. A wrong answer always "
+        "fails (see --triton-max-wrong-answers); reports count failures by reason",
         LOAD,
         parse=parse_ratio,
         bound="max",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class TritonTestError(Exception):
     """Base class of every error pytest-triton raises on purpose."""
@@ -61,14 +63,29 @@ class ModelLoadError(ServerError):
         super().__init__(f"model {model!r} failed to load: {reason}", log_tail)
 
 
-class InferenceError(TritonTestError):
-    """A request the server rejected, with model, protocol and Triton's own message."""
+FailureCause = Literal["server", "timeout", "connection", "client"]
+"""Who failed a request: the server (it answered with an error), a timeout, the connection
+(refused, reset, dropped), or the client (the request could not be made or sent)."""
 
-    def __init__(self, model: str, protocol: str, message: str, status: str | None = None) -> None:
+
+class InferenceError(TritonTestError):
+    """A request the server rejected, with model, protocol and Triton's own message; `cause`
+    says who failed it (load reports count failed requests by it)."""
+
+    def __init__(
+        self,
+        model: str,
+        protocol: str,
+        message: str,
+        status: str | None = None,
+        *,
+        cause: FailureCause = "server",
+    ) -> None:
         self.model = model
         self.protocol = protocol
         self.server_message = message
         self.status = status
+        self.cause: FailureCause = cause
         where = (
             f"{protocol} request to the server"
             if model == "-"  # a server-wide call (health, metadata)

@@ -233,7 +233,7 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         print(line)
     if outcome.gate is not None and not outcome.gate.passed:
         return 1
-    if outcome.best is None:
+    if outcome.best is None or outcome.committed_failed is not None:
         return 1
     return 0
 

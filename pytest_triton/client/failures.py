@@ -83,7 +83,7 @@ def request_problem(model: str, version: str) -> str | None:
 
 
 def refused(source: RequestSource, model: str, problem: str) -> InferenceError:
-    return InferenceError(model, source.protocol, f"not sent: {problem}")
+    return InferenceError(model, source.protocol, f"not sent: {problem}", cause="client")
 
 
 def died(source: RequestSource, model: str, death: ServerError) -> ServerError:
@@ -240,7 +240,9 @@ def transport(source: RequestSource, model: str, exc: BaseException) -> Exceptio
                 " (where this gRPC address was guessed from the HTTP URL, its port + 1, give "
                 "the server's gRPC URL with --triton-grpc-url)"
             )
-    return InferenceError(model, source.protocol, text)
+    return InferenceError(
+        model, source.protocol, text, cause="timeout" if timed_out else "connection"
+    )
 
 
 def tls_problem(exc: BaseException, detail: str) -> str | None:
@@ -277,4 +279,5 @@ def unexpected(source: RequestSource, model: str, exc: Exception) -> Exception:
         source.protocol,
         f"tritonclient could not make or send the "
         f"request to {source.url}: {type(exc).__name__}: {exc}",
+        cause="client",
     )

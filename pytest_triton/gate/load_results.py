@@ -80,6 +80,10 @@ def _point(values: Mapping[str, Any], windows: Sequence[Mapping[str, Any]]) -> d
     point.update({m: figure(point, m) for m in METRICS})
     point["requests"] = int(values.get("requests") or 0)
     point["failures"] = int(values.get("failures") or 0)
+    # every failed request by reason ({kind, text, count, example}), most frequent first
+    point["failure_reasons"] = list(values.get("failure_reasons") or [])
+    point["answers_checked"] = values.get("answers_checked")
+    point["wrong_answers"] = values.get("wrong_answers")
     point["duration_s"] = _number(values.get("duration_s"))
     return point
 
@@ -109,7 +113,17 @@ def _locust_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str
     measured = document["measured"]
     windows = document.get("windows") or measured.get("windows") or []
     checks = list(document.get("checks", []))
-    point = {"key": name, **_point(measured, windows)}
+    point = {
+        "key": name,
+        **_point(
+            {
+                **measured,
+                "failure_reasons": document.get("failure_reasons"),
+                "answers_checked": document.get("answers_checked"),
+            },
+            windows,
+        ),
+    }
     server = list(document.get("server", []))
     return {
         "name": name,
@@ -173,9 +187,8 @@ def _perf_run(name: str, source: str, document: Mapping[str, Any]) -> dict[str, 
         []
         if verdict is None or verdict.get("passed")
         else [
-            "no measured point meets every target ("
-            + ", ".join(f"{k} {v}" for k, v in verdict.get("targets", {}).items())
-            + ")"
+            "a point failed requests or answered wrongly, or no measured point meets every "
+            "target (" + ", ".join(f"{k} {v}" for k, v in verdict.get("targets", {}).items()) + ")"
         ]
     )
     return {

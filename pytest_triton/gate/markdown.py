@@ -393,6 +393,7 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
             )
         if run.get("wrong_answers") is not None:
             notes.append(f"Answers of {run['name']} checked: {run['wrong_answers']} wrong.")
+        notes += failure_notes(run)
         if _finite(run.get("goodput")):
             notes.append(
                 f"Goodput of {run['name']}: {num(run['goodput'])} of the requests succeeded "
@@ -425,6 +426,28 @@ def _load(document: Mapping[str, Any], image: bool) -> list[str]:
         for run in runs:  # a soak's plots, beside its load-*.json
             lines += [f"\n![{run['name']}: {name}]({name})" for name in run.get("figures") or []]
     return [*lines, ""]
+
+
+def failure_notes(run: Mapping[str, Any]) -> list[str]:
+    """Each point's failed requests by reason, the first example of the most frequent, and
+    its answers checked."""
+    notes = []
+    for p in run["points"]:
+        reasons = list(p.get("failure_reasons") or [])  # most frequent first, as written
+        checked = p.get("answers_checked")
+        if checked is not None and run["kind"] != "locust":
+            notes.append(
+                f"Answers of {p.get('key', run['name'])} checked: {checked:,}, "
+                f"{p.get('wrong_answers') or 0:,} wrong."
+            )
+        if reasons:
+            top = reasons[0]
+            notes.append(
+                f"Failed requests of {p.get('key', run['name'])} by reason: "
+                + "; ".join(f"{r['count']:,} {r['reason']}" for r in reasons)
+                + f" (the first of {top['reason']}: {' '.join(str(top['example']).split())[:300]})."
+            )
+    return notes
 
 
 def _perf_goodput(run: Mapping[str, Any]) -> list[str]:

@@ -60,6 +60,7 @@ class Expected:
 
     request: PreparedRequest
     references: dict[str, Outputs]
+    name: str = ""  # which request, in a wrong answer's words: "request 2 of 4, 1 row(s)"
     known: list[tuple[int, bytes]] = field(default_factory=list)  # (length, header) checked
     verified: list[tuple[bytes, str]] = field(default_factory=list)  # (answer, label) compared
 
@@ -108,14 +109,20 @@ class AnswerCheck:
         self.tolerances = tolerances
         self.wrong_so_far = WrongSoFar() if wrong_so_far is None else wrong_so_far
         self._by_request = {
-            request: Expected(request, dict(references)) for request, references in expected
+            request: Expected(
+                request,
+                dict(references),
+                f"request {i + 1} of {len(expected)}, {_rows(next(iter(references.values())))} "
+                "row(s)",
+            )
+            for i, (request, references) in enumerate(expected)
         }
         # Users of one process start their counts apart, so their samples do not all fall
         # on the same turn of the multiplexer.
         self._count = offset % every if every else 0
         self.allowed: tuple[str, ...] | None = None  # labels a right answer may match; None: any
         self.checked = 0
-        self.compared = 0
+        self.compared = 0  # answers judged against the reference: values compared, or wrong
         self.agreed = 0.0  # samples of compared answers that agree (with `agreement`)
         self.judged = 0  # samples of compared answers scored (with `agreement`)
 
@@ -159,13 +166,17 @@ class AnswerCheck:
         try:
             served = read_answer(expected.request, raw)
         except Exception as exc:  # an answer tritonclient cannot read is a wrong one
-            return Verdict(self._wrong("unreadable", f"cannot be read: {exc}"))
+            self.compared += 1
+            return Verdict(self._wrong("unreadable", f"cannot be read: {exc}", None, expected))
         reference = next(iter(expected.references.values()))
         served = _as_reference_shapes(served, reference)
         for name, native in reference.items():
             problem = signature_problem(native, served.get(name))
             if problem is not None:
-                return Verdict(self._wrong(f"{name}:shape", f"output {name!r}: {problem}"))
+                self.compared += 1
+                return Verdict(
+                    self._wrong(f"{name}:shape", f"output {name!r}: {problem}", None, expected)
+                )
         if len(expected.known) < KNOWN_HEADERS:
             size = len(raw) if isinstance(raw, bytes) else len(raw.body)
             entry = (size, answer_header(raw))
@@ -195,7 +206,11 @@ class AnswerCheck:
                 return Verdict(None, label, True)
             reports.append((label, report))
         if not reports:
-            return Verdict(self._wrong("no-reference", "no reference is allowed now"), None, True)
+            return Verdict(
+                self._wrong("no-reference", "no reference is allowed now", None, expected),
+                None,
+                True,
+            )
         # The closest reference names the difference.
         label, report = min(reports, key=lambda lr: lr[1].headroom_used)
         bad = [d for d in report.diffs if not d.ok]
@@ -203,13 +218,17 @@ class AnswerCheck:
         against = f" (against reference {label})" if len(expected.references) > 1 else ""
         detail = "; ".join(d.describe() for d in bad) + against
         brief = "; ".join(f"output {d.name!r} outside the parity tolerance" for d in bad)
-        return Verdict(self._wrong(key, detail, brief), None, True)
+        return Verdict(self._wrong(key, detail, brief, expected), None, True)
 
     def _agreement(self, expected: Expected, served: Outputs, labels: Sequence[str]) -> Verdict:
         """Count the samples that agree with the closest allowed reference; the answer is
         `matched` (remembered as verified) only when all of them do."""
         if not labels:
-            return Verdict(self._wrong("no-reference", "no reference is allowed now"), None, True)
+            return Verdict(
+                self._wrong("no-reference", "no reference is allowed now", None, expected),
+                None,
+                True,
+            )
         assert self.agreement is not None
         scored = [
             (np.asarray(self.agreement(served, expected.references[label])), label)
@@ -220,13 +239,16 @@ class AnswerCheck:
         self.judged += int(scores.size)
         return Verdict(None, label if bool(np.all(scores == 1.0)) else None, True)
 
-    def _wrong(self, key: str, detail: str, brief: str | None = None) -> WrongAnswer:
+    def _wrong(
+        self, key: str, detail: str, brief: str | None = None, expected: Expected | None = None
+    ) -> WrongAnswer:
         seen = self.wrong_so_far[self.model, key]
         self.wrong_so_far[self.model, key] = seen + 1
         text = detail
         if seen >= DETAILED and brief is not None:
             text = f"{brief} (the first {DETAILED} such answers name the differences)"
-        return WrongAnswer(f"wrong answer: {self.context}: {text}")
+        which = f" ({expected.name})" if expected is not None and expected.name else ""
+        return WrongAnswer(f"wrong answer: {self.context}: {text}{which}")
 
 
 def _rows(outputs: Outputs) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.arrivals import Lag
+from pytest_triton.load.measure.failed_requests import FailureTally
 from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.server_side import ModelReport
 from pytest_triton.load.measure.soak import SoakFigures, SoakSample, soak_figures
@@ -54,6 +55,8 @@ class RunRecord:
     cpu_warning: bool = False
     lag: Lag | None = None  # an open loop's schedule lag
     stream_log: StreamLog | None = None  # decoupled models' token timings (StreamUser)
+    answers_checked: int | None = None  # answers judged against the reference (None: unchecked)
+    failure_reasons: FailureTally = field(default_factory=FailureTally)  # the whole run's
     agreed: float = 0.0  # --triton-min-agreement: compared samples that agree (every process's)
     agreement_samples: int = 0  # compared samples judged by agreement
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.failed_requests import FailureTally
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.run_figures import RunFigures, Warmup
 from pytest_triton.load.measure.run_verdict import RunVerdict, offsets_text
@@ -64,6 +65,7 @@ def summary_text(figures: RunFigures, verdict: RunVerdict) -> str:
         f"{m.wrong_answers} of them wrong answers) in {m.duration_s:.1f}s: "
         f"{m.request_rate:.1f} req/s, {m.throughput:.1f} samples/s",
     ]
+    parts += failures_text(record.failure_reasons, record.answers_checked, m.wrong_answers)
     if figures.stability is not None:
         parts.append(windows_text(figures.stability, figures.warmup))
     if figures.stages is not None:
@@ -79,6 +81,19 @@ def summary_text(figures: RunFigures, verdict: RunVerdict) -> str:
     parts += verdict.warnings
     parts.append(tg.verdict_table(verdict.checks, "Verdict (pytest-triton targets)"))
     return "\n\n".join(parts)
+
+
+def failures_text(reasons: FailureTally, checked: int | None, wrong: int) -> list[str]:
+    """The answers checked, and the failed requests by reason with the first of each."""
+    parts = []
+    if checked is not None:
+        parts.append(
+            f"Answers checked against the PyTorch reference: {checked:,}, {wrong:,} wrong"
+            + (f"; the first: {reasons.first('wrong answer')}" if wrong else "")
+        )
+    if reasons:
+        parts.append(f"Failed requests by reason (whole run):\n{reasons.table()}")
+    return parts
 
 
 def agreement_text(m: tg.Measured, target: float) -> str:
@@ -116,6 +131,9 @@ def result_document(figures: RunFigures, verdict: RunVerdict) -> dict[str, Any]:
         "stability": stability.as_dict() if stability else None,
         "warmup": dataclasses.asdict(figures.warmup) if figures.warmup else None,
         "wrong_answers": m.wrong_answers,
+        "answers_checked": record.answers_checked,
+        "first_wrong_answer": record.failure_reasons.first("wrong answer"),
+        "failure_reasons": record.failure_reasons.as_list(),
         "update": record.update,
         "shape": record.config.load.shape if stages is not None else None,
         "stages": [r.as_dict() for r in stages] if stages is not None else None,

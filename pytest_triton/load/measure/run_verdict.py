@@ -60,6 +60,12 @@ def run_warnings(figures: RunFigures, speed: bool) -> list[str]:
     warnings = generator_warnings(
         cpu_percent=record.cpu_percent, cpu_warning=record.cpu_warning, reports=record.reports
     )
+    m, reasons = figures.measured, record.failure_reasons
+    if m.failures:
+        warnings.append(
+            f"WARNING: {m.failures:,} of {m.requests:,} requests failed: "
+            + (reasons.summary() or "reasons not recorded")
+        )
     stability = figures.stability
     if stability is not None and not stability.stable and not speed:
         warnings.append(unstable_advice(stability))

@@ -18,9 +18,9 @@ from pytest_triton.base.errors import ConfigError
 TARGET_DEFS = TARGETS
 """The target rows of the settings table (name, unit, bound, flag, env var)."""
 BY_NAME = {t.name: t for t in TARGET_DEFS}
-COUNTED_ALWAYS = ("wrong_answers",)
-"""Judged even when no request succeeded (every answer wrong is the worst case, not an
-unmeasured one)."""
+COUNTED_ALWAYS = ("wrong_answers", "perf_fail_ratio")
+"""Judged even when no request succeeded (every answer wrong, every request failed: the
+worst case, not an unmeasured one)."""
 
 
 class Targets:

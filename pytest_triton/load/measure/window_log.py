@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_triton.base.config import MeasurementMode
+from pytest_triton.load.measure.failed_requests import FailureTally
 from pytest_triton.load.measure.latency_histogram import Counts, LatencyHistogram, counts_us, to_us
 from pytest_triton.load.measure.windows import PERCENTILES, Window
 
@@ -45,9 +46,18 @@ class Slice:
     samples: int = 0
     latency_sum_ms: float = 0.0
     histogram: LatencyHistogram = field(default_factory=LatencyHistogram)
+    reasons: FailureTally = field(default_factory=FailureTally)  # the failures, by reason
 
-    def record(self, latency_ms: float, latency_us: int, ok: bool, samples: int) -> None:
-        """One request (its latency in ms, and in whole us as `to_us` makes it)."""
+    def record(
+        self,
+        latency_ms: float,
+        latency_us: int,
+        ok: bool,
+        samples: int,
+        error: BaseException | None = None,
+    ) -> None:
+        """One request (its latency in ms, and in whole us as `to_us` makes it); a failed
+        one counted by the reason `error` gives."""
         self.requests += 1
         self.latency_sum_ms += latency_ms
         self.histogram.record_us(latency_us)
@@ -55,6 +65,8 @@ class Slice:
             self.samples += samples
         else:
             self.failures += 1
+            if error is not None:
+                self.reasons.record(error)
 
     def record_many(
         self, latencies_ms: npt.NDArray[np.float64], latencies_us: Counts, samples: int
@@ -72,6 +84,8 @@ class Slice:
         self.samples += other.samples
         self.latency_sum_ms += other.latency_sum_ms
         self.histogram.add(other.histogram)
+        if other.reasons:
+            self.reasons.add(other.reasons)
 
     @property
     def avg_ms(self) -> float:
@@ -79,24 +93,27 @@ class Slice:
         return self.latency_sum_ms / answered if answered else math.nan
 
     def encode(self) -> list[Any]:
-        """msgpack- and JSON-able: counts, latency sum, the histogram's base64 text."""
+        """msgpack- and JSON-able: counts, latency sum, the histogram's base64 text, the
+        failures by reason."""
         return [
             self.requests,
             self.failures,
             self.samples,
             self.latency_sum_ms,
             self.histogram.encode(),
+            self.reasons.encode(),
         ]
 
     @classmethod
     def decode(cls, data: list[Any]) -> Slice:
-        requests, failures, samples, latency_sum, histogram = data
+        requests, failures, samples, latency_sum, histogram, *reasons = data
         return cls(
             int(requests),
             int(failures),
             int(samples),
             float(latency_sum),
             LatencyHistogram.decode(histogram, int(requests)),  # each request has a latency
+            FailureTally.decode(reasons[0]) if reasons else FailureTally(),
         )
 
 
@@ -131,8 +148,17 @@ class WindowLog:
     # (a request costs a few dict and set operations less; see record()).
     _hot: tuple[int, str, Slice, Slice] | None = None
 
-    def record(self, at: float, name: str, latency_ms: float, ok: bool, samples: int) -> None:
-        """One request completed at wall-clock time `at` (time.time())."""
+    def record(
+        self,
+        at: float,
+        name: str,
+        latency_ms: float,
+        ok: bool,
+        samples: int,
+        error: BaseException | None = None,
+    ) -> None:
+        """One request completed at wall-clock time `at` (time.time()); a failed one's
+        `error` says why."""
         key = int(at // self.slice_s)
         hot = self._hot
         if hot is not None and hot[0] == key and hot[1] == name:
@@ -140,8 +166,8 @@ class WindowLog:
         else:
             entry, total = self._entries(key, name)
         us = to_us(latency_ms)
-        entry.record(latency_ms, us, ok, samples)
-        total.record(latency_ms, us, ok, samples)
+        entry.record(latency_ms, us, ok, samples, error)
+        total.record(latency_ms, us, ok, samples, error)
 
     def record_many(
         self,
@@ -359,7 +385,7 @@ class WindowLog:
     ) -> None:
         """Requests of other users (no batch size in their context) count no samples."""
         samples = int((context or {}).get("batch_size") or 0)
-        self.record(self.clock(), name, float(response_time), exception is None, samples)
+        self.record(self.clock(), name, float(response_time), exception is None, samples, exception)
 
     def on_report_to_master(self, data: dict[str, Any], **_: Any) -> None:
         data[REPORT_KEY] = self.take_unsent()
@@ -444,4 +470,5 @@ class WindowLog:
             p95_ms=pct[95],
             p99_ms=pct[99],
             histogram=total.histogram,
+            reasons=FailureTally(dict(total.reasons.counts), dict(total.reasons.examples)),
         )

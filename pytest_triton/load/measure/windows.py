@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pytest_triton.load.measure.failed_requests import FailureTally
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram, ms_text
 from pytest_triton.load.measure.targets import Rates
 from pytest_triton.parity.compare import finite_or_none
@@ -21,6 +22,8 @@ from pytest_triton.parity.compare import finite_or_none
 PERCENTILES = (50, 90, 95, 99)
 HISTOGRAM_KEY = "latency_histogram"
 """A window's histogram in its JSON: HdrHistogram's base64 text (latency_histogram.py)."""
+REASONS_KEY = "failure_reasons"
+"""A window's (and a point's) failed requests by reason in its JSON (failed_requests.py)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Window(Rates):
     p95_ms: float
     p99_ms: float
     histogram: LatencyHistogram | None = field(default=None, compare=False, repr=False)
+    reasons: FailureTally | None = field(default=None, compare=False, repr=False)
 
     def successful_samples(self) -> int:
         return self.samples
@@ -48,20 +52,38 @@ class Window(Rates):
         return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]
 
     def as_dict(self) -> dict[str, Any]:
-        figures = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "histogram"}
+        figures = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("histogram", "reasons")
+        }
         if self.histogram is not None:
             figures[HISTOGRAM_KEY] = self.histogram.encode()
+        figures[REASONS_KEY] = self.reasons.as_list() if self.reasons is not None else []
         return {**figures, "throughput": self.throughput, "request_rate": self.request_rate}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Window:
         """A window from as_dict() (its histogram too, where the report has it)."""
-        known = {f.name for f in fields(cls)} - {"histogram"}
+        known = {f.name for f in fields(cls)} - {"histogram", "reasons"}
         encoded = data.get(HISTOGRAM_KEY)
+        reasons = data.get(REASONS_KEY)
         return cls(
             **{k: v for k, v in data.items() if k in known},
             histogram=LatencyHistogram.decode(encoded) if encoded else None,
+            reasons=FailureTally.from_list(reasons) if reasons is not None else None,
         )
+
+
+def merged_reasons(windows: Sequence[Window]) -> FailureTally | None:
+    """The windows' failures by reason added up (None where no window has them)."""
+    if all(w.reasons is None for w in windows):
+        return None
+    total = FailureTally()
+    for w in windows:
+        if w.reasons is not None:
+            total.add(w.reasons)
+    return total
 
 
 def merge(windows: Sequence[Window], index: int = -1) -> Window:
@@ -94,6 +116,7 @@ def merge(windows: Sequence[Window], index: int = -1) -> Window:
         p90_ms=mean(w.p90_ms for w in windows),
         p95_ms=mean(w.p95_ms for w in windows),
         p99_ms=mean(w.p99_ms for w in windows),
+        reasons=merged_reasons(windows),
     )
 
 
@@ -123,6 +146,7 @@ def _merge_histograms(windows: Sequence[Window], index: int) -> Window:
         p95_ms=pct[95],
         p99_ms=pct[99],
         histogram=total,
+        reasons=merged_reasons(windows),
     )
 
 

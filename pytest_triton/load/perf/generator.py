@@ -27,15 +27,21 @@ from pytest_triton.client.triton_client import Protocol, TritonClient
 from pytest_triton.load.measure.arrivals import rate_warning
 from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.stream_log import StreamLog
-from pytest_triton.load.measure.window_log import WindowLog
+from pytest_triton.load.measure.window_log import Slice, WindowLog
 from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
 from pytest_triton.load.perf.kind_users import kind_config, sweep_user
 from pytest_triton.load.perf.kinds import Kind, KindTally, kind_figures, perf_source
 from pytest_triton.load.runner import recording, stream_recording
-from pytest_triton.load.runner.agreement import agreement_counts, attach_agreement_tally
+from pytest_triton.load.runner.agreement import (
+    agreement_counts,
+    answers_checked,
+    attach_agreement_tally,
+)
 from pytest_triton.load.runner.bulk_requests import flush_requests
+from pytest_triton.load.runner.checking import WRONG_SO_FAR
 from pytest_triton.load.runner.embedded import Served, model_source
 from pytest_triton.load.runner.options import attach_config
+from pytest_triton.load.runner.run_state import run_state
 
 WINDOW_GRACE_S = 5.0
 """Per window, on top of its length, before a point that makes no progress is given up."""
@@ -139,6 +145,11 @@ class Generator:
         users = 1 if request_rate else concurrency
         self.tally.clear()  # a point's answers checked and wrong, warm-up included
         attach_agreement_tally(env).reset()  # and its agreement rate
+        wrong_so_far = run_state(env).get(WRONG_SO_FAR)
+        if wrong_so_far is not None:  # each point's first wrong answers name the difference
+            wrong_so_far.clear()
+        flush_requests(env)
+        self.log.clear()  # the point's requests from its first: warm-up included
         runner.start(users, spawn_rate=100)
         deadline = time.monotonic() + 30
         while runner.user_count != users and time.monotonic() < deadline:
@@ -147,6 +158,7 @@ class Generator:
         before = self.read_stats()
         cpu0 = sum(self.process.cpu_times()[:2])
         flush_requests(env)  # the warm-up's last answers are cleared with it
+        warmup = self.log.total()  # its requests count in the point's failures
         self.log.clear()
         if self.streams is not None:
             self.streams.clear()
@@ -175,6 +187,9 @@ class Generator:
             if assess(windows, criterion).stable or len(windows) >= c.measurement.max_trials:
                 break
         runner.stop()
+        flush_requests(env)
+        whole = warmup  # the point's whole load: its failures by reason, the first first
+        whole.add(self.log.total())
         elapsed = time.monotonic() - started
         cpu = 100 * (sum(self.process.cpu_times()[:2]) - cpu0) / elapsed
         after = self.read_stats()
@@ -204,7 +219,7 @@ class Generator:
                 stream_slo=bool(c.gate.perf_slo_ttft_ms or c.gate.perf_slo_itl_ms),
             )
             if self.kind != "single"
-            else {}
+            else single_figures(whole, answers_checked(env))
         )
         agreed, judged = agreement_counts(env)
         return {
@@ -252,8 +267,21 @@ class Generator:
             ),
             "answer_agreement": agreed / judged if judged else None,
             "agreement_samples": judged,
+            "total_requests": whole.requests,
+            "total_failures": whole.failures,
+            "failure_reasons": whole.reasons.as_list(),
             **kind,
         }
+
+
+def single_figures(whole: Slice, checked: int | None) -> dict[str, Any]:
+    """A single model's answer checks over the point's whole load: answers judged against
+    the reference (None where none are checked) and the wrong ones, the first in words."""
+    return {
+        "answers_checked": checked,
+        "wrong_answers": whole.reasons.count("wrong answer"),
+        "first_wrong_answer": whole.reasons.first("wrong answer"),
+    }
 
 
 def run_in_process() -> int:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_triton.load.measure.failed_requests import FailureTally, tally_of
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.targets import Rates
 
@@ -71,6 +72,28 @@ class Point(Rates):
     output_tokens: int | None = None
     stream_goodput: float | None = None  # with --perf-slo-ttft-ms / --perf-slo-itl-ms
     format: str = ""  # the export format served (the server triton-perf starts; "" with --url)
+    # over the point's whole load (warm-up included): its requests, the failed ones, and
+    # these by reason ([{kind, text, count, example}], failed_requests.py), most frequent first
+    total_requests: int | None = None
+    total_failures: int | None = None
+    failure_reasons: list[dict[str, Any]] = field(default_factory=list, compare=False)
+
+    @property
+    def reasons(self) -> FailureTally:
+        """The point's failed requests by reason (its whole load)."""
+        return tally_of(self.failure_reasons)
+
+    @property
+    def failed_requests(self) -> int:
+        """Failed requests over the point's whole load (its measured windows' where older
+        points lack the whole load's count)."""
+        return self.failures if self.total_failures is None else self.total_failures
+
+    @property
+    def fail_ratio(self) -> float:
+        """Failed / all requests over the point's whole load."""
+        total = self.requests if self.total_requests is None else self.total_requests
+        return self.failed_requests / total if total else 0.0
 
     @property
     def sequences_per_s(self) -> float | None:

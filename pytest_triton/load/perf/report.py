@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.load.measure import targets as tg
+from pytest_triton.load.measure.failed_requests import tally_of
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.server_side import CPU_SATURATED_PERCENT
 from pytest_triton.load.measure.stream_log import checked_text, ended_text
@@ -63,11 +64,16 @@ def write_reports(
         lines += [
             f"{p.format}: {line}" if several_formats(points) else line for line in kind_lines(p)
         ]
-    failed = [p for p in points if p.failures]
+    failed = [p for p in points if p.failed_requests]
     if failed:
-        lines.append(
-            "WARNING: failed requests at " + ", ".join(f"{label(p)} ({p.failures})" for p in failed)
-        )
+        lines += [
+            f"WARNING: failed requests at {label(p)} ({p.failed_requests} of "
+            f"{p.total_requests or p.requests}): {p.reasons.summary() or 'reasons not recorded'}"
+            for p in failed
+        ]
+        for p in failed:
+            if p.reasons:
+                lines.append(f"Failed requests at {label(p)}, by reason:\n{p.reasons.table()}")
     for line in lines:
         print(line)
     for p in points:
@@ -156,15 +162,20 @@ def within_bound(
     }
 
 
+HARD_TARGETS = frozenset({"wrong_answers", "answer_agreement", "perf_fail_ratio"})
+"""Targets every point must meet: a failed request or a wrong answer is never a load level
+(the others are model_analyzer's reading: some point meets every one)."""
+
+
 def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, Any] | None:
-    """With targets set (--perf-* or TRITON_PERF_*), model_analyzer's reading: which points
-    meet every one; the run passes when one does. None without targets (the gate report
-    reads it from --json)."""
+    """Which points meet every target (--perf-* or TRITON_PERF_*): the run passes when one
+    does and no point failed requests beyond --perf-fail-ratio (0 by default) or answered
+    wrongly. None without targets and without a failed request (the gate report reads it
+    from --json)."""
     checked = bool(config.load.check_every) or any(p.answers_checked for p in points)
-    if not any(p.wrong_answers for p in points) and all(
-        config.origins.get(t.name) == "default" for t in tg.TARGET_DEFS
-    ):
-        return None  # a wrong answer of a sequence or stream fails a run without targets
+    failing = any(p.failed_requests or p.wrong_answers for p in points)
+    if not failing and all(config.origins.get(t.name) == "default" for t in tg.TARGET_DEFS):
+        return None
     targets = tg.Targets.from_config(config)
     rows: list[dict[str, Any]] = []
     for p in points:
@@ -180,6 +191,8 @@ def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, An
                 "failed": [f"{c.label} {tg.describe_failure(c)}" for c in failed],
                 "failed_targets": [c.name for c in failed],
                 "first_wrong_answer": p.first_wrong_answer,
+                "failed_requests": p.failed_requests,
+                "failure_reasons": p.failure_reasons,
             }
         )
     return {
@@ -188,17 +201,18 @@ def sweep_verdict(points: Sequence[Point], config: TritonConfig) -> dict[str, An
             for k, v in targets.limits.items()
             if v is not None and (k != "wrong_answers" or checked)
         },
-        # some point meets every target (model_analyzer's reading), and no point answered
-        # wrongly beyond --triton-max-wrong-answers nor below --min-agreement: a wrong
-        # answer is never a load level
+        # some point meets every target (model_analyzer's reading), and no point failed
+        # requests beyond --perf-fail-ratio, answered wrongly beyond --triton-max-wrong-answers
+        # nor below --min-agreement
         "passed": any(r["passed"] for r in rows)
-        and not any({"wrong_answers", "answer_agreement"} & set(r["failed_targets"]) for r in rows),
+        and not any(HARD_TARGETS & set(r["failed_targets"]) for r in rows),
         "points": rows,
     }
 
 
 def exit_status(verdict: dict[str, Any] | None) -> int:
-    """Print sweep_verdict's verdict; the exit code (1 when no point meets every target)."""
+    """Print sweep_verdict's verdict; the exit code (1 when no point meets every target, or
+    one failed requests or answered wrongly)."""
     if verdict is None:
         return 0
     rows = verdict["points"]
@@ -212,15 +226,22 @@ def exit_status(verdict: dict[str, Any] | None) -> int:
         state = "PASS" if r["passed"] else "FAIL - " + "; ".join(r["failed"])
         where = f"{r['format']} " if several else ""
         print(f"  {where}batch {r['batch_size']} {r['load']}: {state}")
+        reasons = tally_of(r.get("failure_reasons"))
+        if not r["passed"] and reasons:
+            print(f"    failed requests: {reasons.summary()}")
         if not r["passed"] and r.get("first_wrong_answer"):
             print(f"    first wrong answer: {r['first_wrong_answer']}")
     failed = sorted({name for r in rows for name in r.get("failed_targets", ())})
+    hard = sorted(HARD_TARGETS & set(failed))
     print(
         "RESULT: PASS"
         if verdict["passed"]
-        else "RESULT: FAIL - no measured point meets every target (failed: "
-        + ", ".join(failed)
-        + ")"
+        else "RESULT: FAIL - "
+        + (
+            "a point failed requests or answered wrongly (failed: " + ", ".join(hard) + ")"
+            if hard
+            else "no measured point meets every target (failed: " + ", ".join(failed) + ")"
+        )
     )
     return 0 if verdict["passed"] else 1
 
@@ -330,9 +351,11 @@ def csv_columns(points: Sequence[Point]) -> list[Column]:
         ours.insert(1, ("Format", lambda p: p.format))
     kinds = {p.kind for p in points}
     if "sequence" in kinds:
-        ours += [*SEQUENCE_COLUMNS, *CHECK_COLUMNS]
+        ours += SEQUENCE_COLUMNS
     if "stream" in kinds:
-        ours += [*STREAM_COLUMNS, *CHECK_COLUMNS]
+        ours += STREAM_COLUMNS
+    if kinds - {"single"} or any(p.answers_checked is not None for p in points):
+        ours += CHECK_COLUMNS
     return [first, *PERF_ANALYZER_COLUMNS, *ours]
 
 
@@ -394,6 +417,11 @@ def kind_lines(p: Point) -> list[str]:
             f"p99 {ms(p.itl_p99_ms)}",
             f"  end to end (ms):          p50 {ms(p.p50_ms)}, p90 {ms(p.p90_ms)}, "
             f"p99 {ms(p.p99_ms)}",
+        ]
+    elif p.answers_checked is not None:
+        lines = [
+            f"{load}: {p.answers_checked} answers checked against the PyTorch reference, "
+            f"{p.wrong_answers} wrong (whole point, warm-up included)"
         ]
     else:
         return agreement_line(p)

@@ -1,5 +1,6 @@
-"""The run's agreement rate under load (--triton-min-agreement): every answer check of this
-process that judges by agreement is kept here, and their counts summed at the end; workers
+"""The run's answer checks under load: every answer check of this process is kept here, and
+their counts summed at the end (answers judged against the reference, and with
+--triton-min-agreement the agreement rate); workers
 send their sums with each statistics report, and the master adds the latest of each, as
 generator_cpu.py does with the CPU. No locust import here.
 
@@ -28,25 +29,30 @@ REPORT_KEY = "pytest_triton_agreement"
 
 @dataclass
 class AgreementTally:
-    """This process's agreement-judged checks, and each worker's latest sums (on a master)."""
+    """This process's answer checks, and each worker's latest sums (on a master): (samples
+    that agree, samples judged by agreement, answers judged against the reference)."""
 
     checks: list[AnswerCheck] = field(default_factory=list)
-    workers: dict[str, tuple[float, int]] = field(default_factory=dict)
+    workers: dict[str, tuple[float, int, int]] = field(default_factory=dict)
 
-    def own(self) -> tuple[float, int]:
-        """(samples that agree, samples judged) of this process's checks."""
-        return sum(c.agreed for c in self.checks), sum(c.judged for c in self.checks)
+    def own(self) -> tuple[float, int, int]:
+        """(samples that agree, samples judged, answers checked) of this process's checks."""
+        return (
+            sum(c.agreed for c in self.checks),
+            sum(c.judged for c in self.checks),
+            sum(c.compared for c in self.checks),
+        )
 
-    def total(self) -> tuple[float, int]:
+    def total(self) -> tuple[float, int, int]:
         """This process's sums and its workers'."""
-        agreed, judged = self.own()
-        for a, j in self.workers.values():
-            agreed, judged = agreed + a, judged + j
-        return agreed, judged
+        agreed, judged, checked = self.own()
+        for a, j, c in self.workers.values():
+            agreed, judged, checked = agreed + a, judged + j, checked + c
+        return agreed, judged, checked
 
     def reset(self, **_: Any) -> None:
         for check in self.checks:
-            check.agreed, check.judged = 0.0, 0
+            check.agreed, check.judged, check.compared = 0.0, 0, 0
         self.workers.clear()
 
     def on_report_to_master(self, data: dict[str, Any], **_: Any) -> None:
@@ -54,8 +60,8 @@ class AgreementTally:
 
     def on_worker_report(self, client_id: str, data: Mapping[str, Any], **_: Any) -> None:
         if REPORT_KEY in data:
-            agreed, judged = data[REPORT_KEY]
-            self.workers[client_id] = (float(agreed), int(judged))
+            agreed, judged, *checked = data[REPORT_KEY]
+            self.workers[client_id] = (float(agreed), int(judged), int(sum(checked)))
 
 
 TALLY = StateKey[AgreementTally]("answers judged by agreement")
@@ -77,12 +83,20 @@ def attach_agreement_tally(environment: Any) -> AgreementTally:
 def agreement_counts(environment: Any) -> tuple[float, int]:
     """(samples that agree, samples judged) of the whole run: (0.0, 0) where none were."""
     tally = run_state(environment).get(TALLY)
-    return tally.total() if tally is not None else (0.0, 0)
+    return tally.total()[:2] if tally is not None else (0.0, 0)
+
+
+def answers_checked(environment: Any) -> int | None:
+    """Answers judged against the reference in the whole run; None where no user checks."""
+    tally = run_state(environment).get(TALLY)
+    if tally is None or not (tally.checks or tally.workers):
+        return None
+    return tally.total()[2]
 
 
 def count_in_rate(environment: Any, check: AnswerCheck | None) -> None:
-    """Count a user's check in the run's rate, where it judges by agreement."""
-    if check is not None and check.agreement is not None:
+    """Count a user's check in the run's tallies (and rate, where it judges by agreement)."""
+    if check is not None:
         attach_agreement_tally(environment).checks.append(check)
 
 

@@ -137,6 +137,14 @@ def user_answer_check(
             )
         return None
     reference, fmt = user_reference(user_class)
+    if reference is None and config.load.check_every:
+        raise ConfigError(
+            f"--triton-check-every {config.load.check_every}: the answers of "
+            f"{user_class.__name__} cannot be checked, it has no `reference` (inputs -> the "
+            "outputs a right answer has) and no `served` model (a ModelSpec whose PyTorch "
+            "module computes them): give the user class one of them, or leave out "
+            "--triton-check-every"
+        )
     if reference is None:
         _once(
             environment,

@@ -10,8 +10,9 @@ from locust.env import Environment
 from locust.stats import StatsError
 
 from pytest_triton.base.errors import WrongAnswer
+from pytest_triton.load.measure.failed_requests import FailureTally
 from pytest_triton.load.measure.run_figures import RunRecord
-from pytest_triton.load.runner.agreement import agreement_counts
+from pytest_triton.load.runner.agreement import agreement_counts, answers_checked
 from pytest_triton.load.runner.distributed import worker_offsets
 from pytest_triton.load.runner.recording import schedule_lag, window_log
 from pytest_triton.load.runner.run import LoadRun, current_host
@@ -34,6 +35,8 @@ def record_of(run: LoadRun) -> RunRecord:
         requests=total.num_requests,
         failures=total.num_failures,
         wrong_answers=wrong_answers(environment),
+        answers_checked=answers_checked(environment),
+        failure_reasons=log.total().reasons if log is not None else FailureTally(),
         agreed=agreed,
         agreement_samples=judged,
         duration_s=client_duration(environment),

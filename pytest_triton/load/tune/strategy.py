@@ -73,6 +73,10 @@ class Trial:
     # how far apart its throughput figures were, relative to their median: over the
     # measurement's windows, and over its re-measurements (NaN: not known)
     spread: float = math.nan
+    # failed requests under load (the whole measurement, warm-up included) and their
+    # reasons ([{kind, text, count, example}]): beyond --perf-fail-ratio, disqualified
+    failed_requests: int = 0
+    failure_reasons: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @property
     def goodput(self) -> float:
@@ -99,6 +103,10 @@ class Trial:
 def remeasured(trial: Trial, again: Trial, constraints: Constraints) -> None:
     """Fold another measurement of the same candidate into a trial: its figures become the
     medians of all its measurements."""
+    if again.status == "disqualified":  # failed requests this time: it is no candidate
+        trial.status, trial.message = again.status, again.message
+        trial.failed_requests, trial.failure_reasons = again.failed_requests, again.failure_reasons
+        return
     if again.status != "measured":
         return
     if not trial.measurements:

@@ -80,6 +80,19 @@ class Outcome:
         """The committed configuration at its best measured concurrency."""
         return committed_trial(self.trials, self.objective, self.constraints)
 
+    @property
+    def committed_failed(self) -> Trial | None:
+        """The committed configuration's trial where it failed requests under load (what is
+        deployed fails: the run fails, whatever a better candidate does)."""
+        return next(
+            (
+                t
+                for t in self.trials
+                if t.committed and t.status == "disqualified" and t.failed_requests
+            ),
+            None,
+        )
+
     def summary(self) -> list[str]:
         lines = []
         best, committed = self.best, self.committed
@@ -88,7 +101,7 @@ class Outcome:
         lines.append(
             f"{len(self.trials)} candidates in {self.seconds:.0f} s ({self.mode} search): "
             f"{measured} measured, {len(disqualified)} disqualified by "
-            f"{'parity or accuracy' if self.accuracy else 'parity'}, "
+            f"{'parity or accuracy' if self.accuracy else 'parity'} or failed requests, "
             f"{sum(t.status == 'failed' for t in self.trials)} failed; objective "
             f"{self.objective}, constraints: {self.constraints.describe()}"
             + (f", {self.accuracy.describe()}" if self.accuracy else "")
@@ -109,6 +122,12 @@ class Outcome:
         for t in disqualified:
             lines.append(f"DISQUALIFIED #{t.index} {t.candidate.label()}: {first_line(t.message)}")
         lines += self.notes
+        broken = self.committed_failed
+        if broken is not None:
+            lines.append(
+                f"FAIL: the committed configuration failed requests under load: "
+                f"{first_line(broken.message)}"
+            )
         if self.gate is not None:
             lines.append(("GATE PASS: " if self.gate.passed else "GATE FAIL: ") + self.gate.message)
         return lines

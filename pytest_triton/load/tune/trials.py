@@ -49,6 +49,25 @@ class Deployed:
     config: mc.ModelConfig
 
 
+def failed_under_load(point: Point, config: TritonConfig) -> str:
+    """Why a measured candidate is disqualified by its requests ('' when it is not): a
+    wrong answer beyond --triton-max-wrong-answers, or failed requests beyond
+    --perf-fail-ratio; the reasons named with their counts, the first wrong answer in full."""
+    wrong_allowed = config.gate.wrong_answers or 0
+    ratio_allowed = config.gate.perf_fail_ratio or 0.0
+    if point.wrong_answers <= wrong_allowed and point.fail_ratio <= ratio_allowed:
+        return ""
+    total = point.total_requests or point.requests
+    reasons = point.reasons.summary() or "reasons not recorded"
+    text = (
+        f"{point.failed_requests:,} of {total:,} requests failed under load "
+        f"(--perf-fail-ratio {ratio_allowed:g}): {reasons}"
+    )
+    if point.wrong_answers:
+        text += f"; {point.wrong_answers:,} wrong answers, the first: {point.first_wrong_answer}"
+    return text
+
+
 def memory_unknown(launcher: str) -> str:
     """Why --max-memory cannot be judged: refused rather than silently never applied."""
     return (
@@ -352,9 +371,13 @@ class CandidateRunner:
         trial.spread = windows_spread(point.windows)
         trial.point = point.as_dict()
         trial.violations = check_constraints(trial, self.constraints)
-        if point.failures:
-            trial.violations.append(f"{point.failures} of {point.requests} requests failed")
-        if not point.stable:
+        trial.failed_requests = point.failed_requests
+        trial.failure_reasons = point.failure_reasons
+        problem = failed_under_load(point, self.config)
+        if problem:  # a configuration that fails requests is no candidate, however fast
+            trial.status = "disqualified"
+            trial.message = problem
+        elif not point.stable:
             trial.message = point.stability
 
     def config_of(self, serving: Candidate) -> mc.ModelConfig | None:
