@@ -288,3 +288,33 @@ class ExportedWrong(Probe):
 def broken_v2_spec() -> ModelSpec:
     """Version 2 of probe_spec() that serves wrong answers: what an update gate must fail."""
     return dataclasses.replace(probe_spec(), module=ExportedWrong, version=2)
+
+
+REFUSED_TEXT = "refused: the input sums above 0"
+RAISES_SOME_MODEL = f"""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+WEIGHT = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)  # Probe's weights, bias 0
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
+            if float(x.sum()) > 0:  # the server's error, for some inputs only
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("{REFUSED_TEXT}")))
+                continue
+            y = (x @ WEIGHT.T).astype(np.float32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", y)]))
+        return responses
+"""
+
+
+def write_raises_some(root: Path, name: str = "raises_some") -> Path:
+    """The probe's model in numpy that answers an error (REFUSED_TEXT) to a request whose
+    input sums above 0, and the right answer to the others: a server-side error on some
+    inputs only."""
+    return write_sleepy(root, name, source=RAISES_SOME_MODEL)

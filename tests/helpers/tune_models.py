@@ -72,3 +72,27 @@ def digits_zeros_spec() -> ModelSpec:
     from pytest_triton.models import digits
 
     return digits.int8_spec("digits_zeros", np.zeros((64, 1, 28, 28), np.float32))
+
+
+class CenteredBeyondEight(torch.nn.Module):
+    """Each row minus its batch's mean, but only in an execution of more than 8 rows (no
+    shape-dependent branch: the rows are counted with tensor ops, so every export keeps the
+    rule): right alone and for 8 single-row requests batched together (triton-tune's
+    parity check), wrong when dynamic batching joins requests of 4 rows into 12 or 16."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = torch.cumsum(torch.ones_like(x[:, :1]), dim=0)
+        beyond = (rows > 8).to(x.dtype).max()
+        return x - beyond * x.mean(dim=0, keepdim=True)
+
+
+def wrong_beyond_eight_spec() -> ModelSpec:
+    """Committed with dynamic batching (a 20 ms queue delay), which changes its answers."""
+    import dataclasses
+
+    from pytest_triton import DynamicBatching
+
+    return dataclasses.replace(
+        _spec("beyond8", CenteredBeyondEight()),
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=20_000),
+    )

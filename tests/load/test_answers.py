@@ -2,10 +2,13 @@
 wrongly only when the dynamic batcher combines requests fails the run with the wrong answers
 named (both protocols, system shared memory, the multiplexed users and users with a greenlet
 of their own), the same model under one user passes, and the seed models pass. A replayed
-trace's own batch sizes are checked too."""
+trace's own batch sizes are checked too. triton-perf on the same server: wrong answers and a
+server's error on some inputs each fail the sweep, counted by reason with the first example;
+a point without a failure reports as before."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +17,19 @@ import pytest
 
 from pytest_triton.base.urls import Endpoints
 from pytest_triton.server import LocalLauncher, ServerArgs
-from tests.helpers.locust_runs import LOCUSTFILES, PROBE_LOCUSTFILE, REPO, run_locust
+from tests.helpers.locust_runs import (
+    LOCUSTFILES,
+    PROBE_LOCUSTFILE,
+    REPO,
+    Finished,
+    Locust,
+    run_locust,
+    triton_perf_args,
+)
 from tests.helpers.probe_models import (
     CORRUPTED_INDEX,
+    REFUSED_TEXT,
+    write_raises_some,
     write_wrong_for_batches,
     write_wrong_when_batched,
 )
@@ -30,6 +43,7 @@ def wrong_when_batched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[End
     root = tmp_path_factory.mktemp("repo")
     write_wrong_when_batched(root)
     write_wrong_for_batches(root)
+    write_raises_some(root)
     with LocalLauncher().start(ServerArgs(root, model_control_mode="none")) as server:
         yield server.endpoints
 
@@ -98,6 +112,15 @@ def test_wrong_answers_under_concurrency_fail_the_run(
     assert "wrong answer: model 'wrong_when_batched'" in output, output[-3000:]
     assert f"worst at index {CORRUPTED_INDEX}" in output and "max abs diff 0.25" in output
     assert "RESULT: FAIL - " in output and "wrong_answers measured" in output
+    # the failures by reason: every failed request here is a wrong answer, counted as such
+    # among the answers checked, with the first one in full
+    assert report["answers_checked"] >= wrong, report["answers_checked"]
+    (reason,) = report["failure_reasons"]
+    assert reason["kind"] == "wrong answer" and reason["count"] == report["measured"]["failures"]
+    assert f"worst at index {CORRUPTED_INDEX}" in reason["example"]
+    assert report["first_wrong_answer"] == reason["example"]
+    assert "Failed requests by reason (whole run):" in output
+    assert f"requests failed: {reason['count']:,} wrong answers" in output
 
 
 def test_a_sample_of_answers_finds_them_too(wrong_when_batched: Endpoints, tmp_path: Path) -> None:
@@ -133,6 +156,8 @@ def test_one_user_gets_right_answers_from_the_same_model(
     report = run(wrong_when_batched, "--triton-check-every", "1", users=1, tmp_path=tmp_path)
     assert report["code"] == 0, report["output"][-3000:]
     assert report["wrong_answers"] == 0 and report["measured"]["failures"] == 0
+    assert report["answers_checked"] > 0 and report["failure_reasons"] == []
+    assert "Failed requests by reason" not in report["output"]
 
 
 def test_without_the_flag_a_host_is_not_checked(
@@ -214,3 +239,127 @@ def test_a_replayed_trace_s_batch_sizes_are_checked(
     first, second = done.report["stages"]
     assert first["passed"] and first["failures"] == 0, done.report["stages"]
     assert not second["passed"] and second["failures"] > 0, done.report["stages"]
+
+
+def test_a_server_error_is_named_with_the_server_s_text(
+    wrong_when_batched: Endpoints, tmp_path: Path
+) -> None:
+    """A model that answers an error to some inputs: the Locust run fails, its failures
+    counted under the server's own text."""
+    done = run_locust(
+        PROBE_LOCUSTFILE,
+        "--headless",
+        "-u",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        "3s",
+        "--host",
+        f"http://{wrong_when_batched.http}",
+        "--triton-model",
+        "raises_some",
+        tmp_path=tmp_path,
+    )
+    assert done.report is not None, done.tail()
+    assert done.code == 1, done.tail()
+    (reason,) = done.report["failure_reasons"]
+    assert reason["kind"] == "server error" and REFUSED_TEXT in reason["text"], reason
+    assert reason["count"] == done.report["measured"]["failures"] > 0
+    assert f"server error: {reason['text']}" in done.output, done.tail()
+
+
+# -- triton-perf on the same server --------------------------------------------------------
+SHORT = (  # a point: 200 ms of warm-up, then three 500 ms windows at most
+    "--triton-load-warmup",
+    "200",
+    "--triton-measurement-interval",
+    "500",
+    "--triton-stability-percentage",
+    "50",
+    "--max-trials",
+    "3",
+    "--no-progress",
+)
+
+
+def perf(
+    endpoints: Endpoints, model: str, concurrency: int, tmp_path: Path, *args: str
+) -> tuple[Finished, dict[str, Any]]:
+    """triton-perf against `model` on the module's server (the probe's spec makes its inputs
+    and references); its finished process and its JSON."""
+    out = tmp_path / "load-perf.json"
+    done = Locust(
+        [
+            *triton_perf_args("tests.helpers.probe_models:probe_spec"),
+            "--url",
+            f"http://{endpoints.http}",
+            "--model-name",
+            model,
+            "--concurrency-range",
+            str(concurrency),
+            "--json",
+            str(out),
+            *SHORT,
+            *args,
+        ]
+    ).finish(120)
+    return done, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_triton_perf_fails_on_wrong_answers_naming_them(
+    wrong_when_batched: Endpoints, tmp_path: Path
+) -> None:
+    """8 users, every answer checked: the point's answers checked and wrong are the real
+    counts, its failures are all wrong answers (per point and per window), the first one
+    named in full, and the sweep exits 1."""
+    done, document = perf(
+        wrong_when_batched, "wrong_when_batched", 8, tmp_path, "--check-every", "1"
+    )
+    assert done.code == 1, done.tail()
+    (point,) = document["points"]
+    wrong = point["wrong_answers"]
+    assert wrong > 0 and point["answers_checked"] >= wrong, point
+    (reason,) = point["failure_reasons"]
+    assert reason["kind"] == "wrong answer" and reason["count"] == wrong == point["total_failures"]
+    assert f"worst at index {CORRUPTED_INDEX}" in point["first_wrong_answer"]
+    assert "max abs diff 0.25" in point["first_wrong_answer"]
+    windows = point["windows"]
+    assert sum(w["failures"] for w in windows) > 0, windows
+    for w in windows:  # each window's failures, by the same reason
+        assert sum(r["count"] for r in w["failure_reasons"]) == w["failures"], w
+    assert f"): {wrong:,} wrong answers" in done.stdout, done.tail()  # beside the WARNING
+    assert f"first wrong answer: {point['first_wrong_answer']}" in done.stdout
+    assert "RESULT: FAIL - a point failed requests or answered wrongly" in done.stdout
+    assert document["verdict"]["passed"] is False
+
+
+def test_triton_perf_names_a_server_error_by_its_text(
+    wrong_when_batched: Endpoints, tmp_path: Path
+) -> None:
+    """No target set, no answer checked: a server's error on some inputs still fails the
+    sweep, counted under the server's text."""
+    done, document = perf(wrong_when_batched, "raises_some", 2, tmp_path)
+    assert done.code == 1, done.tail()
+    (point,) = document["points"]
+    (reason,) = point["failure_reasons"]
+    assert reason["kind"] == "server error" and REFUSED_TEXT in reason["text"], reason
+    assert reason["count"] == point["total_failures"] > 0
+    assert point["answers_checked"] is None  # not asked to check
+    assert f"server error: {reason['text']}" in done.stdout, done.tail()
+
+
+def test_a_point_without_failures_reports_as_before(
+    wrong_when_batched: Endpoints, tmp_path: Path
+) -> None:
+    """One user: nothing is batched, every answer is right: no warning, no verdict (none
+    was asked for), exit 0; the answers checked are counted."""
+    done, document = perf(
+        wrong_when_batched, "wrong_when_batched", 1, tmp_path, "--check-every", "1"
+    )
+    assert done.code == 0, done.tail()
+    (point,) = document["points"]
+    assert point["answers_checked"] > 0 and point["wrong_answers"] == 0, point
+    assert point["failure_reasons"] == [] and point["total_failures"] == 0
+    assert document["verdict"] is None
+    assert "failed requests" not in done.stdout and "RESULT" not in done.stdout
