@@ -391,7 +391,7 @@ def test_committed_config_round_trip_and_parsing() -> None:
 
 # -- real runs ----------------------------------------------------------------------------------
 def tune(
-    tmp_path: Path, *args: str, timeout: float = 180, batching: str = "off,on"
+    tmp_path: Path, *args: str, timeout: float = 180, batching: str = "off,on", batch: str = "1"
 ) -> tuple[int, str, Path]:
     out = tmp_path / "tune"
     cmd = [
@@ -400,7 +400,7 @@ def tune(
         "pytest_triton.cli.triton_tune",
         *args,
         "-b",
-        "1",
+        batch,
         "--max-batch-sizes",
         "16",
         "--dynamic-batching",
@@ -500,6 +500,41 @@ def test_gate_fails_a_committed_config_that_falls_short(tmp_path: Path) -> None:
     assert ",spread," in (out / "candidates.csv").read_text().splitlines()[0]
     diff = (out / "config.diff").read_text()
     assert "+dynamic_batching {" in diff and "+  max_queue_delay_microseconds: 2000" in diff
+
+
+@pytest.mark.load
+def test_a_committed_config_that_answers_wrongly_under_load_fails_the_run(tmp_path: Path) -> None:
+    """A model right alone and for triton-tune's 8 batched single-row requests, wrong once
+    dynamic batching joins its 4-row requests into more than 8 rows: the committed
+    configuration (dynamic batching on) passes parity, then answers wrongly under load
+    (every answer checked), so it is disqualified naming the wrong answers and their count,
+    and the run exits 1."""
+    code, output, out = tune(
+        tmp_path,
+        "-m",
+        "tests.helpers.tune_models:wrong_beyond_eight_spec",
+        "--formats",
+        "torchscript-trace",  # exported in 0.1 s
+        "--queue-delays",
+        "20000",
+        "--concurrency-range",
+        "4",
+        "--triton-check-every",
+        "1",
+        "--confirm",
+        "0",
+        batching="on",
+        batch="4",
+    )
+    assert code == 1, output[-3000:]
+    result = json.loads((out / "tune.json").read_text())
+    (trial,) = result["candidates"]
+    assert trial["committed"] and trial["status"] == "disqualified", trial
+    (reason,) = trial["failure_reasons"]
+    assert reason["kind"] == "wrong answer" and reason["count"] == trial["failed_requests"] > 0
+    assert f"{reason['count']:,} wrong answers" in trial["message"], trial["message"]
+    assert "max abs diff" in trial["message"]  # the first wrong answer, in full
+    assert "FAIL: the committed configuration failed requests under load" in output
 
 
 @pytest.mark.slow

@@ -63,8 +63,8 @@ def failed_under_load(point: Point, config: TritonConfig) -> str:
         f"{point.failed_requests:,} of {total:,} requests failed under load "
         f"(--perf-fail-ratio {ratio_allowed:g}): {reasons}"
     )
-    if point.wrong_answers:
-        text += f"; {point.wrong_answers:,} wrong answers, the first: {point.first_wrong_answer}"
+    if point.first_wrong_answer:
+        text += f"; the first wrong answer: {point.first_wrong_answer}"
     return text
 
 
