@@ -112,8 +112,8 @@ class AnswerCheck:
             request: Expected(
                 request,
                 dict(references),
-                f"request {i + 1} of {len(expected)}, {_rows(next(iter(references.values())))} "
-                "row(s)",
+                f"the user's request {i + 1} of {len(expected)}, "
+                f"{_rows(next(iter(references.values())))} row(s)",
             )
             for i, (request, references) in enumerate(expected)
         }

@@ -232,7 +232,7 @@ def test_a_model_whose_state_leaks_between_sequences_fails_naming_the_sequence(
     )
     assert done.code == 1, done.tail()
     assert int(rows[0]["Wrong Answers"]) > 0
-    assert "RESULT: FAIL - no measured point meets every target (failed: " in done.stdout
+    assert "RESULT: FAIL - a point failed requests or answered wrongly (failed: " in done.stdout
     assert "wrong_answers)" in done.stdout
     assert "first wrong answer: wrong answer: sequence " in done.stdout
     assert "differs from the module stepped from its initial state" in done.stdout

@@ -67,8 +67,9 @@ def write_reports(
     failed = [p for p in points if p.failed_requests]
     if failed:
         lines += [
-            f"WARNING: failed requests at {label(p)} ({p.failed_requests} of "
-            f"{p.total_requests or p.requests}): {p.reasons.summary() or 'reasons not recorded'}"
+            f"WARNING: failed requests at {label(p)} ({p.failed_requests:,} of "
+            f"{p.total_requests or p.requests:,}): "
+            f"{p.reasons.summary() or 'reasons not recorded'}"
             for p in failed
         ]
         for p in failed:
@@ -420,8 +421,8 @@ def kind_lines(p: Point) -> list[str]:
         ]
     elif p.answers_checked is not None:
         lines = [
-            f"{load}: {p.answers_checked} answers checked against the PyTorch reference, "
-            f"{p.wrong_answers} wrong (whole point, warm-up included)"
+            f"{load}: {p.answers_checked:,} answers checked against the PyTorch reference, "
+            f"{p.wrong_answers:,} wrong (whole point, warm-up included)"
         ]
     else:
         return agreement_line(p)
