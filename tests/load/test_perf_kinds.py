@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from pytest_triton.load.perf.kinds import (
 )
 from pytest_triton.load.perf.points import Point
 from pytest_triton.load.perf.report import csv_columns, points_markdown, sweep_verdict
+from pytest_triton.load.runner.checking import user_answer_check
 from pytest_triton.load.runner.embedded import (
     EmbeddedSequenceModel,
     EmbeddedServer,
@@ -141,6 +143,54 @@ def test_a_point_of_each_kind_reports_its_own_columns_and_a_wrong_answer_fails()
     assert columns["TTFT p50"](stream) == ""  # not measured: an empty cell
     assert math.isnan(Point(**base).value("perf_ttft_p99"))
     assert stream.value("perf_ttft_p99") == 12.5
+
+
+def test_a_point_with_failed_requests_fails_the_sweep_unless_the_ratio_allows_it() -> None:
+    """--perf-fail-ratio judges every point's whole load: one point over it fails the
+    sweep whatever the others do; a wrong answer fails it whatever the ratio allows; a
+    sweep without a failed request and without targets has no verdict, as before."""
+    base: dict[str, Any] = dict(
+        batch_size=1,
+        concurrency=2,
+        duration_s=1.0,
+        requests=100,
+        failures=0,
+        avg_ms=2.0,
+        p50_ms=2.0,
+        p90_ms=2.0,
+        p95_ms=2.0,
+        p99_ms=3.0,
+    )
+    reasons = [{"kind": "server error", "text": "boom", "count": 5, "example": "... boom"}]
+    ok = Point(**base, total_requests=120, total_failures=0)
+    failing = Point(**base, total_requests=120, total_failures=6, failure_reasons=reasons)
+    assert sweep_verdict([ok], resolve()) is None
+    verdict = sweep_verdict([ok, failing], resolve())
+    assert verdict is not None and not verdict["passed"]
+    assert verdict["points"][1]["failed_targets"] == ["perf_fail_ratio"]
+    assert verdict["points"][1]["failure_reasons"] == reasons
+    allowed = sweep_verdict([ok, failing], resolve(perf_fail_ratio=0.05))
+    assert allowed is not None and allowed["passed"]
+    wrong = Point(
+        **{**base, "concurrency": 4}, total_requests=120, total_failures=1, wrong_answers=1
+    )
+    judged = sweep_verdict([ok, wrong], resolve(perf_fail_ratio=0.5))
+    assert judged is not None and not judged["passed"]
+    assert judged["points"][1]["failed_targets"] == ["wrong_answers"]
+
+
+def test_answers_that_cannot_be_checked_are_refused() -> None:
+    """--triton-check-every N on a user class with no reference and no served spec."""
+    with pytest.raises(ConfigError, match="cannot be checked, it has no `reference`"):
+        user_answer_check(
+            SimpleNamespace(),
+            type("NoReference", (), {}),
+            resolve(check_every=5),
+            "http://127.0.0.1:8000",
+            "m",
+            [],
+            [],
+        )
 
 
 # -- triton-perf on a real server --------------------------------------------------------------

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from pytest_triton.base.config_resolution import resolve
+from pytest_triton.base.errors import InferenceError, ServerError, WrongAnswer
 from pytest_triton.load.measure.arrivals import Lag, rate_warning, schedule
+from pytest_triton.load.measure.failed_requests import FailureReason, failure_reason
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram, ms_text
 from pytest_triton.load.measure.run_figures import RunRecord, stability_of, warmup_of
 from pytest_triton.load.measure.window_log import SLICE_S, WindowLog
@@ -399,3 +401,44 @@ def test_lag_and_achieved_rate_warn_when_the_generator_falls_behind() -> None:
     assert warning is not None and "20 of 1010 sends" in warning
     low = rate_warning(100, 80)
     assert low is not None and "achieved 80.0 req/s of the 100.0 req/s asked" in low
+
+
+def test_failed_requests_are_counted_by_reason_per_window_and_across_workers() -> None:
+    """Each kind of failure from what the users report; a worker's slices carry their
+    reasons to the master; a window's JSON has its reasons, the first example of each."""
+    wrong = WrongAnswer("wrong answer: model 'm': output 'y' differs")
+    refused = InferenceError("m", "http", "[request id: 7] refused: input < 0\nAt: model.py")
+    timeout = InferenceError("m", "http", "no answer within 1s", cause="timeout")
+    reset = InferenceError("m", "grpc", "dropped the connection", cause="connection")
+    not_sent = InferenceError("m", "http", "not sent: the model name is empty", cause="client")
+    assert failure_reason(wrong) == FailureReason("wrong answer")
+    assert failure_reason(refused) == FailureReason("server error", "refused: input < 0")
+    assert failure_reason(timeout) == FailureReason("timeout")
+    assert (
+        failure_reason(reset) == failure_reason(ServerError("died")) == FailureReason("connection")
+    )
+    assert failure_reason(not_sent) == FailureReason("client error", "not sent")
+    assert failure_reason(KeyError("x")) == FailureReason("client error", "KeyError")
+    worker, master = WindowLog(), WindowLog()
+    for i, error in enumerate([wrong, wrong, refused, None, timeout]):
+        worker.record(100.0 + i * 0.01, "m", 1.0, error is None, 1, error)
+    master.merge(worker.take_unsent())
+    (window,) = master.windows(100.0, 100.25, warmup_s=0, interval_s=0.25)
+    assert window.failures == 4 and window.reasons is not None
+    assert (
+        window.reasons.summary()
+        == "2 wrong answers; 1 server error: refused: input < 0; 1 timeouts"
+    )
+    listed = window.as_dict()["failure_reasons"]
+    assert [(r["kind"], r["count"]) for r in listed] == [
+        ("wrong answer", 2),
+        ("server error", 1),
+        ("timeout", 1),
+    ]
+    assert (
+        listed[0]["example"] == str(wrong)
+        and listed[1]["reason"] == "server error: refused: input < 0"
+    )
+    again = Window.from_dict(window.as_dict())
+    assert again.reasons is not None and again.reasons.counts == window.reasons.counts
+    assert merge([window, again]).reasons.total == 8  # type: ignore[union-attr]
