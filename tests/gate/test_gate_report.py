@@ -617,6 +617,69 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
     assert sweep_verdict(points, resolve()) is None  # no targets, no verdict
 
 
+def test_failed_requests_reach_the_gate_report_by_reason(tmp_path: Path) -> None:
+    """A triton-perf sweep whose point failed requests: the run fails in the report, which
+    names the reasons with their counts, the first example and the answers checked."""
+    import argparse
+
+    from pytest_triton.base.config_resolution import resolve
+    from pytest_triton.load.perf.points import Point
+    from pytest_triton.load.perf.report import sweep_verdict, write_reports
+
+    reasons = [
+        {
+            "kind": "wrong answer",
+            "text": "",
+            "reason": "wrong answers",
+            "count": 7,
+            "example": "wrong answer: model 'm': output 'y' ...",
+        },
+        {
+            "kind": "server error",
+            "text": "boom",
+            "reason": "server error: boom",
+            "count": 2,
+            "example": "http request to model 'm' failed: boom",
+        },
+    ]
+    point = Point(
+        batch_size=1,
+        concurrency=8,
+        duration_s=2.0,
+        requests=100,
+        failures=9,
+        avg_ms=5.0,
+        p50_ms=5.0,
+        p90_ms=9.0,
+        p95_ms=9.5,
+        p99_ms=10.0,
+        answers_checked=120,
+        wrong_answers=7,
+        total_requests=120,
+        total_failures=9,
+        failure_reasons=reasons,
+    )
+    verdict = sweep_verdict([point], resolve())
+    assert verdict is not None and not verdict["passed"]
+    args = argparse.Namespace(
+        latency_bound=None,
+        percentile=99,
+        csv=None,
+        markdown=None,
+        plot=None,
+        json=tmp_path / "load-m.json",
+    )
+    write_reports([point], args, "infer/s", "m", verdict)
+    runs, problems = read_load_files(tmp_path)
+    assert problems == [] and runs[0]["passed"] is False
+    text = render(document_of([], runs))
+    assert "Answers of m batch 1 concurrency 8 checked: 120, 7 wrong." in text
+    assert (
+        "Failed requests of m batch 1 concurrency 8 by reason: 7 wrong answers; 2 server "
+        "error: boom (the first of wrong answers: wrong answer: model 'm': output 'y' ...)."
+    ) in text
+
+
 def test_triton_perf_s_goodput_and_latency_bound_reach_the_report(tmp_path: Path) -> None:
     """triton-perf --goodput 0.9 --latency-bound 60 over two rates: each point's goodput and
     the highest rate at which it held go into report.json and report.md."""
