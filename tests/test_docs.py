@@ -83,10 +83,22 @@ def test_settings_page_lists_every_setting(site: Path) -> None:
 
 def test_readme_is_short_and_links_to_the_docs() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) < 200
+    assert len(readme.splitlines()) <= 100
     links = set(re.findall(r"\]\((docs/[^)#\s]+)", readme))
     assert "docs/index.md" in links and "docs/reference/settings.md" in links
     for link in links:
         assert (ROOT / link).is_file(), f"README links to {link}, which does not exist"
     for command in ("make gate", "make test"):
         assert command in readme
+
+
+def test_readme_shows_your_own_model_and_what_is_served_first() -> None:
+    from pytest_triton.base.formats import FORMATS
+    from tests.helpers.doc_blocks import blocks_of
+
+    readme = (ROOT / "README.md").read_text()
+    first = blocks_of(ROOT / "README.md")[0]
+    assert first.line <= 40 and first.file_name == "conftest.py", first.where
+    served = ", ".join(FORMATS[:-1]) + f" and {FORMATS[-1]}, over http and grpc"
+    assert served in " ".join(readme.split()), f"the README must say what is served: {served}"
+    assert "formats=[" in readme
