@@ -58,6 +58,7 @@ def test_site_builds_strict(site: Path) -> None:
         "gpu/index.html",
         "architecture/index.html",
         "reference/settings/index.html",
+        "reference/api/index.html",
     ):
         assert (site / page).is_file(), page
     assert (site / "images" / "webui-triton-tab.png").is_file()
@@ -79,6 +80,16 @@ def test_settings_page_lists_every_setting(site: Path) -> None:
         if "perf" in setting.fronts:
             for alias in setting.aliases:
                 assert alias in text, (setting.name, alias)
+
+
+def test_api_reference_documents_every_public_name(site: Path) -> None:
+    import pytest_triton
+
+    source = (ROOT / "docs" / "reference" / "api.md").read_text()
+    page = (site / "reference" / "api" / "index.html").read_text()
+    for name in pytest_triton.__all__:
+        assert f"::: pytest_triton.{name}\n" in source, f"docs/reference/api.md lacks {name}"
+        assert f'id="pytest_triton.{name}"' in page, f"the API page rendered no {name}"
 
 
 def test_readme_is_short_and_links_to_the_docs() -> None:
