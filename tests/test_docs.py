@@ -113,3 +113,30 @@ def test_readme_shows_your_own_model_and_what_is_served_first() -> None:
     served = ", ".join(FORMATS[:-1]) + f" and {FORMATS[-1]}, over http and grpc"
     assert served in " ".join(readme.split()), f"the README must say what is served: {served}"
     assert "formats=[" in readme
+
+
+def test_parity_page_lists_every_tolerance_with_its_reason() -> None:
+    """A pip user reads the tolerances and why they are so on the parity page, not in
+    parity/compare.py: each row of its tables is there, with the same numbers."""
+    from pytest_triton.parity.compare import DEFAULT_TOLERANCES, TOLERANCES
+
+    rows = []
+    for line in (ROOT / "docs" / "parity.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[4][:1].isdigit():
+            formats = {f.strip() for f in cells[0].split(",")}
+            rows.append((formats, cells[1], cells[2], cells[3], float(cells[4]), float(cells[5])))
+    assert rows, "docs/parity.md has no tolerance table"
+    for (fmt, dtype, device, numerics), tol in TOLERANCES.items():
+        found = [
+            r
+            for r in rows
+            if fmt in r[0]
+            and r[1] == dtype
+            and r[2] in (device, "any")
+            and r[3] in (numerics, "any")
+        ]
+        assert [(r[4], r[5]) for r in found] == [(tol.rtol, tol.atol)], (fmt, dtype, device)
+    for dtype, tol in DEFAULT_TOLERANCES.items():
+        found = [r for r in rows if r[0] == {"any"} and r[1] == dtype]
+        assert [(r[4], r[5]) for r in found] == [(tol.rtol, tol.atol)], dtype
