@@ -118,3 +118,36 @@ def test_docs_block_runs(block: Block, tmp_path: Path) -> None:
     ok, out, first = _RUNS[key]
     same = "" if first == project.where else f" (the same files as {first})"
     assert ok, f"{project.where} failed{same}:\n{out}"
+
+
+def test_the_collector_reads_the_pages_rules(tmp_path: Path) -> None:
+    """Skip markers, `# file:` projects and their boundaries, as the pages are written."""
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    page.write_text(
+        "# A page\n\n```python\nprint(1)\n```\n\n"
+        "<!-- docs-test: skip (needs a GPU: run with pytest --triton-gpu) -->\n"
+        "```python\nprint(2)\n```\n\n"
+        "```python\n# file: conftest.py\nA = 1\n```\n\n```bash\nls\n```\n\n"
+        "```python\n# file: test_a.py\ndef test_a(): pass\n```\n\n"
+        "```python\n# file: conftest.py\nB = 2\n```\n\n"
+        "    ```python\n    # file: pkg/mod.py\n    C = 3\n    ```\n"
+    )
+    found = blocks_of(page, tmp_path)
+    assert [(b.number, b.line, b.file_name) for b in found] == [
+        (1, 3, None),
+        (2, 8, None),
+        (3, 12, "conftest.py"),
+        (4, 21, "test_a.py"),
+        (5, 26, "conftest.py"),
+        (6, 31, "pkg/mod.py"),
+    ]
+    assert found[1].skip == "needs a GPU: run with pytest --triton-gpu" and found[0].skip is None
+    assert found[5].code == "# file: pkg/mod.py\nC = 3\n"
+    assert found[3].id == "docs/page.md#4:L21"
+    projects = projects_of(found)
+    assert [[b.number for b in p.blocks] for p in projects] == [[3, 4], [5, 6]]
+    assert "lines 12, 21" in projects[0].where
+    (tmp_path / "docs" / "open.md").write_text("```python\nprint(1)\n")
+    with pytest.raises(ValueError, match=r"docs/open.md: the python block at line 1"):
+        blocks_of(tmp_path / "docs" / "open.md", tmp_path)
