@@ -58,6 +58,7 @@ def test_site_builds_strict(site: Path) -> None:
         "gpu/index.html",
         "architecture/index.html",
         "reference/settings/index.html",
+        "reference/api/index.html",
     ):
         assert (site / page).is_file(), page
     assert (site / "images" / "webui-triton-tab.png").is_file()
@@ -81,12 +82,61 @@ def test_settings_page_lists_every_setting(site: Path) -> None:
                 assert alias in text, (setting.name, alias)
 
 
+def test_api_reference_documents_every_public_name(site: Path) -> None:
+    import pytest_triton
+
+    source = (ROOT / "docs" / "reference" / "api.md").read_text()
+    page = (site / "reference" / "api" / "index.html").read_text()
+    for name in pytest_triton.__all__:
+        assert f"::: pytest_triton.{name}\n" in source, f"docs/reference/api.md lacks {name}"
+        assert f'id="pytest_triton.{name}"' in page, f"the API page rendered no {name}"
+
+
 def test_readme_is_short_and_links_to_the_docs() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) < 200
+    assert len(readme.splitlines()) <= 100
     links = set(re.findall(r"\]\((docs/[^)#\s]+)", readme))
     assert "docs/index.md" in links and "docs/reference/settings.md" in links
     for link in links:
         assert (ROOT / link).is_file(), f"README links to {link}, which does not exist"
     for command in ("make gate", "make test"):
         assert command in readme
+
+
+def test_readme_shows_your_own_model_and_what_is_served_first() -> None:
+    from pytest_triton.base.formats import FORMATS
+    from tests.helpers.doc_blocks import blocks_of
+
+    readme = (ROOT / "README.md").read_text()
+    first = blocks_of(ROOT / "README.md")[0]
+    assert first.line <= 40 and first.file_name == "conftest.py", first.where
+    served = ", ".join(FORMATS[:-1]) + f" and {FORMATS[-1]}, over http and grpc"
+    assert served in " ".join(readme.split()), f"the README must say what is served: {served}"
+    assert "formats=[" in readme
+
+
+def test_parity_page_lists_every_tolerance_with_its_reason() -> None:
+    """A pip user reads the tolerances and why they are so on the parity page, not in
+    parity/compare.py: each row of its tables is there, with the same numbers."""
+    from pytest_triton.parity.compare import DEFAULT_TOLERANCES, TOLERANCES
+
+    rows = []
+    for line in (ROOT / "docs" / "parity.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[4][:1].isdigit():
+            formats = {f.strip() for f in cells[0].split(",")}
+            rows.append((formats, cells[1], cells[2], cells[3], float(cells[4]), float(cells[5])))
+    assert rows, "docs/parity.md has no tolerance table"
+    for (fmt, dtype, device, numerics), tol in TOLERANCES.items():
+        found = [
+            r
+            for r in rows
+            if fmt in r[0]
+            and r[1] == dtype
+            and r[2] in (device, "any")
+            and r[3] in (numerics, "any")
+        ]
+        assert [(r[4], r[5]) for r in found] == [(tol.rtol, tol.atol)], (fmt, dtype, device)
+    for dtype, tol in DEFAULT_TOLERANCES.items():
+        found = [r for r in rows if r[0] == {"any"} and r[1] == dtype]
+        assert [(r[4], r[5]) for r in found] == [(tol.rtol, tol.atol)], dtype
