@@ -103,3 +103,14 @@ def uncounted_spec(scheme: str) -> StreamSpec:
     return dataclasses.replace(
         spec, name=f"{spec.name}_uncounted", interface=spec.interface.uncounted()
     )
+
+
+def metaspace_bpe_spec() -> StreamSpec:
+    """The Metaspace BPE (Llama-style) model, for `triton-perf -m
+    tests.helpers.text_tokenizers:metaspace_bpe_spec`."""
+    return text_spec("metaspace_bpe")
+
+
+def bytelevel_bpe_spec() -> StreamSpec:
+    """The byte-level BPE (GPT-2-style) model, for triton-perf's -m."""
+    return text_spec("bytelevel_bpe")
