@@ -71,6 +71,10 @@ def test_the_tokenizers_train_fast_and_their_ids_do_not_survive_decoding_alone()
     metaspace = tokenizer("metaspace_bpe")
     encoded = metaspace.encode("interesting testing")
     assert encoded.tokens[0] == "<s>"  # Llama's rule: a BOS before the prompt
+    # the reference encodes a text prompt with the server's special-token rule
+    layout, bos = text_spec("metaspace_bpe").interface, metaspace.token_to_id("<s>")
+    assert layout.prompt_ids("the quick", metaspace)[0] == bos
+    assert layout.prompt_ids("the quick", metaspace, add_special_tokens=False)[0] != bos
     alone = [
         metaspace.encode(metaspace.decode([i]), add_special_tokens=False).ids
         for i in encoded.ids[1:]
