@@ -36,7 +36,9 @@ PROMPTS = [
 def word_level() -> Tokenizer:
     tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    tokenizer.train_from_iterator(
+        CORPUS, trainers.WordLevelTrainer(special_tokens=["[UNK]"], show_progress=False)
+    )
     return tokenizer
 
 
@@ -47,6 +49,7 @@ def byte_level_bpe() -> Tokenizer:
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=300,
+        show_progress=False,
         special_tokens=["<|endoftext|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
@@ -60,7 +63,9 @@ def metaspace_bpe() -> Tokenizer:
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
     tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
-    trainer = trainers.BpeTrainer(vocab_size=160, special_tokens=["<unk>", "<s>", "</s>"])
+    trainer = trainers.BpeTrainer(
+        vocab_size=160, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
+    )
     tokenizer.train_from_iterator(CORPUS, trainer)
     bos = tokenizer.token_to_id("<s>")
     tokenizer.post_processor = processors.TemplateProcessing(
