@@ -275,8 +275,8 @@ class TritonPythonModel:
         """The request as a Stream, its budget and stop token (a refusal raises)."""
         ids, max_tokens, stop_token = self._checked(request)
         text = Detokenizer(self.tokenizer, ids) if self.tokenizer is not None else None
-        # the vLLM backend excludes the prompt's text when streaming, whatever the flag says
-        self._flag(request, "exclude_input")
+        # no prompt text goes out: the vLLM backend excludes the input whenever it streams,
+        # whatever exclude_input_in_output says (accepted, as it accepts it)
         asks = self._flag(request, "return_count")
         counts = self.interface.get("count") is not None and asks is not False
         stream = Stream(request, sender, ids, stop_token, text, counts)
