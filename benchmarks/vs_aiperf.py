@@ -26,11 +26,19 @@ token's response; AIPerf's output tokens are its tokenizer's count of the stream
     python3 -m venv /tmp/aiperf-venv && /tmp/aiperf-venv/bin/pip install aiperf==0.13.0
     python benchmarks/vs_aiperf.py --aiperf /tmp/aiperf-venv/bin/aiperf --concurrency 2 \
         --tokens 16 --duration 10 --rounds 2
+
+With `--text SCHEME` (metaspace_bpe or bytelevel_bpe, tests/helpers/text_tokenizers.py) the
+model is a GRU language model in the vLLM layout with that BPE tokenizer: AIPerf sends a text
+prompt in vLLM's fields, reads each event's `text_output` and counts output tokens by
+encoding each whole output text with the tokenizer; triton-perf counts the server's
+`num_output_tokens`. The table's `tokens/stream` column gives each tool's count per stream
+beside the server's (--tokens: no stop token, so every stream generates that many).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -48,6 +56,7 @@ from typing import Any
 from vs_perf_analyzer import Referee
 
 from pytest_triton.base.urls import Endpoints
+from pytest_triton.client.stream_interface import VLLM
 from pytest_triton.models.tiny_generator import stream_spec
 from pytest_triton.repository.stream import StreamSpec, write_stream_model
 from pytest_triton.server import LocalLauncher, ServerArgs
@@ -55,6 +64,7 @@ from pytest_triton.server import LocalLauncher, ServerArgs
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESPONSE_FIELD = "TOKEN && join('', [to_string(TOKEN[0] || TOKEN), ' '])"  # JMESPath
+TEXT_SPECS = {"metaspace_bpe": "metaspace_bpe_spec", "bytelevel_bpe": "bytelevel_bpe_spec"}
 INSTALL = "python3 -m venv /tmp/aiperf-venv && /tmp/aiperf-venv/bin/pip install aiperf==0.13.0"
 
 
@@ -73,6 +83,7 @@ class Run:
     e2e_p50_ms: float
     server_streams_per_s: float = float("nan")
     server_stream_ms: float = float("nan")  # the server's average time per stream
+    tokens_per_stream: float = float("nan")  # the tool's output tokens per stream
 
     @property
     def server_concurrency(self) -> float:
@@ -117,10 +128,40 @@ def template(prompt: list[int], tokens: int, workdir: Path) -> Path:
     return path
 
 
+def text_template(prompt: str, tokens: int, workdir: Path) -> Path:
+    """AIPerf's payload in the vLLM layout's fields: a text prompt, greedy, `tokens` tokens,
+    the server's token counts asked for."""
+    fields = VLLM.request(prompt, tokens, -1)
+    body = {
+        name: (values.reshape(-1)[0].decode() if name in ("text_input", "sampling_parameters")
+               else bool(values.reshape(-1)[0]))
+        for name, values in fields.items()
+    }  # fmt: skip
+    path = workdir / "payload.json.j2"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def write_text_tokenizer(tokenizer: Any, directory: Path) -> Path:
+    """A trained tokenizer as a folder AIPerf loads (tokenizer.json and its config)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory
+
+
 def aiperf_command(
     aiperf: Path, spec: StreamSpec, http: str, args: argparse.Namespace, workdir: Path
 ) -> list[str]:
     prompt = spec.prompts(1)[0]
+    if spec.interface.text:
+        text = spec.interface.prompt_text(prompt, spec.tokenizer)
+        payload, field = text_template(text, args.tokens, workdir), "text_output"
+        tokenizer = write_text_tokenizer(spec.tokenizer, workdir / "tokenizer")
+    else:
+        payload, field = template(prompt, args.tokens, workdir), RESPONSE_FIELD
+        tokenizer = write_tokenizer(spec.vocab, workdir / "tokenizer")
     return [
         str(aiperf),
         "profile",
@@ -135,14 +176,15 @@ def aiperf_command(
         "--extra-inputs",  # JSON: KEY:VALUE pairs split at commas and colons
         json.dumps(
             {
-                "payload_template": str(template(prompt, args.tokens, workdir)),
-                # each event's TOKEN as a word of the tokenizer: one token a response
-                "response_field": RESPONSE_FIELD,
+                "payload_template": str(payload),
+                # the id layout: each event's TOKEN as a word of the tokenizer (one token a
+                # response); the text layout: each event's text delta
+                "response_field": field,
             }
         ),
         "--streaming",
         "--tokenizer",
-        str(write_tokenizer(spec.vocab, workdir / "tokenizer")),
+        str(tokenizer),
         "--synthetic-input-tokens-mean",
         str(len(prompt)),
         "--output-tokens-mean",
@@ -195,6 +237,7 @@ def aiperf_figures(metrics: dict[str, Any], round_: int) -> Run:
         stat("inter_token_latency", "p99"),
         stat("output_token_throughput", "avg"),
         stat("request_latency", "p50"),
+        tokens_per_stream=stat("output_sequence_length", "avg"),
     )
 
 
@@ -204,7 +247,7 @@ def run_triton_perf(
     """One triton-perf run over HTTP generate_stream: warm-up, then --duration of windows."""
     report = workdir / "triton-perf.json"
     window_ms = int(args.duration * 1000 / 3)
-    cmd = [sys.executable, "-m", "pytest_triton.cli.triton_perf", "-m", "tiny_stream"]
+    cmd = [sys.executable, "-m", "pytest_triton.cli.triton_perf", "-m", args.model]
     cmd += ["--model-name", spec.name, "-u", f"http://{ends.http}"]
     cmd += ["--concurrency-range", str(args.concurrency), "--triton-load-warmup", "500"]
     cmd += ["--triton-measurement-interval", str(window_ms), "--max-trials", "3"]
@@ -226,6 +269,7 @@ def run_triton_perf(
         point["itl_p99_ms"],
         point["output_tokens_per_s"],
         point["p50_ms"],
+        tokens_per_stream=point["output_tokens"] / point["streams"],
     )
 
 
@@ -252,15 +296,15 @@ def serve(spec: StreamSpec, workdir: Path) -> Iterator[Endpoints]:
 def table(runs: list[Run]) -> str:
     lines = [
         "| tool | round | streams/s | server streams/s | server ms/stream | server concurrency "
-        "| TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | tokens/s | end to end p50 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | tokens/s | end to end p50 | tokens/stream |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         lines.append(
             f"| {r.tool} | {r.round} | {r.streams_per_s:.1f} | {r.server_streams_per_s:.1f} | "
             f"{r.server_stream_ms:.2f} | {r.server_concurrency:.2f} | {r.ttft_p50_ms:.2f} | "
             f"{r.ttft_p99_ms:.2f} | {r.itl_p50_ms:.3f} | {r.itl_p99_ms:.3f} | "
-            f"{r.tokens_per_s:.0f} | {r.e2e_p50_ms:.2f} |"
+            f"{r.tokens_per_s:.0f} | {r.e2e_p50_ms:.2f} | {r.tokens_per_stream:.2f} |"
         )
     return "\n".join(lines)
 
@@ -281,6 +325,7 @@ def medians(runs: list[Run]) -> str:
                 "ttft_p50_ms",
                 "itl_p50_ms",
                 "tokens_per_s",
+                "tokens_per_stream",
             )
         }
         out.append(
@@ -298,11 +343,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds a run")
     parser.add_argument("--rounds", type=int, default=2, help="alternating pairs of runs")
     parser.add_argument("--instances", type=int, default=1, help="the model's instances")
+    parser.add_argument(
+        "--text",
+        choices=sorted(TEXT_SPECS),
+        help="serve the vLLM layout with this BPE tokenizer (default: the id layout)",
+    )
     args = parser.parse_args(argv)
     aiperf = check_aiperf(args.aiperf)
     if args.tokens != 16:
         raise SystemExit("--tokens: triton-perf's stream users ask for 16 tokens; give 16")
     spec = stream_spec(instances=args.instances)
+    args.model = "tiny_stream"
+    if args.text:
+        sys.path.insert(0, str(REPO))
+        from tests.helpers import text_tokenizers
+
+        args.model = f"tests.helpers.text_tokenizers:{TEXT_SPECS[args.text]}"
+        spec = text_tokenizers.text_spec(args.text)
+        if args.instances != spec.instances:
+            spec = dataclasses.replace(spec, instances=args.instances)
+    print(f"[vs-aiperf] {spec.name}: {spec.interface.layout} layout", file=sys.stderr)
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="vs-aiperf-") as tmp, serve(spec, Path(tmp)) as ends:
         port = int(ends.http.rsplit(":", 1)[1])

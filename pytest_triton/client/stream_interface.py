@@ -7,7 +7,9 @@ driven and checked without renaming anything.
 Presets: `PROJECT` (pytest-triton's own layout, the default), `VLLM` (Triton's vLLM backend:
 text in, text out, the budget in a JSON `sampling_parameters` string) and `TRTLLM` (Triton's
 TensorRT-LLM backend: token ids in and out, batch and beam axes on the wire). A text layout
-needs a tokenizer (`Codec`) to turn the reference's token ids into text and back.
+takes prompts as text (or token ids, decoded by its tokenizer, a `Codec`) and streams text
+deltas; it is checked as text (parity/text_match.py), and its output tokens are the server's
+`num_output_tokens` where the layout asks for them, else the whole streamed text encoded once.
 """
 
 from __future__ import annotations
@@ -21,15 +23,24 @@ import numpy as np
 
 from pytest_triton.base.errors import ConfigError
 
-NUMPY = {"INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_, "BYTES": np.object_}
+NUMPY = {
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "UINT32": np.uint32,
+    "BOOL": np.bool_,
+    "BYTES": np.object_,
+}
+
+Prompt = Sequence[int] | str
+"""A prompt as token ids, or (a text layout) as the text users send."""
 
 
 class Codec(Protocol):
     """A tokenizer as a text layout needs it (a `tokenizers.Tokenizer` is one)."""
 
-    def decode(self, ids: Sequence[int]) -> str: ...
+    def decode(self, ids: Sequence[int], /, skip_special_tokens: bool = True) -> str: ...
 
-    def encode(self, text: str) -> Any: ...  # an object with `.ids`
+    def encode(self, text: str, /, *, add_special_tokens: bool = True) -> Any: ...  # `.ids`
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,9 @@ class StreamInterface:
     sampling_keys: tuple[str, str] = ("max_tokens", "stop_token_ids")
     position: WireTensor | None = None
     length: WireTensor | None = None
+    exclude_input: WireTensor | None = None
+    return_count: WireTensor | None = None
+    count: WireTensor | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens is None and self.sampling is None:
@@ -94,11 +108,19 @@ class StreamInterface:
             self.stop,
             self.streaming,
             self.sampling,
+            self.exclude_input,
+            self.return_count,
         )
         return tuple(t for t in declared if t is not None)
 
     def outputs(self) -> tuple[WireTensor, ...]:
-        return tuple(t for t in (self.output, self.position, self.length) if t is not None)
+        declared = (self.output, self.position, self.length, self.count)
+        return tuple(t for t in declared if t is not None)
+
+    def uncounted(self) -> StreamInterface:
+        """This layout without the server's token counts (an older vLLM backend): output
+        tokens then come from encoding the whole streamed text once."""
+        return replace(self, return_count=None, count=None)
 
     def optional(self, tensor: WireTensor) -> bool:
         """Whether a request may leave the input out (all but the prompt and the budget)."""
@@ -130,24 +152,26 @@ class StreamInterface:
 
     def request(
         self,
-        prompt: Sequence[int],
+        prompt: Prompt,
         max_tokens: int,
         stop_token: int,
         codec: Codec | None = None,
         sampling: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray[Any, Any]]:
-        """The request's arrays by name: the prompt (as text through `codec` in a text
-        layout), its length, the budget, the stop token, the streaming flag, the sampling
-        parameters (greedy: temperature 0, plus `sampling`)."""
+        """The request's arrays by name: the prompt (a text layout's as text: given text
+        as is, ids decoded through `codec`), its length, the budget, the stop token, the
+        streaming, exclude-input and return-count flags, the sampling parameters (greedy:
+        temperature 0, plus `sampling`)."""
         arrays = {self.prompt.name: self.prompt.array(self._prompt_values(prompt, codec))}
+        for flag in (self.streaming, self.exclude_input, self.return_count):
+            if flag is not None:
+                arrays[flag.name] = flag.array([True])
         if self.prompt_length is not None:
             arrays[self.prompt_length.name] = self.prompt_length.array([len(prompt)])
         if self.max_tokens is not None:
             arrays[self.max_tokens.name] = self.max_tokens.array([max_tokens])
         if self.stop is not None:
             arrays[self.stop.name] = self.stop.array([stop_token])
-        if self.streaming is not None:
-            arrays[self.streaming.name] = self.streaming.array([True])
         if self.sampling is not None:
             fields: dict[str, Any] = {"temperature": 0.0}
             if self.max_tokens is None:
@@ -159,10 +183,35 @@ class StreamInterface:
             arrays[self.sampling.name] = self.sampling.array([json.dumps(fields)])
         return arrays
 
-    def _prompt_values(self, prompt: Sequence[int], codec: Codec | None) -> list[Any]:
+    def _prompt_values(self, prompt: Prompt, codec: Codec | None) -> list[Any]:
         if not self.text:
+            if isinstance(prompt, str):
+                raise ConfigError(
+                    f"stream interface {self.layout!r} takes token ids: give the prompt as "
+                    "ids (its tokenizer's encode(text).ids), not as text"
+                )
             return list(prompt)
-        return [self._codec(codec).decode(list(prompt))]
+        return [self.prompt_text(prompt, codec)]
+
+    def prompt_text(self, prompt: Prompt, codec: Codec | None) -> str:
+        """The text a text layout sends for `prompt` (ids decoded through `codec`)."""
+        if isinstance(prompt, str):
+            return prompt
+        return self._codec(codec).decode(list(prompt))
+
+    def prompt_ids(
+        self, prompt: Prompt, codec: Codec | None, add_special_tokens: bool = True
+    ) -> list[int]:
+        """The ids the server generates from: an id layout's prompt as given; a text
+        layout's text encoded as the server encodes it (the same tokenizer, the same
+        special-token rule)."""
+        if not self.text:
+            return [int(t) for t in self._prompt_values(prompt, codec)]
+        text = self.prompt_text(prompt, codec)
+        return [
+            int(i)
+            for i in self._codec(codec).encode(text, add_special_tokens=add_special_tokens).ids
+        ]
 
     def _codec(self, codec: Codec | None) -> Codec:
         if codec is None:
@@ -172,15 +221,19 @@ class StreamInterface:
             )
         return codec
 
-    def tokens(self, array: np.ndarray[Any, Any], codec: Codec | None = None) -> list[int]:
-        """The token ids one response streams (a text layout's text encoded by `codec`)."""
-        if not self.text:
-            return [int(v) for v in array.reshape(-1)]
-        ids: list[int] = []
-        for value in array.reshape(-1):
-            text = value.decode() if isinstance(value, bytes) else str(value)
-            ids.extend(int(i) for i in self._codec(codec).encode(text).ids)
-        return ids
+    def tokens(self, array: np.ndarray[Any, Any]) -> list[int]:
+        """The token ids one response of an id layout streams."""
+        return [int(v) for v in array.reshape(-1)]
+
+    def delta(self, array: np.ndarray[Any, Any]) -> str:
+        """The new text one response of a text layout streams (strict UTF-8: a server
+        holds an incomplete character back)."""
+        return "".join(v.decode() if isinstance(v, bytes) else str(v) for v in array.reshape(-1))
+
+    def output_ids(self, text: str, codec: Codec | None) -> list[int]:
+        """A whole streamed text's token ids, encoded once (no special tokens added): what
+        a text layout's output tokens are counted from where the server gives no count."""
+        return [int(i) for i in self._codec(codec).encode(text, add_special_tokens=False).ids]
 
     def to_json(self) -> str:
         """The interface as JSON (the served layout model reads it from its config)."""
@@ -213,10 +266,16 @@ VLLM = StreamInterface(
     prompt=WireTensor("text_input", "BYTES"),
     streaming=WireTensor("stream", "BOOL"),
     sampling=WireTensor("sampling_parameters", "BYTES"),
-    output=WireTensor("text_output", "BYTES"),
+    exclude_input=WireTensor("exclude_input_in_output", "BOOL"),
+    return_count=WireTensor("return_num_output_tokens", "BOOL"),
+    output=WireTensor("text_output", "BYTES", (-1,)),
+    count=WireTensor("num_output_tokens", "UINT32", (-1,)),
 )
 """Triton's vLLM backend: text_input, stream, sampling_parameters (JSON: max_tokens,
-stop_token_ids, temperature) -> text_output (each response the new text)."""
+stop_token_ids, temperature), exclude_input_in_output, return_num_output_tokens ->
+text_output (each response the new text of vLLM's incremental detokenizer) and
+num_output_tokens (the tokens that response adds). `VLLM.uncounted()` for a backend without
+the count."""
 
 TRTLLM = StreamInterface(
     layout="tensorrt-llm",

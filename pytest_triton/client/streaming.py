@@ -7,6 +7,12 @@ Over HTTP they go to Triton's generate-stream endpoint (`/v2/models/M/generate_s
 answers with server-sent events, one per response. Each token keeps its arrival time, so the
 same call measures time to first token and the gaps between tokens.
 
+A text layout (vLLM's) streams text deltas: a response may carry the text of zero, one or
+several tokens. The stream's text is their concatenation; its output tokens are the sum of
+the server's per-response counts where the layout asks for them (`num_output_tokens`), else
+the whole text encoded once at the end, never chunk by chunk. A response with an empty delta
+is a response, not a token.
+
 A stream that stops without its final flag ends in a StreamError once `timeout_s` passes with
 no response; an error response mid-stream ends it in a StreamError with Triton's message and
 the tokens that came before it.
@@ -29,7 +35,13 @@ import tritonclient.grpc as grpcclient
 
 from pytest_triton.base.errors import ConfigError, TritonTestError
 from pytest_triton.base.urls import parse_url
-from pytest_triton.client.stream_interface import PROJECT, Codec, StreamInterface, WireTensor
+from pytest_triton.client.stream_interface import (
+    PROJECT,
+    Codec,
+    Prompt,
+    StreamInterface,
+    WireTensor,
+)
 
 PROMPT, MAX_TOKENS, STOP_TOKEN, TOKEN, POSITION = (
     t.name if t is not None else ""
@@ -54,13 +66,69 @@ class StreamError(TritonTestError):
 
 @dataclass
 class Streamed:
-    """One stream's tokens in order and when each arrived (perf_counter seconds)."""
+    """One stream's tokens in order and when each arrived (perf_counter seconds). A text
+    layout's stream also has its `text` (the deltas joined), `tokens` its whole text encoded
+    once, `server_tokens` the server's count (None: not asked), and `arrived` one time per
+    token where the server counts them, else one per response that carried text."""
 
-    prompt: list[int]
+    prompt: list[int] | str
     sent_at: float
     tokens: list[int] = field(default_factory=list)
     arrived: list[float] = field(default_factory=list)
     final_at: float | None = None
+    text: str | None = None
+    server_tokens: int | None = None
+    responses: int = 0
+
+    @property
+    def output_tokens(self) -> int:
+        """The stream's output tokens: the server's count where it gave one, else the
+        tokens streamed (a text layout's: its whole text encoded once)."""
+        return self.server_tokens if self.server_tokens is not None else len(self.tokens)
+
+    @property
+    def counted_by(self) -> str:
+        """Where output_tokens came from."""
+        if self.server_tokens is not None:
+            return "the server's num_output_tokens"
+        return "the whole text encoded once" if self.text is not None else "the token ids"
+
+    def add(
+        self,
+        interface: StreamInterface,
+        arrived: float,
+        output: np.ndarray[Any, Any] | None,
+        count: np.ndarray[Any, Any] | None,
+    ) -> None:
+        """One response's output (and the server's count of its tokens, where sent)."""
+        self.responses += 1
+        if not interface.text:
+            tokens = interface.tokens(output) if output is not None else []
+            self.tokens.extend(tokens)
+            self.arrived.extend([arrived] * len(tokens))
+            return
+        delta = interface.delta(output) if output is not None else ""
+        self.text = (self.text or "") + delta
+        if count is not None:
+            counted = int(count.reshape(-1).sum())
+            self.server_tokens = (self.server_tokens or 0) + counted
+            self.arrived.extend([arrived] * counted)
+        elif delta:
+            self.arrived.append(arrived)
+
+    def finish(self, interface: StreamInterface, codec: Codec | None, at: float) -> None:
+        """The final flag arrived: a text stream's tokens are its whole text, encoded once."""
+        self.final_at = at
+        if interface.text:
+            self.text = self.text or ""
+            self.tokens = interface.output_ids(self.text, codec)
+
+    @property
+    def received(self) -> str:
+        """What had arrived, for a message: tokens, or a text stream's characters."""
+        if self.text is not None:
+            return f"{self.responses} response(s), {len(self.text)} character(s)"
+        return f"{len(self.tokens)} token(s)"
 
     @property
     def ttft_s(self) -> float:
@@ -82,7 +150,7 @@ class Streamed:
 def _inputs(
     interface: StreamInterface,
     codec: Codec | None,
-    prompt: Sequence[int],
+    prompt: Prompt,
     max_tokens: int,
     stop_token: int,
 ) -> list[Any]:
@@ -138,7 +206,7 @@ class GrpcStreams:
     def send(
         self,
         model: str,
-        prompt: Sequence[int],
+        prompt: Prompt,
         max_tokens: int,
         stop_token: int = NO_STOP,
         parameters: Mapping[str, Any] | None = None,
@@ -149,12 +217,13 @@ class GrpcStreams:
         request_id = str(next(self._ids))
         with self._lock:
             self._queues[request_id] = queue.Queue()
-        streamed = Streamed(list(prompt), time.perf_counter())
+        streamed = Streamed(_kept(prompt), time.perf_counter())
+        wanted = [t for t in (self.interface.output, self.interface.count) if t is not None]
         self._client.async_stream_infer(
             model,
             _inputs(self.interface, self.codec, prompt, max_tokens, stop_token),
             request_id=request_id,
-            outputs=[grpcclient.InferRequestedOutput(self.interface.output.name)],
+            outputs=[grpcclient.InferRequestedOutput(t.name) for t in wanted],
             enable_empty_final_response=True,
             parameters=dict(parameters) if parameters else None,
         )
@@ -171,47 +240,54 @@ class GrpcStreams:
                     raise StreamError(
                         f"stream {request_id} of model {model!r} over gRPC stopped without its "
                         f"final flag: no response for {self.timeout_s:g}s after "
-                        f"{len(streamed.tokens)} token(s)",
+                        f"{streamed.received}",
                         streamed,
                     ) from None
                 if error is not None:
                     raise StreamError(
                         f"stream {request_id} of model {model!r} over gRPC failed after "
-                        f"{len(streamed.tokens)} token(s): {_message(error)}",
+                        f"{streamed.received}: {_message(error)}",
                         streamed,
                     )
                 response = result.get_response()
                 output = result.as_numpy(self.interface.output.name)
-                if output is not None and output.size:
-                    tokens = self._tokens(model, request_id, streamed, output)
-                    streamed.tokens.extend(tokens)
-                    streamed.arrived.extend([arrived] * len(tokens))
+                count = self.interface.count
+                counted = result.as_numpy(count.name) if count is not None else None
+                if (output is not None and output.size) or counted is not None:
+                    self._add(model, request_id, streamed, arrived, output, counted)
                 final = response.parameters.get(FINAL)
                 if final is not None and final.bool_param:
-                    streamed.final_at = arrived
+                    streamed.finish(self.interface, self.codec, arrived)
                     return streamed
         finally:
             with self._lock:
                 self._queues.pop(request_id, None)
 
-    def _tokens(
-        self, model: str, request_id: str, streamed: Streamed, output: np.ndarray[Any, Any]
-    ) -> list[int]:
+    def _add(
+        self,
+        model: str,
+        request_id: str,
+        streamed: Streamed,
+        arrived: float,
+        output: np.ndarray[Any, Any] | None,
+        counted: np.ndarray[Any, Any] | None,
+    ) -> None:
         try:
-            return self.interface.tokens(output, self.codec)
+            streamed.add(self.interface, arrived, output, counted)
         except Exception as exc:
+            shown = None if output is None else output.reshape(-1)[:4].tolist()
             raise StreamError(
-                f"stream {request_id} of model {model!r} over gRPC: the response at position "
-                f"{len(streamed.tokens)} cannot be read as tokens of the "
-                f"{self.interface.layout!r} layout ({self.interface.output.name} = "
-                f"{output.reshape(-1)[:4].tolist()!r}): {type(exc).__name__}: {exc}",
+                f"stream {request_id} of model {model!r} over gRPC: response "
+                f"{streamed.responses} cannot be read as the {self.interface.layout!r} "
+                f"layout's output ({self.interface.output.name} = {shown!r}): "
+                f"{type(exc).__name__}: {exc}",
                 streamed,
             ) from None
 
     def generate(
         self,
         model: str,
-        prompt: Sequence[int],
+        prompt: Prompt,
         max_tokens: int,
         stop_token: int = NO_STOP,
         parameters: Mapping[str, Any] | None = None,
@@ -221,7 +297,7 @@ class GrpcStreams:
     def generate_many(
         self,
         model: str,
-        prompts: Sequence[Sequence[int]],
+        prompts: Sequence[Prompt],
         max_tokens: int,
         stop_token: int = NO_STOP,
         parameters: Mapping[str, Any] | None = None,
@@ -243,6 +319,10 @@ class GrpcStreams:
         self.close()
 
 
+def _kept(prompt: Prompt) -> list[int] | str:
+    return prompt if isinstance(prompt, str) else list(prompt)
+
+
 def _message(error: Any) -> str:
     text = error.message() if hasattr(error, "message") else str(error)
     return str(text)
@@ -257,7 +337,7 @@ def _error_id(error: Any) -> str:
 def generate_http(
     url: str,
     model: str,
-    prompt: Sequence[int],
+    prompt: Prompt,
     max_tokens: int,
     stop_token: int = NO_STOP,
     timeout_s: float = 30.0,
@@ -277,7 +357,7 @@ def generate_http(
         fields["parameters"] = dict(parameters)
     body = json.dumps(fields)
     connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
-    streamed = Streamed(list(prompt), time.perf_counter())
+    streamed = Streamed(_kept(prompt), time.perf_counter())
     where = f"model {model!r} over HTTP generate_stream"
     try:
         connection.request(
@@ -297,34 +377,39 @@ def generate_http(
             event = json.loads(line[len("data:") :])
             if "error" in event:
                 raise StreamError(
-                    f"{where} failed after {len(streamed.tokens)} token(s): {event['error']}",
+                    f"{where} failed after {streamed.received}: {event['error']}",
                     streamed,
                 )
             value = event.get(interface.output.name)
-            if value is not None:
-                output = np.asarray(value if isinstance(value, list) else [value], dtype=object)
+            count = None if interface.count is None else event.get(interface.count.name)
+            if value is not None or count is not None:
                 try:
-                    tokens = interface.tokens(output, codec)
+                    streamed.add(interface, arrived, _event_array(value), _event_array(count))
                 except Exception as exc:
                     raise StreamError(
-                        f"{where}: the event at position {len(streamed.tokens)} cannot be read "
-                        f"as tokens of the {interface.layout!r} layout "
+                        f"{where}: event {streamed.responses} cannot be read as the "
+                        f"{interface.layout!r} layout's output "
                         f"({interface.output.name} = {value!r}): {type(exc).__name__}: {exc}",
                         streamed,
                     ) from None
-                streamed.tokens.extend(tokens)
-                streamed.arrived.extend([arrived] * len(tokens))
         # The endpoint closes the event stream after the final flag, and only then.
-        streamed.final_at = time.perf_counter()
+        streamed.finish(interface, codec, time.perf_counter())
         return streamed
     except (OSError, http.client.HTTPException) as exc:
         raise StreamError(
-            f"{where} stopped without its final flag after {len(streamed.tokens)} token(s): "
+            f"{where} stopped without its final flag after {streamed.received}: "
             f"{type(exc).__name__}: {exc}",
             streamed,
         ) from None
     finally:
         connection.close()
+
+
+def _event_array(value: Any) -> np.ndarray[Any, Any] | None:
+    """A generate-stream event's field as an array (a value or a list)."""
+    if value is None:
+        return None
+    return np.asarray(value if isinstance(value, list) else [value], dtype=object)
 
 
 def _json_value(tensor: WireTensor, array: np.ndarray[Any, Any]) -> Any:
@@ -356,5 +441,6 @@ def check_interface(
         raise ConfigError(
             f"model {model!r} does not speak the {interface.layout!r} stream layout: "
             + "; ".join(problems)
-            + " (give the interface the model's names, e.g. interface.renamed(...))"
+            + " (give the interface the model's names, e.g. interface.renamed(...); a vLLM "
+            "backend without num_output_tokens: VLLM.uncounted())"
         )

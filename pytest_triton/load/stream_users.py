@@ -8,9 +8,12 @@ model: its response time is the stream's end-to-end latency (to the final flag),
 `response_length` the tokens it carried, and `context["stream"]` its timings, which
 stream_recording.py logs as time to first token, inter-token latencies and output tokens
 (the verdict's --perf-ttft-p99, --perf-itl-p99 and --perf-output-tokens-per-s). One stream
-in N (--triton-check-every; 100 on the server a locustfile starts itself) is compared token
-by token with PyTorch's greedy generation: a wrong one fails its request naming the first
-position and both tokens.
+in N (--triton-check-every; 100 on the server a locustfile starts itself) is compared with
+PyTorch's greedy generation: token by token in an id layout, as text in a text layout (vLLM's:
+the reference's ids decoded in the prompt's context); a wrong one fails its request naming
+the first position. A text stream's output tokens are the server's num_output_tokens where
+the layout asks for them, else its whole text encoded once; a right text whose server count
+differs from the reference's is logged as a count difference, not failed.
 
 Importing this module imports locust (gevent monkey patching), like users.py.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +35,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.errors import ConfigError
-from pytest_triton.client.stream_interface import PROJECT, Codec, StreamInterface
+from pytest_triton.client.stream_interface import PROJECT, Codec, Prompt, StreamInterface
 from pytest_triton.client.streaming import (
     NO_STOP,
     GrpcStreams,
@@ -49,6 +53,7 @@ from pytest_triton.load.runner.user_settings import user_endpoint, user_model
 from pytest_triton.load.runner.user_start import StartingUser
 from pytest_triton.load.webui import events
 from pytest_triton.models import tiny_generator
+from pytest_triton.parity.text_match import TextReference, count_difference, wrong_text
 from pytest_triton.parity.token_match import wrong_stream
 from pytest_triton.repository.stream import StreamSpec, generate
 
@@ -58,6 +63,7 @@ events.install_web_listeners(locust.events)  # after the run's own: they read wh
 torch.set_num_threads(1)
 
 Reference = Callable[[Sequence[int], int, int], list[int]]
+LOG = logging.getLogger(__name__)
 
 __all__ = ["EmbeddedStream", "StreamSpec", "StreamUser", "stream_model"]
 
@@ -87,7 +93,8 @@ class StreamUser(StartingUser):
     model: str | None = None
     served: EmbeddedStream | None = None
     protocol: StreamProtocol = "grpc"
-    prompts: Sequence[Sequence[int]] | None = None
+    prompts: Sequence[Prompt] | None = None
+    add_special_tokens: bool | None = None
     max_tokens: int = 16
     stop_token: int = NO_STOP
     parameters: ClassVar[Mapping[str, Any] | None] = None  # Triton request parameters
@@ -120,6 +127,7 @@ class StreamUser(StartingUser):
         self._slo_itl_s = (config.gate.perf_slo_itl_ms or math.inf) / 1e3
         self._open_loop = open_loop(self.environment, config, number)
         self._interface, self._codec = self._layout_of(cls)
+        self._special = self._special_of(cls)
         with contextlib.suppress(InferenceServerException):  # unreachable: streams say
             check_interface(self._url, self._model, self._interface, cls.protocol)
         self._grpc = (
@@ -142,6 +150,12 @@ class StreamUser(StartingUser):
         return interface, codec
 
     @staticmethod
+    def _special_of(cls: type[StreamUser]) -> bool:
+        if cls.add_special_tokens is not None:
+            return cls.add_special_tokens
+        return cls.served.spec.add_special_tokens if cls.served is not None else True
+
+    @staticmethod
     def _reference_of(cls: type[StreamUser]) -> Reference | None:
         if cls.reference is not None:
             return cls.reference
@@ -162,7 +176,8 @@ class StreamUser(StartingUser):
     def _send(self, due: float, _batch_size: int | None = None) -> None:
         """One stream; its latencies count from `due` (now in a closed loop, its scheduled
         time in an open one)."""
-        prompt = list(next(self._prompts))
+        given = next(self._prompts)
+        prompt: Prompt = given if isinstance(given, str) else list(given)
         self._sent += 1
         checked = bool(self._every) and self._sent % self._every == 1 % self._every
         error: Exception | None = None
@@ -193,10 +208,7 @@ class StreamUser(StartingUser):
         if streamed is not None:
             streamed.sent_at = min(streamed.sent_at, due)
         if error is None and streamed is not None and checked and self._reference is not None:
-            want = self._reference(prompt, self.max_tokens, self.stop_token)
-            error = wrong_stream(
-                streamed.tokens, want, context=f"model {self._model!r}, prompt {prompt}"
-            )
+            error = self._check(prompt, streamed)
             context["stream_checked"] = True
             context["stream_mismatched"] = error is not None
         if error is None and streamed is not None:
@@ -205,7 +217,7 @@ class StreamUser(StartingUser):
                 streamed.ttft_s,
                 streamed.itl_s,
                 streamed.e2e_s,
-                len(streamed.tokens),
+                streamed.output_tokens,
                 self._good(streamed),
             )
             ended = streamed.final_at or ended
@@ -215,14 +227,34 @@ class StreamUser(StartingUser):
             request_type=self._request_type,
             name=self._model,
             response_time=(ended - due) * 1e3,
-            response_length=len(streamed.tokens) if streamed is not None else 0,
+            response_length=streamed.output_tokens if streamed is not None else 0,
             exception=error,
             context=context,
         )
 
+    def _check(self, prompt: Prompt, streamed: Streamed) -> Exception | None:
+        """The wrong answer a checked stream gave (None: right): its ids against the
+        reference's, or, in a text layout, its text against the reference's ids decoded in
+        the prompt's context (a right text with another server count is logged, not failed)."""
+        assert self._reference is not None
+        where = f"model {self._model!r}, prompt {prompt!r}"
+        if not self._interface.text:
+            assert not isinstance(prompt, str)  # refused when the request was built
+            want = self._reference(prompt, self.max_tokens, self.stop_token)
+            return wrong_stream(streamed.tokens, want, context=where)
+        prompt_ids = self._interface.prompt_ids(prompt, self._codec, self._special)
+        ids = self._reference(prompt_ids, self.max_tokens, self.stop_token)
+        assert self._codec is not None  # refused at set-up
+        reference = TextReference.of(self._codec, prompt_ids, ids, self.stop_token)
+        wrong = wrong_text(streamed.text or "", reference, context=where)
+        counted = count_difference(streamed.server_tokens, reference, context=where)
+        if wrong is None and counted is not None:
+            LOG.warning(counted)
+        return wrong
+
     def _good(self, streamed: Streamed) -> bool:
         """Within the SLOs: TTFT, and the stream's average gap (AIPerf's per-request ITL)."""
-        gaps = len(streamed.tokens) - 1
+        gaps = streamed.output_tokens - 1
         itl = (streamed.e2e_s - streamed.ttft_s) / gaps if gaps > 0 else 0.0
         return streamed.ttft_s <= self._slo_ttft_s and itl <= self._slo_itl_s
 

@@ -24,8 +24,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pytest_triton.base import moved
 from pytest_triton.base.errors import SpecError
-from pytest_triton.client.stream_interface import PROJECT, StreamInterface
+from pytest_triton.client.stream_interface import PROJECT, Prompt, StreamInterface
 from pytest_triton.client.streaming import NO_STOP
+from pytest_triton.parity.text_match import TextReference
 from pytest_triton.repository import pbtxt, stream_greedy, torchscript_notice
 
 MODEL_SOURCE = Path(__file__).with_name("stream_model.py")
@@ -61,7 +62,9 @@ class StreamSpec:
     exactly, False runs one forward per stream: what fusing is measured beside);
     `torchscript` how the module becomes TorchScript: "script" (torch.jit.script), or
     "trace" (torch.jit.trace, for a stateless module script cannot compile, e.g. a
-    `transformers` model)."""
+    `transformers` model); `add_special_tokens` whether a text layout's prompt is encoded
+    with the tokenizer's special tokens (a BOS, as vLLM encodes prompts), the server and the
+    reference alike."""
 
     name: str = "tiny_stream"
     generator: Callable[[], nn.Module] | None = None
@@ -73,6 +76,7 @@ class StreamSpec:
     batching: str = "none"
     torchscript: str = "script"
     fuse: bool = True
+    add_special_tokens: bool = True
 
     def __post_init__(self) -> None:
         if self.torchscript not in TORCHSCRIPT:
@@ -137,6 +141,23 @@ def generate(
         raise SpecError(f"{type(module).__name__}: {exc}") from None
 
 
+def expected_text(
+    spec: StreamSpec,
+    module: nn.Module,
+    prompt: Prompt,
+    max_tokens: int,
+    stop_token: int = NO_STOP,
+) -> TextReference:
+    """What a text layout's right stream carries: the prompt encoded as the server encodes
+    it (the spec's tokenizer and special-token rule), its greedy ids, and their text decoded
+    in the prompt's context."""
+    prompt_ids = spec.interface.prompt_ids(prompt, spec.tokenizer, spec.add_special_tokens)
+    ids = generate(
+        module, prompt_ids, max_tokens, stop_token, vocab=spec.vocab, context=spec.context
+    )
+    return TextReference.of(spec.tokenizer, prompt_ids, ids, stop_token)
+
+
 def _logits_width(module: nn.Module) -> int:
     """The width of the logits after one token (0): the vocabulary a module generates over."""
     with torch.inference_mode():
@@ -199,6 +220,7 @@ def stream_config(spec: StreamSpec) -> mc.ModelConfig:
         "interface": interface.to_json(),
         "batching": spec.batching,
         "fuse": "1" if spec.fuse else "0",
+        "add_special_tokens": "1" if spec.add_special_tokens else "0",
     }.items():
         config.parameters[key].string_value = value
     return config

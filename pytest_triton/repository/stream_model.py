@@ -5,6 +5,14 @@ greedy generation of its exported TorchScript artifact (stream_greedy.py, copied
 this file, holds the loop the reference runs too), one response per token through the
 request's response sender, then the final flag.
 
+A text layout (vLLM's) is served as Triton's vLLM backend serves it: the prompt's text is
+encoded with the tokenizer (special tokens added or not, the `add_special_tokens` parameter),
+and each response's text is the new text of an incremental detokenizer (tokenizers'
+DecodeStream, primed with the end of the prompt as vLLM primes it): the text of zero, one or
+several tokens, an incomplete UTF-8 character held back, a stop token's text left out. No
+prompt text goes out (the backend excludes the input when streaming), and each response
+carries `num_output_tokens` (its tokens: one) when the request asks.
+
 Copied into a stream model's version directory as model.py; it runs inside Triton's python
 stub, so it imports nothing from pytest_triton. A bad request gets one error response with the
 final flag: the stream ends with a reason and the instance serves the next one. Subclasses (in
@@ -26,6 +34,7 @@ dimension (`state_batch_dim`). Any other module, or the `fuse` parameter "0", ru
 forward per stream; the log says which and why. Each stream's tokens are those it gets alone.
 """
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -35,12 +44,47 @@ import threading
 import numpy as np
 import torch
 
-NUMPY = {"INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_}
+NUMPY = {"INT32": np.int32, "INT64": np.int64, "UINT32": np.uint32, "BOOL": np.bool_}
+HELD_BACK = "\ufffd"  # a decoder's replacement for an incomplete UTF-8 sequence
+PRIMING = (4, 24)  # vLLM primes its detokenizer with 4 to 23 prompt tokens that decode whole
 
 try:
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported outside Triton's stub (a syntax check)
     pb_utils = None
+
+
+class Detokenizer:
+    """One stream's incremental detokenizer, as vLLM's: the new text each token adds in the
+    context of the prompt ("" while a character is incomplete)."""
+
+    def __init__(self, tokenizer, prompt_ids):
+        from tokenizers.decoders import DecodeStream
+
+        self.tokenizer = tokenizer
+        self.stream = DecodeStream(skip_special_tokens=True)
+        for token in self._priming(list(prompt_ids)):
+            self.stream.step(tokenizer, token)  # the prompt's own text is not sent
+
+    def _priming(self, ids):
+        low, high = PRIMING
+        for length in range(low, min(len(ids), high - 1) + 1):
+            if HELD_BACK not in self.tokenizer.decode(ids[-length:]):
+                return ids[-length:]
+        return ids
+
+    def step(self, token):
+        return self.stream.step(self.tokenizer, int(token)) or ""
+
+
+class Stream:
+    """One request being generated: its sender, prompt ids, budget, stop token, detokenizer
+    (a text layout's) and whether it asked for token counts."""
+
+    def __init__(self, request, sender, ids, stop, text, counts):
+        self.request, self.sender, self.ids, self.stop = request, sender, ids, stop
+        self.text, self.counts = text, counts
+        self.decoding = None
 
 
 def _load_greedy():
@@ -70,6 +114,7 @@ class TritonPythonModel:
             from tokenizers import Tokenizer
 
             self.tokenizer = Tokenizer.from_file(here)
+        self.add_special = params.get("add_special_tokens", "1") == "1"
         self.batching = params.get("batching") or "none"
         self.fuse, self.state_dim = False, self.greedy.state_batch_dim(self.module)
         if self.batching == "iteration":
@@ -102,11 +147,16 @@ class TritonPythonModel:
             self.arrivals.put(None)  # the generation thread ends its streams and returns
             self.thread.join(timeout=10)
 
-    def token(self, position, token):
+    def token(self, request, position, token):
         """The token sent at `position` (a test's subclass corrupts one)."""
         return token
 
-    def finish(self, sender):
+    def counted(self, request, position):
+        """The tokens the response at `position` says it carries (a test's subclass
+        miscounts one)."""
+        return 1
+
+    def finish(self, request, sender):
         """Send the final flag (a test's subclass withholds it)."""
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
@@ -151,7 +201,8 @@ class TritonPythonModel:
         """The prompt's ids, the budget and the stop token, read in the interface's layout."""
         prompt = self._input(request, "prompt")
         if self.tokenizer is not None:
-            ids = np.array(self.tokenizer.encode(self._text(prompt)).ids, np.int64)
+            encoded = self.tokenizer.encode(self._text(prompt), add_special_tokens=self.add_special)
+            ids = np.array(encoded.ids, np.int64)
         else:
             ids = prompt.reshape(-1).astype(np.int64)
         length = self._input(request, "prompt_length")
@@ -215,50 +266,78 @@ class TritonPythonModel:
             raise ValueError(problem)
         return ids, max_tokens, stop_token
 
-    def _tokens(self, request):
-        """The request's prompt ids and its greedy token iterator (a refusal raises)."""
-        ids, max_tokens, stop_token = self._checked(request)
-        tokens = self.greedy.greedy_tokens(self.module, ids, max_tokens, stop_token, self.vocab)
-        return ids, tokens
+    def _flag(self, request, role):
+        """A BOOL input's value (None: not declared or not sent)."""
+        value = self._input(request, role)
+        return None if value is None else bool(value.reshape(-1)[0])
 
-    def _send(self, sender, ids, position, token):
-        sent = self.token(position, token)
-        if self.tokenizer is not None:
-            sent = self.tokenizer.decode([sent])
+    def _stream(self, request, sender):
+        """The request as a Stream, its budget and stop token (a refusal raises)."""
+        ids, max_tokens, stop_token = self._checked(request)
+        text = Detokenizer(self.tokenizer, ids) if self.tokenizer is not None else None
+        # no prompt text goes out: the vLLM backend excludes the input whenever it streams,
+        # whatever exclude_input_in_output says (accepted, as it accepts it)
+        asks = self._flag(request, "return_count")
+        counts = self.interface.get("count") is not None and asks is not False
+        stream = Stream(request, sender, ids, stop_token, text, counts)
+        return stream, max_tokens
+
+    def _send(self, stream, position, token):
+        sent = self.token(stream.request, position, token)
+        if stream.text is not None:  # the stop token's text is not sent; it counts
+            sent = "" if sent == stream.stop else stream.text.step(sent)
         outputs = [self._tensor("output", [sent])]
         if self.interface.get("position") is not None:
             outputs.append(self._tensor("position", [position]))
         if self.interface.get("length") is not None:
-            outputs.append(self._tensor("length", [len(ids) + position + 1]))
-        sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
+            outputs.append(self._tensor("length", [len(stream.ids) + position + 1]))
+        if stream.counts:
+            outputs.append(self._tensor("count", [self.counted(stream.request, position)]))
+        stream.sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
 
     def _generate(self, request, sender):
-        ids, tokens = self._tokens(request)
+        stream, max_tokens = self._stream(request, sender)
+        tokens = self.greedy.greedy_tokens(
+            self.module, stream.ids, max_tokens, stream.stop, self.vocab
+        )
         for position, token in enumerate(tokens):
-            self._send(sender, ids, position, token)
+            self._send(stream, position, token)
             if request.is_cancelled():
                 tokens.close()
                 break  # the client went away: stop generating for it
-        self.finish(sender)
+        self.finish(request, sender)
 
     def _iterate(self):
         """The generation thread: one token of every active stream per iteration; arrivals
-        join between iterations (waiting only when no stream is active)."""
-        active = []  # (request, sender, prompt ids, Decoding)
+        join between iterations (waiting only when no stream is active). Whatever one
+        stream raises ends that stream with an error response; the thread goes on."""
+        active = []  # Streams
         while True:
             arrived = self._arrivals(block=not active)
             if None in arrived:  # finalize(): end what is in flight and stop
-                for request, sender, *_ in active:
-                    self._fail(sender, RuntimeError("the model is being unloaded"), request)
+                for stream in active:
+                    self._end(stream, RuntimeError("the model is being unloaded"))
                 return
             for request, sender in arrived:
                 try:
-                    ids, budget, stop = self._checked(request)
-                    decoding = self.greedy.Decoding(self.module, ids, budget, stop, self.vocab)
-                    active.append((request, sender, ids, decoding))
+                    stream, budget = self._stream(request, sender)
+                    stream.decoding = self.greedy.Decoding(
+                        self.module, stream.ids, budget, stream.stop, self.vocab
+                    )
+                    active.append(stream)
                 except Exception as exc:
-                    self._fail(sender, exc, request)
-            active = self._iteration(active)
+                    self._end(Stream(request, sender, None, -1, None, False), exc)
+            try:
+                active = self._iteration(active)
+            except Exception as exc:  # not one stream's: end them all, serve the next ones
+                for stream in active:
+                    self._end(stream, exc)
+                active = []
+
+    def _end(self, stream, exc):
+        """End a stream with its error; a sender that cannot send any more ends it too."""
+        with contextlib.suppress(Exception):
+            self._fail(stream.sender, exc, stream.request)
 
     def _arrivals(self, block):
         """The requests that arrived since the last iteration (None: finalize())."""
@@ -280,13 +359,13 @@ class TritonPythonModel:
         """Advance every active stream by one token, one forward per group; the streams
         that go on, in their order."""
         going_on = set()
-        for group in self.greedy.groups([stream[3] for stream in active], self.fuse):
+        for group in self.greedy.groups([stream.decoding for stream in active], self.fuse):
             streams = [active[i] for i in group]
             try:
-                tokens = self.forward([stream[3] for stream in streams])
+                tokens = self.forward([stream.decoding for stream in streams])
             except Exception as exc:  # these streams end with the error; the others go on
-                for request, sender, *_ in streams:
-                    self._fail(sender, exc, request)
+                for stream in streams:
+                    self._end(stream, exc)
                 continue
             for i, token in zip(group, tokens, strict=True):
                 if self._emit(active[i], token):
@@ -295,14 +374,14 @@ class TritonPythonModel:
 
     def _emit(self, stream, token):
         """Send a stream's new token; False when it has ended (its final flag sent with its
-        last token's step, as the one-stream schedule sends it)."""
-        request, sender, ids, decoding = stream
+        last token's step, as the one-stream schedule sends it, or its error)."""
         try:
-            self._send(sender, ids, decoding.generated - 1, token)
+            self._send(stream, stream.decoding.generated - 1, token)
+            if stream.decoding.done or stream.request.is_cancelled():
+                # done, or the client went away: stop generating for it
+                self.finish(stream.request, stream.sender)
+                return False
         except Exception as exc:  # this stream ends with its error; the others go on
-            self._fail(sender, exc, request)
-            return False
-        if decoding.done or request.is_cancelled():
-            self.finish(sender)  # done, or the client went away: stop generating for it
+            self._end(stream, exc)
             return False
         return True

@@ -28,8 +28,14 @@ from pytest_triton.client.streaming import (
     check_interface,
     generate_http,
 )
+from pytest_triton.parity.text_match import TextReference, assert_text_parity
 from pytest_triton.parity.token_match import assert_stream_parity
-from pytest_triton.repository.stream import StreamSpec, generate, write_stream_model
+from pytest_triton.repository.stream import (
+    StreamSpec,
+    expected_text,
+    generate,
+    write_stream_model,
+)
 from pytest_triton.server import LocalLauncher, ServerArgs
 from pytest_triton.server.launcher import Endpoints
 from tests.helpers.locust_runs import REPO, Locust, run_locust, triton_perf_args
@@ -63,6 +69,11 @@ def expected(prompt: list[int], stop: int = -1) -> list[int]:
     return generate(BASE.module(), prompt, MAX_TOKENS, stop, vocab=VOCAB)
 
 
+def expected_text_of(prompt: list[int], stop: int = -1) -> TextReference:
+    spec = SPECS["vllm"]
+    return expected_text(spec, BASE.module(), prompt, MAX_TOKENS, stop)
+
+
 # -- the interface, no server ----------------------------------------------------------------
 def test_each_preset_builds_its_layouts_request() -> None:
     trt = TRTLLM.request([3, 4, 5], 8, 2)
@@ -75,24 +86,40 @@ def test_each_preset_builds_its_layouts_request() -> None:
     }
     vllm = VLLM.request([3, 4, 5], 8, 2, TOKENIZER)
     assert vllm["text_input"].tolist() == [b"w3 w4 w5"]
+    assert VLLM.request("w3 w4", 8, 2)["text_input"].tolist() == [b"w3 w4"]  # text as is
     assert vllm["stream"].tolist() == [True]
+    assert vllm["exclude_input_in_output"].tolist() == [True]
+    assert vllm["return_num_output_tokens"].tolist() == [True]
+    assert "return_num_output_tokens" not in VLLM.uncounted().request([3], 8, 2, TOKENIZER)
     assert json.loads(vllm["sampling_parameters"][0]) == {
         "temperature": 0.0,
         "max_tokens": 8,
         "stop_token_ids": [2],
     }
     assert PROJECT.request([3], 8, -1)["PROMPT"].dtype == np.int64
-    assert VLLM.tokens(np.array([b"w7"], dtype=object), TOKENIZER) == [7]
+    assert VLLM.delta(np.array([" grüße".encode()], dtype=object)) == " grüße"
+    assert VLLM.output_ids(" w7 w8", TOKENIZER) == [7, 8]
+    assert VLLM.prompt_ids([3, 4], TOKENIZER) == [3, 4] == TRTLLM.prompt_ids([3, 4], None)
     with pytest.raises(ConfigError, match="speaks text: give a tokenizer"):
         VLLM.request([1], 2, -1)
+    with pytest.raises(ConfigError, match="takes token ids: give the prompt as ids"):
+        TRTLLM.request("w1 w2", 2, -1)
 
 
 def test_an_interface_naming_what_the_model_lacks_is_told_apart() -> None:
     served_inputs = {"text_input": "BYTES", "stream": "BOOL", "sampling_parameters": "INT32"}
-    assert VLLM.mismatches(served_inputs, {"text": "BYTES"}) == [
+    flags = {"exclude_input_in_output": "BOOL", "return_num_output_tokens": "BOOL"}
+    served_outputs = {"text": "BYTES", "num_output_tokens": "UINT32"}
+    assert VLLM.mismatches(served_inputs | flags, served_outputs) == [
         "the 'vllm' layout's input 'sampling_parameters' is BYTES; the model's is INT32",
         "the 'vllm' layout's output 'text_output' (BYTES) is not among the model's outputs: "
-        "{'text': 'BYTES'}",
+        "{'text': 'BYTES', 'num_output_tokens': 'UINT32'}",
+    ]
+    # a backend without the counts: the uncounted layout asks for none
+    assert VLLM.uncounted().mismatches(served_inputs, {"text_output": "BYTES"}) == [
+        "the 'vllm' layout's input 'sampling_parameters' is BYTES; the model's is INT32",
+        "the 'vllm' layout's input 'exclude_input_in_output' (BOOL) is not among the model's "
+        "inputs: {'text_input': 'BYTES', 'stream': 'BOOL', 'sampling_parameters': 'INT32'}",
     ]
     with pytest.raises(ConfigError, match="declares no token budget"):
         StreamInterface("bare", VLLM.prompt, VLLM.output)
@@ -107,12 +134,18 @@ def test_a_vllm_layout_model_streams_the_greedy_tokens_as_text(served: Endpoints
         stop = expected(PROMPTS[1])[3]
         stopped = streams.generate("vllm_lm", PROMPTS[1], MAX_TOKENS, stop)
     for i, streamed in enumerate(together):
-        assert_stream_parity(streamed.tokens, expected(PROMPTS[i]), context=f"prompt {i}")
-    assert stopped.tokens == expected(PROMPTS[1], stop)
+        want = expected_text_of(PROMPTS[i])
+        assert_text_parity(streamed.text or "", want, context=f"prompt {i}")
+        # WordLevel ids survive decode -> encode: the whole text re-encoded is the ids
+        assert streamed.tokens == expected(PROMPTS[i]) == list(want.ids)
+        assert streamed.server_tokens == MAX_TOKENS
+    # the stop token counts, its text is not streamed (vLLM's rule)
+    assert stopped.tokens == expected(PROMPTS[1], stop)[:-1]
+    assert stopped.server_tokens == len(expected(PROMPTS[1], stop))
     over_http = generate_http(
         served.http, "vllm_lm", PROMPTS[2], MAX_TOKENS, interface=VLLM, codec=TOKENIZER
     )
-    assert_stream_parity(over_http.tokens, expected(PROMPTS[2]), context="HTTP")
+    assert_text_parity(over_http.text or "", expected_text_of(PROMPTS[2]), context="HTTP")
 
 
 def test_a_tensorrt_llm_layout_model_streams_the_greedy_ids(served: Endpoints) -> None:
@@ -136,7 +169,17 @@ def test_a_faulty_model_of_each_layout_fails_naming_the_stream_and_position(
         )
     want = expected(PROMPTS[3])
     with pytest.raises(AssertionError) as caught:
+        if spec.interface.text:
+            text = expected_text_of(PROMPTS[3])
+            assert_text_parity(streamed.text or "", text, context=f"{layout} prompt 3")
         assert_stream_parity(streamed.tokens, want, context=f"{layout} prompt 3")
+    if spec.interface.text:  # the corrupt token's text is where the texts part
+        assert re.search(
+            rf"{layout} prompt 3: streamed text differs from PyTorch's greedy generation first "
+            rf"at character \d+, in token position {CORRUPT_AT}: served '\d', expected '\d'",
+            str(caught.value),
+        ), str(caught.value)
+        return
     assert (
         f"{layout} prompt 3: streamed tokens differ from PyTorch's greedy generation first at "
         f"position {CORRUPT_AT}: served {(want[CORRUPT_AT] + 1) % VOCAB}, expected "
@@ -160,6 +203,7 @@ def test_a_rejected_sampling_parameter_names_the_stream_and_the_server_serves_on
     assert "sampling parameter(s) ['stop'] not supported: this model takes" in str(caught.value)
     with GrpcStreams(served.grpc, interface=VLLM, codec=TOKENIZER) as streams:
         assert streams.generate("vllm_lm", PROMPTS[0], 4).tokens == expected(PROMPTS[0])[:4]
+        # WordLevel's ids survive decode -> encode, so the whole text re-encoded is the ids
 
 
 def test_an_interface_the_served_model_does_not_speak_is_refused_before_streaming(
@@ -200,8 +244,9 @@ def test_stream_users_drive_both_layouts_and_every_answer_is_checked(
     assert wrong and wrong[1] == wrong[2] != "0", done.tail()
     assert_counted_once(done.output, done.report)
     assert re.search(
-        r"wrong answer: model 'vllm_lm_faulty', prompt \[[\d, ]+\]: streamed tokens differ "
-        rf"from PyTorch's greedy generation first at position {CORRUPT_AT}: served \d+",
+        r"wrong answer: model 'vllm_lm_faulty', prompt \[[\d, ]+\]: streamed text differs "
+        rf"from PyTorch's greedy generation first at character \d+, in token position "
+        rf"{CORRUPT_AT}: served",
         done.output,
     ), done.tail()
 

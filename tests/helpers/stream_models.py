@@ -27,26 +27,35 @@ class TritonPythonModel(TritonPythonModel):
     # corrupt: one token wrong on the wire at position {CORRUPT_AT} (generation goes on from
     #   the right one); error: an error response at position {ERROR_AT}; no_final: every
     #   token, then silence (the final flag only after {FINAL_DELAY_S} s, so that the server
-    #   still completes the request before it stops); slow: {SLOW_TOKEN_S} s per token.
-    def _generate(self, request, sender):
-        self.fault = json.loads(request.parameters() or "{{}}").get("fault", "")
-        super()._generate(request, sender)
+    #   still completes the request before it stops); slow: {SLOW_TOKEN_S} s per token;
+    #   miscount: the response at position {ERROR_AT} says it carries 2 tokens; finish_error:
+    #   finishing the stream raises. Read per request: the iteration schedule interleaves
+    #   streams.
+    def _fault(self, request):
+        return json.loads(request.parameters() or "{{}}").get("fault", "")
 
-    def token(self, position, token):
-        if self.fault == "corrupt" and position == {CORRUPT_AT}:
+    def token(self, request, position, token):
+        fault = self._fault(request)
+        if fault == "corrupt" and position == {CORRUPT_AT}:
             return (token + 1) % self.vocab
-        if self.fault == "error" and position == {ERROR_AT}:
+        if fault == "error" and position == {ERROR_AT}:
             raise RuntimeError("injected failure at token {ERROR_AT}")
-        if self.fault == "slow":
+        if fault == "slow":
             import time
             time.sleep({SLOW_TOKEN_S})
         return token
 
-    def finish(self, sender):
-        if self.fault != "no_final":
-            return super().finish(sender)
+    def counted(self, request, position):
+        return 2 if self._fault(request) == "miscount" and position == {ERROR_AT} else 1
+
+    def finish(self, request, sender):
+        fault = self._fault(request)
+        if fault == "finish_error":
+            raise RuntimeError("injected failure while finishing the stream")
+        if fault != "no_final":
+            return super().finish(request, sender)
         import threading
-        threading.Timer({FINAL_DELAY_S}, super().finish, (sender,)).start()
+        threading.Timer({FINAL_DELAY_S}, super().finish, (request, sender)).start()
 """
 
 
