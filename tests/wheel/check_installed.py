@@ -215,7 +215,7 @@ def check(work: Path) -> list[tuple[str, float]]:
         project,
         env,
     )
-    if "4 passed" not in tests.stdout:
+    if "2 passed" not in tests.stdout:  # one variant (TorchScript, hosted) over HTTP
         raise Failed(f"the user's parity tests did not all pass:\n{tests.stdout[-3000:]}")
     step("triton-deploy --help")
     run([str(bin_dir / "triton-deploy"), "--help"], project, env)
