@@ -61,7 +61,7 @@ TEST_WORKERS ?= 3
 test: $(STAMP) test-deps perf-analyzer wheel-check
 	OMP_WAIT_POLICY=PASSIVE PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-# The package as a user installs it (tests/wheel/check_installed.py): the sdist and the wheel
+# The package as a user installs it (tests/helpers/check_installed.py): the sdist and the wheel
 # built (python -m build) and checked (twine check), a file missing from the wheel named, the
 # wheel installed (not editable) into a clean virtualenv with constraints.txt, and from a
 # directory outside the checkout a user project's parity tests, locust -f with the web UI's
@@ -70,8 +70,8 @@ test: $(STAMP) test-deps perf-analyzer wheel-check
 WHEEL_STAMP := $(VENV)/.wheel-checked
 PACKAGE_FILES := $(wildcard $(shell git ls-files pytest_triton 2>/dev/null))
 $(WHEEL_STAMP): $(STAMP) $(PACKAGE_FILES) pyproject.toml setup.py MANIFEST.in constraints.txt \
-		pytest_triton_locust.pth tests/wheel/check_installed.py
-	$(BIN)/python tests/wheel/check_installed.py
+		pytest_triton_locust.pth tests/helpers/check_installed.py
+	$(BIN)/python tests/helpers/check_installed.py
 	touch $(WHEEL_STAMP)
 
 wheel-check: $(WHEEL_STAMP)

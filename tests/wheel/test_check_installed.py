@@ -6,7 +6,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from tests.wheel.check_installed import PTH, missing_from, required_files
+from tests.helpers.check_installed import PTH, missing_from, required_files
 
 
 def _wheel(path: Path, names: set[str]) -> Path:

@@ -7,7 +7,7 @@ that imports the package, with the web UI's Triton tab and its static files serv
 `triton-deploy --help` and a few seconds of `triton-perf`.
 
 Run with the project's environment (it has build and twine: the dev extra):
-`.venv/bin/python tests/wheel/check_installed.py`. Exits non-zero naming the step that failed.
+`.venv/bin/python tests/helpers/check_installed.py`. Exits non-zero naming the step that failed.
 """
 
 from __future__ import annotations
