@@ -18,7 +18,7 @@ GATE_ARGS ?=
 # where it exists, else $(PYTHON)
 TOOL_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
-.PHONY: gate test test-fast test-deps test-cpu test-container lint install clean bench bench-loadgen \
+.PHONY: gate test test-fast test-deps wheel-check test-cpu test-container lint install clean bench bench-loadgen \
 	bench-serving bench-perf-analyzer chromium screenshots perf-analyzer gpu-proof
 
 # An editable install leaves out setup.py's pytest_triton_locust.pth (it puts our options into
@@ -58,8 +58,23 @@ gate: $(STAMP)
 # and they write bytecode where the environment says not to (PYTHONDONTWRITEBYTECODE, set by
 # some CI images): each cold sub-session otherwise compiles the package again (1.4 s of CPU).
 TEST_WORKERS ?= 3
-test: $(STAMP) test-deps perf-analyzer
+test: $(STAMP) test-deps perf-analyzer wheel-check
 	OMP_WAIT_POLICY=PASSIVE PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
+# The package as a user installs it (tests/helpers/check_installed.py): the sdist and the wheel
+# built (python -m build) and checked (twine check), a file missing from the wheel named, the
+# wheel installed (not editable) into a clean virtualenv with constraints.txt, and from a
+# directory outside the checkout a user project's parity tests, locust -f with the web UI's
+# static files served, triton-deploy --help and a few seconds of triton-perf. Stamped like
+# $(STAMP): it runs again only when a file of the package, the packaging or the check changes.
+WHEEL_STAMP := $(VENV)/.wheel-checked
+PACKAGE_FILES := $(wildcard $(shell git ls-files pytest_triton 2>/dev/null))
+$(WHEEL_STAMP): $(STAMP) $(PACKAGE_FILES) pyproject.toml setup.py MANIFEST.in constraints.txt \
+		pytest_triton_locust.pth tests/helpers/check_installed.py
+	$(BIN)/python tests/helpers/check_installed.py
+	touch $(WHEEL_STAMP)
+
+wheel-check: $(WHEEL_STAMP)
 
 # The edit loop's tier, under 3 minutes: the unit tests and one real server (the local
 # launcher's own tests), on two workers.

@@ -8,9 +8,9 @@ from documents only), `session`, `server`, `models`, `repository`, `accuracy`, `
 """
 
 import importlib
-from importlib.metadata import version
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pytest_triton.base.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from pytest_triton.accuracy.check import assert_accuracy
@@ -50,9 +50,6 @@ if TYPE_CHECKING:
     from pytest_triton.session.served_pipeline import ServedPipeline
     from pytest_triton.session.served_sequences import ServedSequenceModel
 
-__version__ = version("pytest-triton")
-# 0.1.0's module paths, each a stub that warns and names the new one (base/moved.py)
-__path__.append(str(Path(__file__).parent / "base" / "old_paths"))
 
 # Each public name and the module that holds it, imported on first use: a Locust process or a
 # client that needs TritonClient does not pay for torch (the repository layer imports it).
@@ -106,7 +103,7 @@ _HOME = {
 
 
 def __getattr__(name: str) -> Any:
-    """Public names load their module when first asked for (`factories`, public since 0.1.0,
+    """Public names load their module when first asked for (`factories`
     is pytest's side of the package)."""
     if name == "factories":
         return importlib.import_module("pytest_triton.plugin.factories")

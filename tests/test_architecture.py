@@ -68,8 +68,7 @@ def imports(path: Path) -> set[str]:
     return {m for m in found if m in MODULES and m != name}
 
 
-OLD_PATHS = PACKAGE / "base" / "old_paths"  # 0.1.0's paths: stubs, checked in test_public_surface
-MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py") if OLD_PATHS not in p.parents}
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 GRAPH = {name: imports(path) for name, path in MODULES.items()}
 
 
@@ -164,10 +163,11 @@ def test_no_two_public_functions_share_a_name() -> None:
 
 def test_the_gate_report_reads_documents_only() -> None:
     """pytest_triton.gate turns recorded results and load files into the report: no front end, no
-    server, no pytest and no locust, so any front end (or a script) can use it."""
+    server, no pytest and no locust, so any front end (or a script) can use it (the package's
+    errors and its version aside)."""
     gate = [m for m in GRAPH if m.startswith("pytest_triton.gate")]
     assert gate
-    allowed = {*gate, "pytest_triton.base.errors"}
+    allowed = {*gate, "pytest_triton.base.errors", "pytest_triton.base.version"}
     assert not [(m, d) for m in gate for d in GRAPH[m] if d not in allowed]
     for module in gate:
         roots = import_roots(module)
@@ -341,7 +341,7 @@ PROJECT_TESTS = {  # the suite's own tools and the project's files
     "test_schedule.py",
     "test_warm_start.py",
 }
-CROSS_CUTTING = {"helpers", "reliability"}
+CROSS_CUTTING = {"helpers", "reliability", "wheel"}  # wheel: the package as installed
 
 
 def test_tests_are_laid_out_like_the_package() -> None:
@@ -441,8 +441,6 @@ def test_the_architecture_page_lists_every_module() -> None:
 def test_no_module_is_imported_under_an_old_or_other_name() -> None:
     """Modules are imported by their own names (a few short forms aside): an alias that
     keeps an old module name alive hides where the code now is."""
-    from pytest_triton.base.moved import moved_to
-
     # short forms, and names that would shadow a local of the importer
     short_forms = {
         "targets": {"tg"},
@@ -456,19 +454,13 @@ def test_no_module_is_imported_under_an_old_or_other_name() -> None:
     roots += [PACKAGE.parent / "locustfiles", PACKAGE.parent / "examples"]
     bad = []
     for path in (p for root in roots for p in root.rglob("*.py")):
-        if path.name == "test_public_surface.py":  # imports the old names on purpose
-            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pytest_triton"):
-                names = [f"{node.module}.{a.name}" for a in node.names]
                 aliases = [(a.name, a.asname) for a in node.names]
-                old = [node.module or "", *names]
             elif isinstance(node, ast.Import):
                 aliases = [(a.name.rsplit(".", 1)[-1], a.asname) for a in node.names]
-                old = [a.name for a in node.names if a.name.startswith("pytest_triton")]
             else:
                 continue
-            bad += [f"{path.name}: {n}" for n in old if moved_to(n) is not None]
             bad += [
                 f"{path.name}: {name} as {alias}"
                 for name, alias in aliases
@@ -489,7 +481,7 @@ DOTTED = re.compile(r"\bpytest_triton(?:\.[A-Za-z_]\w*)+")
 
 def test_no_stale_module_path_in_code_or_docs() -> None:
     """Every `pytest_triton.x.y` and `layer/.../module.py` written in code and docs exists
-    (the CHANGELOG keeps history; base/moved.py names the old paths on purpose)."""
+    (the CHANGELOG keeps history; test_public_surface.py imports old paths on purpose)."""
     top = PACKAGE.parent
     files = [*PACKAGE.rglob("*.py"), *(top / "docs").rglob("*.md"), top / "README.md"]
     files += [*(top / "tests").rglob("*.py"), *(top / "benchmarks").rglob("*.py")]
@@ -501,7 +493,7 @@ def test_no_stale_module_path_in_code_or_docs() -> None:
     }
     stale = []
     for path in files:
-        if path.name in ("moved.py", "test_public_surface.py") or path == Path(__file__).resolve():
+        if path.name == "test_public_surface.py" or path == Path(__file__).resolve():
             continue
         text = path.read_text(errors="replace")
         stale += [

@@ -58,15 +58,26 @@ def _subset(value: Any, index: Array) -> Any:
 def interval_of(
     metric: Metric, answers: Answers, truth: Any, n: int
 ) -> tuple[tuple[float, float], str]:
-    """95% interval of the metric's value on this data."""
+    """95% interval of the metric's value on this data (reported; the verdict compares the
+    value itself with the threshold). A class metric's bootstrap keeps each class's count."""
+    strata = [np.arange(n)]
+    if metric.classes and metric.against == "labels":
+        classes = np.asarray(truth).reshape(n, -1)[:, 0]
+        strata = [np.flatnonzero(classes == c) for c in np.unique(classes)]
     if metric.score is not None:
         scores = np.asarray(metric.score(answers, truth), dtype=np.float64)
         if metric.proportion:
-            return wilson(float(scores.sum()), n), "wilson"
-        return bootstrap(lambda idx: float(scores[idx].mean()), n), "bootstrap"
-    return bootstrap(lambda idx: metric.value(_subset(answers, idx), _subset(truth, idx)), n), (
-        "bootstrap"
-    )
+            if not np.isin(scores, (0.0, 1.0)).all():
+                raise ValueError(
+                    f"metric {metric.name!r} says its scores are proportions (proportion=True) "
+                    "but scores a sample other than 0 or 1: drop proportion=True for a mean "
+                    "of other values"
+                )
+            return wilson(int(scores.sum()), n), "wilson"
+        return bootstrap(lambda idx: float(scores[idx].mean()), strata), "bootstrap"
+    return bootstrap(
+        lambda idx: metric.value(_subset(answers, idx), _subset(truth, idx)), strata
+    ), "bootstrap"
 
 
 def worst_places(

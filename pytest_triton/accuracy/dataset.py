@@ -1,7 +1,7 @@
 """A dataset as an accuracy check reads it: an iterable of batches (a DataLoader or a plain
-list), each the model's inputs by name (or one array for a one-input model), optionally
-paired with its labels as `(inputs, labels)`; checked against the model's inputs before any
-request is sent."""
+list), each the model's inputs (a dict by input name, or one array for a one-input model),
+optionally paired with its labels as `(inputs, labels)`; arrays in a tuple are never taken
+for several inputs. Checked against the model's inputs before any request is sent."""
 
 from __future__ import annotations
 
@@ -32,23 +32,42 @@ def _array(value: Any) -> Array:
     return np.asarray(value)
 
 
+def _inputs(index: int, given: Any, input_names: Sequence[str]) -> dict[str, Array]:
+    """A batch's inputs: a dict by input name, or one array for a one-input model. Arrays in
+    a tuple or list are refused: their order is not a name."""
+    if isinstance(given, Mapping):
+        return {str(k): _array(v) for k, v in given.items()}
+    if isinstance(given, tuple | list):
+        by_name = ", ".join(f"{n!r}: ..." for n in input_names)
+        raise DatasetError(
+            f"batch {index}: inputs given as a {type(given).__name__} of {len(given)} values; "
+            f"give them as a dict by input name, {{{by_name}}}, and a batch as that dict or "
+            "as (inputs, labels)"
+        )
+    if len(input_names) != 1:
+        raise DatasetError(
+            f"batch {index}: inputs given as one array but the model has inputs "
+            f"{list(input_names)}; give them as a dict by input name (a pair of arrays is read "
+            "as (inputs, labels))"
+        )
+    return {input_names[0]: _array(given)}
+
+
 def read_batches(dataset: Iterable[Any], input_names: Sequence[str]) -> list[Batch]:
-    """Every batch of the dataset, inputs named as the model names them."""
+    """Every batch of the dataset, inputs named as the model names them. A batch is its
+    inputs, or `(inputs, labels)` (a tuple or list of two, as a DataLoader gives them)."""
     batches = []
     for index, item in enumerate(dataset):
         labels = None
-        if isinstance(item, tuple | list) and len(item) == 2 and not isinstance(item, str):
+        if isinstance(item, tuple | list):
+            if len(item) != 2:
+                raise DatasetError(
+                    f"batch {index} is a {type(item).__name__} of {len(item)} values: give a "
+                    "batch as its inputs (a dict by input name, or one array for a one-input "
+                    "model) or as (inputs, labels)"
+                )
             item, labels = item[0], _array(item[1])
-        if isinstance(item, Mapping):
-            inputs = {str(k): _array(v) for k, v in item.items()}
-        elif len(input_names) == 1:
-            inputs = {input_names[0]: _array(item)}
-        else:
-            raise DatasetError(
-                f"batch {index} is one array but the model has inputs {list(input_names)}: "
-                "give each batch as a dict of arrays by input name"
-            )
-        batches.append(Batch(inputs, labels))
+        batches.append(Batch(_inputs(index, item, input_names), labels))
     if not batches:
         raise DatasetError("the dataset has no batches")
     return batches

@@ -1,48 +1,75 @@
-"""How far a metric measured on N samples can be from the model's true value: the Wilson
-score interval for proportions (top-1, exact match, agreement), a percentile bootstrap for the
-rest; and how many samples a ratio rule needs before it means anything."""
+"""How far a metric measured on N samples can be from the model's true value: scipy's Wilson
+score interval for proportions (top-1, exact match, agreement), scipy's percentile bootstrap
+for the rest; and how many samples a ratio rule needs before it means anything.
+
+The interval is reported beside the verdict, never part of it: the rule compares the served
+value itself with the threshold (AccuracyResult.ok)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from scipy.stats import DegenerateDataWarning, binomtest
+from scipy.stats import bootstrap as scipy_bootstrap
 
 from pytest_triton.base.dtypes import Array
 
-Z_95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+CONFIDENCE = 0.95
 BOOTSTRAP_ROUNDS = 400
 
 
-def wilson(successes: float, n: int, z: float = Z_95) -> tuple[float, float]:
-    """Wilson's score interval of a proportion: unlike p +- z*sqrt(p(1-p)/n) it stays inside
-    [0, 1] and is not zero-wide when every sample succeeded."""
+def wilson(successes: int, n: int) -> tuple[float, float]:
+    """Wilson's score interval of a proportion (scipy's binomtest): unlike p +- z*sqrt(p(1-p)/n)
+    it stays inside [0, 1] and is not zero-wide when every sample succeeded."""
     if n <= 0:
         raise ValueError("a proportion of no samples has no interval")
-    p = successes / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    ci = binomtest(successes, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def bootstrap(
-    statistic: Callable[[Array], float], n: int, rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0
+    statistic: Callable[[Array], float],
+    strata: Sequence[Array],
+    rounds: int = BOOTSTRAP_ROUNDS,
+    seed: int = 0,
 ) -> tuple[float, float]:
-    """The 2.5th and 97.5th percentiles of `statistic(indices)` over samples drawn with
-    replacement (a fixed seed: the same data gives the same interval). Draws where the
-    statistic is undefined (ROC AUC of one class only) raise ValueError and are skipped."""
-    rng = np.random.default_rng(seed)
-    values = []
-    for _ in range(rounds):
-        try:
-            values.append(statistic(rng.integers(0, n, n)))
-        except ValueError:
-            continue
-    if not values:
-        return (math.nan, math.nan)
-    low, high = np.percentile(values, [2.5, 97.5])
+    """The percentile bootstrap (scipy's) of `statistic(indices)`: each round draws, with
+    replacement, as many indices from each stratum as it holds (one stratum: the whole set;
+    one per class: a metric such as ROC AUC stays defined on every draw). A fixed seed: the
+    same data gives the same interval. What the statistic raises reaches the caller; a value
+    that is not finite is refused, naming how many draws gave one."""
+
+    kept = [np.asarray(s) for s in strata if len(s) == 1]  # one sample: on every draw as is
+    drawn_from = tuple(np.asarray(s) for s in strata if len(s) > 1)
+    if not drawn_from:
+        raise ValueError("a bootstrap needs a stratum of two samples or more")
+
+    def on_draw(*drawn: Array) -> float:
+        return float(statistic(np.concatenate([*drawn, *kept])))
+
+    with warnings.catch_warnings():  # said below, with the count of draws
+        warnings.simplefilter("ignore", DegenerateDataWarning)
+        found = scipy_bootstrap(
+            drawn_from,
+            on_draw,
+            n_resamples=rounds,
+            confidence_level=CONFIDENCE,
+            method="percentile",
+            vectorized=False,
+            paired=False,
+            rng=np.random.default_rng(seed),
+        )
+    undefined = int((~np.isfinite(found.bootstrap_distribution)).sum())
+    if undefined:
+        raise ValueError(
+            f"the statistic was not a finite number on {undefined} of {rounds} bootstrap draws "
+            "(samples drawn with replacement from the dataset): make it defined on any such "
+            "draw"
+        )
+    low, high = found.confidence_interval
     return float(low), float(high)
 
 

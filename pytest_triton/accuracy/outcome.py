@@ -1,6 +1,7 @@
 """What one accuracy check found: the metric of the served answers and of the reference on
-the same data, their ratio, the interval around the served value, the rule and its verdict,
-and where the served model lost most when it failed."""
+the same data, their ratio, the interval around the served value (for reading: the verdict
+compares the value itself with the rule's threshold), the rule and its verdict, and where the
+served model lost most when it failed."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class AccuracyResult:
     served: float
     reference: float
     samples: int
-    interval: tuple[float, float]  # 95% interval of the served value
+    interval: tuple[float, float]  # 95% interval of the served value: reported, not judged
     interval_method: str  # "wilson" or "bootstrap"
     min_ratio: float | None
     min_value: float | None
@@ -67,8 +68,9 @@ class AccuracyResult:
             f"accuracy {'ok' if self.ok else 'FAILED'}: model {self.model!r}, metric "
             f"{self.metric} (against {self.against}) served {self.served:.4f} vs fp32 "
             f"reference {self.reference:.4f}: ratio {self.ratio:.4f}, threshold "
-            f"{self.threshold:.4f} ({self.rule()}), N={self.samples}, 95% interval "
-            f"[{low:.4f}, {high:.4f}] ({self.interval_method})"
+            f"{self.threshold:.4f} ({self.rule()}), N={self.samples}; the served value's 95% "
+            f"interval [{low:.4f}, {high:.4f}] ({self.interval_method}), for reading: the "
+            "verdict compares the value itself"
         ]
         if self.worst and not self.ok:
             lines.append("  where the served model loses most:")

@@ -19,7 +19,6 @@ from typing import Any, Literal, get_args
 
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS
-from pytest_triton.base.moved import moved_names
 from pytest_triton.base.setting_parsers import (
     parse_bool,
     parse_count,
@@ -1063,6 +1062,3 @@ def finish(values: dict[str, Any]) -> TritonConfig:
         for group, cls in GROUPS.items()
     }
     return TritonConfig(**groups, origins=values["origins"])
-
-
-__getattr__ = moved_names(__name__)

@@ -9,7 +9,7 @@ PT2_FORMATS: tuple[str, ...] = ("torch-export", "aoti")
 """PyTorch 2's deployment formats: an ExportedProgram (torch.export.save) and an AOTInductor
 package of compiled kernels, both .pt2, python-hosted. A CPU server serves them too, but only
 where asked (--triton-formats, ModelSpec(formats=...)): an AOTInductor compile of one small
-zoo model takes 30-90 s of this project's 2-core machine, the whole zoo would take minutes."""
+zoo model takes tens of seconds of a small CPU, the whole zoo would take minutes."""
 
 CPU_FORMATS: tuple[str, ...] = FORMATS + PT2_FORMATS
 """Every format a CPU server can serve."""

@@ -5,8 +5,5 @@ Rule: a front end; imports any layer below (`load` included), never `plugin`.
 """
 
 from pytest_triton.base.grpc_fork import without_grpc_fork_handlers
-from pytest_triton.base.moved import forwarder
 
 without_grpc_fork_handlers()  # before a command imports grpc (base/grpc_fork.py says why)
-
-__getattr__ = forwarder(__name__)  # the names of the module this package replaced (0.1.0)

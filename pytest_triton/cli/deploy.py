@@ -31,6 +31,7 @@ from pytest_triton.base.dtypes import Array
 from pytest_triton.base.errors import TritonTestError
 from pytest_triton.base.server_offer import ServerTarget
 from pytest_triton.base.setting_sources import add_arguments, check_environ, from_arguments
+from pytest_triton.base.version import __version__
 from pytest_triton.models import bert, dlrm, mnist, resnext, text_recognition
 from pytest_triton.models.specs import zoo_spec
 from pytest_triton.repository import pbtxt
@@ -63,6 +64,9 @@ def deployer_parser() -> argparse.ArgumentParser:
         "--triton-max-batch-size 4096 --save-dir repo -- --embedding_dim 16 "
         "--bottom_mlp_sizes 32 16 --top_mlp_sizes 64 32 1",
     )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}"
+    )  # the package's version (pyproject.toml, through importlib.metadata)
     fmt = parser.add_mutually_exclusive_group()  # required unless --spec (deploy() says so)
     fmt.add_argument("--ts-script", action="store_true", help="TorchScript via torch.jit.script")
     fmt.add_argument("--ts-trace", action="store_true", help="TorchScript via torch.jit.trace")

@@ -24,6 +24,7 @@ from pytest_triton.base.setting_sources import (
     from_environ,
     join_dash_values,
 )
+from pytest_triton.base.version import __version__
 from pytest_triton.load.perf.command import run
 from pytest_triton.load.perf.points import parse_range, parse_rate_range
 
@@ -37,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
         "model is driven in sequences (--sequence-length, --sequence-id-range), a decoupled "
         "one in streams (time to first token, inter-token latency, tokens/s).",
     )
+    p.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}"
+    )  # the package's version (pyproject.toml, through importlib.metadata)
     p.add_argument(
         "-m",
         "--model",

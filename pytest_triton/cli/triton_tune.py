@@ -20,6 +20,7 @@ from pytest_triton.base.setting_sources import (
     from_environ,
     join_dash_values,
 )
+from pytest_triton.base.version import __version__
 from pytest_triton.load.perf.points import parse_range
 from pytest_triton.load.tune import space as sp
 from pytest_triton.load.tune.accuracy_rule import rule_for
@@ -46,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
         "int8/fp16: accuracy, --min-accuracy-ratio) and measured; writes every candidate "
         "(CSV, markdown, JSON), a Pareto plot and the best config.pbtxt with its diff.",
     )
+    p.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}"
+    )  # the package's version (pyproject.toml, through importlib.metadata)
     p.add_argument(
         "-m", "--model", required=True, help="zoo model or MODULE:CALLABLE returning a ModelSpec"
     )

@@ -7,7 +7,3 @@ hand-written wire); `request_path` chooses between the two paths. Also the stati
 
 Rule: imports only `base`; knows nothing of repositories, launchers or front ends.
 """
-
-from pytest_triton.base.moved import forwarder
-
-__getattr__ = forwarder(__name__)  # the names of the module this package replaced (0.1.0)

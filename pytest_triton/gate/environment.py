@@ -7,8 +7,10 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from pytest_triton.base.version import DISTRIBUTION
+
 PACKAGES = (
-    "pytest-triton",
+    DISTRIBUTION,
     "torch",
     "onnxruntime",
     "onnx",

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from pytest_triton.base.version import DISTRIBUTION
+
 PLOTS = {"parity": "parity-headroom.png", "load": "load-latency.png"}
 
 
@@ -42,6 +44,9 @@ def render(document: Mapping[str, Any], *, images: bool = True, plots: Sequence[
     verdict = document["verdict"]
     counts = document["session"]["tests"]
     lines = [f"# Release gate: {'PASS' if verdict['passed'] else 'FAIL'}", ""]
+    gated_by = document["environment"]["packages"].get(DISTRIBUTION)
+    if gated_by:  # the version that judged this run, before anything else
+        lines += [f"Gated by {DISTRIBUTION} {gated_by}.", ""]
     lines += [f"- {reason}" for reason in verdict["reasons"]]
     if verdict["reasons"]:
         lines.append("")

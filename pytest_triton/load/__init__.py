@@ -12,7 +12,6 @@ Rules: imports the layers below it (session and down), never `plugin` or `cli`; 
 """
 
 import importlib
-from pathlib import Path
 from typing import Any
 
 from pytest_triton.base.grpc_fork import without_grpc_fork_handlers
@@ -29,9 +28,6 @@ LOCUSTFILE_HELPERS = (
 )
 """What a locustfile imports (`from pytest_triton.load import TritonUser`, or from
 `pytest_triton.load.users`): the public surface of the Locust front end."""
-
-# 0.1.0's module paths of the load package, each a stub that warns (base/moved.py)
-__path__.append(str(Path(__file__).parent.parent / "base" / "old_paths" / "load"))
 
 
 def __getattr__(name: str) -> Any:

@@ -77,8 +77,8 @@ def load() -> Digits:
 @functools.cache
 def trained(config: mnist.Config = SMALL, epochs: int = 6, lr: float = 1e-2) -> mnist.MNISTNet:
     """The zoo's MNIST CNN trained on the digits' training split (Adam with a one-cycle
-    schedule, batch 32, a fixed seed: the same weights each time); in eval mode. The small
-    network reaches 96.9% on the held-out digits after about 3 s of CPU. Kept in the export
+    schedule, batch 32, a fixed seed: the same weights each time); in eval mode: seconds of
+    CPU for the small network, about 97% on the held-out digits. Kept in the export
     cache's directory where PYTEST_TRITON_EXPORT_CACHE names one (export_cache.py), so the
     processes of one test run train it once."""
     cache = export_cache.directory()
@@ -88,7 +88,7 @@ def trained(config: mnist.Config = SMALL, epochs: int = 6, lr: float = 1e-2) -> 
     if saved is not None and saved.is_file():
         return mnist.build(config, checkpoint=saved)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 2.7 s alone; several threads on a busy machine took 40
+    torch.set_num_threads(1)  # small batches: several threads on a busy machine wait
     try:
         model = _train(config, epochs, lr)
     finally:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_triton.base.setup_steps import LOGGER, log, say
+from pytest_triton.plugin import terminal_compat
 
 ATTRIBUTE = "triton_steps"
 PREFIX = "[pytest-triton] "
@@ -145,18 +146,18 @@ class Progress:
             return
         if self._verbosity <= 0 and not reporter.showfspath:
             return  # -q and xdist's default mode: one line of dots, no file lines
-        if finish_dots and reporter.currentfspath is not None:
+        if not terminal_compat.usable(reporter):
+            return  # the summary lists them (terminal_compat warned)
+        if finish_dots and terminal_compat.on_a_files_line(reporter):
             # the [ 30%] pytest writes when the next file's line starts; it would then land
             # on the last step's line
-            write_filling = getattr(reporter, "_write_progress_information_filling_space", None)
-            if write_filling is not None and getattr(reporter, "_show_progress_info", False):
-                write_filling()
+            terminal_compat.end_a_files_line(reporter)
         reporter.ensure_newline()
         reporter.write("\n".join(f"    {PREFIX}{step}" for step in self.waiting), flush=True)
         self.waiting.clear()
         # The last step's line is left open: pytest ends it when its next line starts (the
-        # next file, or the summary); -v's next test id starts on a line of its own.
-        reporter.currentfspath = -2 if self._verbosity > 0 else None
+        # next file, or the summary)
+        terminal_compat.leave_line_open(reporter, verbose=self._verbosity > 0)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """-q and xdist without -v showed no step on the way: the longest, here."""

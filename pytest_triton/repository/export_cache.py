@@ -1,8 +1,7 @@
 """ONNX, torch.export and AOTInductor exports reused across processes and runs, where
 PYTEST_TRITON_EXPORT_CACHE names a directory: torch.onnx's dynamo exporter takes seconds a
-model (4 s of CPU for a 40-weight linear layer, most of it the exporter's own imports), an
-AOTInductor compile tens of seconds (the zoo's small DLRM: 17 s, BERT 21 s on this project's 2-core
-machine), and a load test, a triton-perf run or a pytest session exports the same module
+model (even a tiny one: most of it the exporter's own imports), an AOTInductor compile tens
+of seconds, and a load test, a triton-perf run or a pytest session exports the same module
 again each time it starts. An AOTInductor entry's key adds the CPU's vector instruction set
 its kernels were compiled for.
 

@@ -8,7 +8,6 @@ import functools
 import io
 import logging
 import tempfile
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -224,10 +223,10 @@ def export(
     level = quiet.level
     try:
         quiet.setLevel(logging.ERROR)
-        with contextlib.redirect_stdout(chatter), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        # torch's TorchScript deprecation said once a process; every other warning (a
+        # TracerWarning: a trace that froze a branch or a shape) reaches the user
+        with contextlib.redirect_stdout(chatter), torchscript_notice.torchscript_calls():
             exporter(spec, native, path, signature)
-        torchscript_notice.announce(caught)  # said once a process; exporters' chatter dropped
     except (Uncapturable, NoCompiler) as exc:  # already the whole story: name the variant
         raise ExportError(
             f"exporting model {spec.name!r} as {fmt} ({native.precision}) failed: {exc}"

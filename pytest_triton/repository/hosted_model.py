@@ -80,9 +80,8 @@ GRAPH_OPTIMIZATION_LEVELS = {
 
 CPU_SESSION_DEFAULTS = {
     # Idle intra-op threads do not spin on a CPU instance: the stub shares the cores with
-    # the server's and the clients' threads, and onnxruntime's spinning workers took them.
-    # Measured on the 2-core machine (BERT small, HTTP, batch 8, concurrency 4, one
-    # instance): fp32 served 1568-1774 samples/s without spinning, 118-498 with it.
+    # the server's and the clients' threads, and onnxruntime's spinning workers took them
+    # (a CPU-bound instance served several times fewer samples/s with spinning on).
     "allow_spinning": "0",
 }
 

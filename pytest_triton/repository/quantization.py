@@ -73,41 +73,51 @@ def quantizer_options(options: Int8, static: bool, head: list[str]) -> dict[str,
 
 
 def quantize(spec: ModelSpec, fp32_path: Path, path: Path) -> str:
-    """Write the INT8 model of the fp32 ONNX at `fp32_path` to `path`, as the spec's `Int8`
-    declares; returns the method ("static-qdq" or "dynamic")."""
+    """Write the INT8 model of the fp32 ONNX at `fp32_path` (left as it is) to `path`, as the
+    spec's `Int8` declares; returns the method ("static-qdq" or "dynamic")."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # The exporter records shapes of initializers in value_info; the quantizer rewrites some
     # of them (a Gemm's weight, transposed) and shape inference then refuses the stale
-    # record ("Inferred shape and existing shape differ"). Shapes are inferred anew.
+    # record ("Inferred shape and existing shape differ"). Shapes are inferred anew: the
+    # quantizer takes the model without them, in memory.
     model = onnx.load(str(fp32_path))
     del model.graph.value_info[:]
-    onnx.save(model, str(fp32_path))
     head = head_nodes(model, spec.int8_options.fp32_head)
     static = any(n.op_type == "Conv" for n in model.graph.node)
     declared = quantizer_options(spec.int8_options, static, head)
-    with _quiet_root_logger():
+    with _without_preprocessing_advice():
         if not static:
-            quantize_dynamic(str(fp32_path), str(path), weight_type=QuantType.QInt8, **declared)
+            quantize_dynamic(model, str(path), weight_type=QuantType.QInt8, **declared)
             return "dynamic"
-        quantize_static_with(spec, fp32_path, path, **declared)
+        quantize_static_with(spec, model, path, **declared)
     return "static-qdq"
 
 
+PREPROCESSING_ADVICE = "Please consider to run pre-processing before quantization"
+
+
+class _PreprocessingAdvice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(PREPROCESSING_ADVICE)
+
+
 @contextlib.contextmanager
-def _quiet_root_logger() -> Iterator[None]:
+def _without_preprocessing_advice() -> Iterator[None]:
     """onnxruntime.quantization advises pre-processing through the root logger on every
-    call; the advice is kept out of the test output (the export's own failures still raise)."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
+    call: that one message is kept out of the output; the root logger's level, and every
+    other record, stay as they are."""
+    root, advice = logging.getLogger(), _PreprocessingAdvice()
+    root.addFilter(advice)
     try:
         yield
     finally:
-        root.setLevel(level)
+        root.removeFilter(advice)
 
 
-def quantize_static_with(spec: ModelSpec, fp32_path: Path, path: Path, **options: Any) -> None:
+def quantize_static_with(
+    spec: ModelSpec, fp32: Path | onnx.ModelProto, path: Path, **options: Any
+) -> None:
     """Static quantization calibrated on the spec's batches; `options` (the spec's declared
     `Int8`, or a comparison's) override the project's choices (QDQ, per-channel int8
     weights, uint8 activations, MinMax ranges), e.g. quant_format=QuantFormat.QOperator or
@@ -135,4 +145,5 @@ def quantize_static_with(spec: ModelSpec, fp32_path: Path, path: Path, **options
         "calibrate_method": CalibrationMethod.MinMax,
         **options,
     }
-    quantize_static(str(fp32_path), str(path), Reader(), **chosen)
+    model = fp32 if isinstance(fp32, onnx.ModelProto) else str(fp32)
+    quantize_static(model, str(path), Reader(), **chosen)

@@ -14,7 +14,6 @@ block for servers whose backend carries it.
 from __future__ import annotations
 
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -129,15 +128,13 @@ def export_step(spec: SequenceSpec, path: Path) -> None:
     """TorchScript of the module's step; a failure names the spec and the exporter."""
     module = spec.torch_module()
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with torchscript_notice.torchscript_calls():  # a TracerWarning reaches the user
             if spec.fmt == "torchscript-script":
                 exported = torch.jit.script(module)
             else:
                 example = (spec.example_input[None], spec.initial_state[None])
                 exported = torch.jit.trace(module, example, check_trace=False)
             torch.jit.save(exported, str(path))
-        torchscript_notice.announce(caught)  # the deprecation once; tracer chatter dropped
     except Exception as exc:  # TorchScript raises many kinds; name the spec and the format
         raise ExportError(
             f"exporting sequence model {spec.name!r} as {spec.fmt} failed: "

@@ -22,7 +22,6 @@ import torch
 from torch import nn
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pytest_triton.base import moved
 from pytest_triton.base.errors import SpecError
 from pytest_triton.client.stream_interface import PROJECT, Prompt, StreamInterface
 from pytest_triton.client.streaming import NO_STOP
@@ -45,9 +44,6 @@ TRACE_LENGTHS = (1, 3, 9)  # a trace must answer as the module at these prompt l
 def _config_type(datatype: str) -> str:
     """Triton's wire datatype as model_config's TYPE_ suffix (BYTES is TYPE_STRING)."""
     return "STRING" if datatype == "BYTES" else datatype
-
-
-__getattr__ = moved.moved_names(__name__)  # TinyGenerator went to models/tiny_generator.py
 
 
 @dataclass(frozen=True)

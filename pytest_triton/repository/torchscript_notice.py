@@ -38,15 +38,20 @@ def is_torchscript_deprecation(caught: warnings.WarningMessage) -> bool:
     return _DEPRECATION.search(str(caught.message)) is not None
 
 
-def announce(caught: Iterable[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
-    """Show TorchScriptDeprecated for the first deprecation among `caught` in this process;
-    returns the other warnings, for the caller to re-emit or drop."""
+def announce(
+    caught: Iterable[warnings.WarningMessage], stacklevel: int = 3
+) -> list[warnings.WarningMessage]:
+    """Show TorchScriptDeprecated for the first deprecation among `caught` in this process
+    (`stacklevel`: by default the caller's caller); returns the other warnings, for the caller
+    to re-emit or drop."""
     caught = list(caught)
     deprecations = [w for w in caught if is_torchscript_deprecation(w)]
     if deprecations and "torchscript" not in _shown:
         _shown.add("torchscript")
         torch_says = str(deprecations[0].message).strip().rstrip(".")
-        warnings.warn(ADVICE.format(torch_says=torch_says), TorchScriptDeprecated, stacklevel=3)
+        warnings.warn(
+            ADVICE.format(torch_says=torch_says), TorchScriptDeprecated, stacklevel=stacklevel
+        )
     return [w for w in caught if not is_torchscript_deprecation(w)]
 
 
@@ -57,5 +62,5 @@ def torchscript_calls() -> Iterator[None]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield
-    for other in announce(caught):
+    for other in announce(caught, stacklevel=5):  # the caller's caller, past contextlib
         warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)

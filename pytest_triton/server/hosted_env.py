@@ -3,7 +3,7 @@
 The bundled server's python backend stub embeds libpython and finds its environment from the
 first `python3` on the server's PATH (the local launcher puts this interpreter's directory
 first). That stub (Triton 2.51) answers EVERY request with empty outputs when the environment
-has numpy >= 2 - measured on CPU here and on an H100 - so a session stops with the fix instead.
+has numpy >= 2 (on CPU and on GPU alike), so a session stops with the fix instead.
 """
 
 from __future__ import annotations

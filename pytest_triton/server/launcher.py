@@ -82,8 +82,8 @@ def needs_auto_complete(repository: Path) -> bool:
     """Whether a python-backend model of the repository relies on Triton completing its
     config: one without a config.pbtxt, or one whose model.py has `auto_complete_config`.
     Models pytest-triton writes never do, and on the python backend auto-completion costs
-    each model load a stub of its own, started and finalized (about 1.3 s a model here,
-    measured with --log-verbose=1). Only for servers with the python backend alone: other
+    each model load a stub of its own, started and finalized (--log-verbose=1 shows it).
+    Only for servers with the python backend alone: other
     backends complete configs from the model file (inputs, max_batch_size)."""
     if not repository.is_dir():
         return True

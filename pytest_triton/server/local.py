@@ -329,8 +329,8 @@ class LocalServer(RunningServer):
     def _drained_after(self, offset: int, within_s: float) -> bool:
         """Whether, after a SIGTERM, the server says its in-flight requests are done before
         it exits. What is left of its stop is the models' finalization: a python stub takes
-        about 1.1 s each to exit and Triton notices on 1-s ticks (2-3 s a server here, 9 s
-        with the zoo's 21 models), while no request can reach it any more."""
+        about a second each to exit and Triton notices on 1-s ticks (seconds a server,
+        longer with many models), while no request can reach it any more."""
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline and self.process.poll() is None:
             try:

@@ -4,14 +4,17 @@ scikit-learn's own top-k accuracy where it has one)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
+from scipy.stats import binomtest
 from sklearn.metrics import roc_auc_score, top_k_accuracy_score
 
 from pytest_triton.accuracy import metrics
+from pytest_triton.accuracy.check import interval_of
 from pytest_triton.accuracy.intervals import bootstrap, samples_needed, wilson
-from pytest_triton.accuracy.metrics import Metric, best_spans, metric_named, span_overlap
+from pytest_triton.accuracy.metrics import Answers, Metric, best_spans, metric_named, span_overlap
 from pytest_triton.accuracy.outcome import AccuracyResult
 
 LOGITS = np.array(
@@ -49,9 +52,9 @@ def test_roc_auc_is_scikit_learns_and_indifferent_to_monotone_scores() -> None:
     p = np.round(rng.random(500), 2)
     for labels in (y, 2 * y - 1):
         expected = roc_auc_score(labels, p + y * 0.1)
-        assert metrics.auc_of_ranks(labels, p + y * 0.1) == pytest.approx(expected, abs=1e-12)
-    with pytest.raises(ValueError, match="two classes, got 1"):
-        metrics.auc_of_ranks(np.ones(4), np.arange(4.0))
+        assert metrics.roc_auc().value({"p": p + y * 0.1}, labels) == expected
+    with pytest.raises(ValueError, match="two classes, got 1"):  # scikit-learn: nan
+        metrics.roc_auc().value({"p": np.arange(4.0)}, np.ones(4))
 
 
 def test_cosine_of_scaled_rows_is_one_and_of_opposite_rows_minus_one() -> None:
@@ -109,13 +112,57 @@ def test_wilson_interval_by_hand_and_never_zero_wide() -> None:
     assert low == pytest.approx(0.4038, abs=1e-4) and high == pytest.approx(0.5962, abs=1e-4)
     low, high = wilson(50, 50)
     assert high == 1.0 and low == pytest.approx(0.9287, abs=1e-4)
+    ci = binomtest(37, 40).proportion_ci(method="wilson")  # scipy's, at 95%
+    assert wilson(37, 40) == (ci.low, ci.high)
 
 
 def test_bootstrap_interval_brackets_the_mean_and_is_reproducible() -> None:
     values = np.random.default_rng(1).normal(0.8, 0.05, 500)
-    first = bootstrap(lambda idx: float(values[idx].mean()), len(values))
-    assert first == bootstrap(lambda idx: float(values[idx].mean()), len(values))
+    whole = [np.arange(len(values))]
+    first = bootstrap(lambda idx: float(values[idx].mean()), whole)
+    assert first == bootstrap(lambda idx: float(values[idx].mean()), whole)
     assert first[0] < values.mean() < first[1] and first[1] - first[0] < 0.02
+
+
+def test_a_metrics_error_reaches_the_user_from_the_interval() -> None:
+    """A user's metric that raises on some draws: its error, not a silently thinner interval
+    (the draws that raised were skipped), nor (nan, nan) when every draw raised."""
+    labels = np.arange(200) % 2
+
+    def fussy(answers: Answers, truth: Any) -> float:
+        if truth[0] == 1:
+            raise ValueError("my metric wants the first sample of class 0")
+        return float(np.mean(answers["p"] == truth))
+
+    metric = Metric("fussy", "labels", whole=fussy)
+    answers = {"p": labels.copy()}
+    assert metric.value(answers, labels) == 1.0
+    with pytest.raises(ValueError, match="my metric wants the first sample"):
+        interval_of(metric, answers, labels, 200)
+    always = Metric("always", "labels", whole=lambda a, t: fussy(a, np.ones(1)))
+    with pytest.raises(ValueError, match="my metric wants the first sample"):
+        interval_of(always, answers, labels, 200)
+    undefined = Metric("undefined", "labels", whole=lambda a, t: math.nan)
+    with pytest.raises(ValueError, match="not a finite number on 400 of 400 bootstrap draws"):
+        interval_of(undefined, answers, labels, 200)
+
+
+def test_roc_aucs_interval_is_defined_on_every_draw_with_few_positives() -> None:
+    """Two positives in 300: one plain draw in seven has none (ROC AUC undefined); the
+    bootstrap draws each class apart, so every draw has both."""
+    rng = np.random.default_rng(5)
+    labels = np.zeros(300, dtype=np.int64)
+    labels[[10, 150]] = 1
+    scores = rng.random(300) + labels * 0.5
+    (low, high), method = interval_of(metrics.roc_auc(), {"p": scores}, labels, 300)
+    served = roc_auc_score(labels, scores)
+    assert 0.0 <= low <= served <= high <= 1.0 and low < high and method == "bootstrap"
+
+
+def test_a_proportion_metric_must_score_zero_or_one() -> None:
+    half = Metric("half", "labels", score=lambda a, t: np.full(4, 0.5), proportion=True)
+    with pytest.raises(ValueError, match=r"'half' says its scores are proportions"):
+        interval_of(half, {"p": LOGITS}, LABELS, 4)
 
 
 def test_samples_needed_for_mlperfs_rules() -> None:
@@ -143,6 +190,7 @@ def test_result_verdict_threshold_and_message() -> None:
     text = result.describe()
     for part in ("FAILED", "top1", "0.9000", "0.9800", "threshold 0.9702", "N=360", "class 7"):
         assert part in text, part
+    assert "interval [0.8600, 0.9300] (wilson), for reading: the verdict compares the value" in text
     floor = AccuracyResult(**{**result.__dict__, "min_ratio": None, "min_value": 0.85})
     assert floor.ok and floor.rule() == ">= 0.85"
     assert math.isclose(floor.ratio, 0.90 / 0.98)

@@ -7,10 +7,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from pytest_triton import Repository
 from pytest_triton.repository import torchscript_notice
-from tests.helpers.tiny_models import scorer_spec
+from tests.helpers.tiny_models import guarded_spec, scorer_spec
 
 SESSION = """
 import pytest
@@ -69,3 +70,12 @@ def test_an_export_in_process_says_it_once(tmp_path: Path, monkeypatch: pytest.M
             (variant,) = repo.plan(["python"])
             repo.ensure(variant)
     assert len(said) == 1
+
+
+def test_a_tracer_warning_of_an_export_reaches_the_user(tmp_path: Path) -> None:
+    """A trace that froze a branch on the data warns (TracerWarning): the export passes it on
+    (it recorded every warning and dropped all but torch's deprecation)."""
+    repo = Repository(tmp_path / "repo", [guarded_spec(formats=["torchscript-trace"])])
+    (variant,) = repo.plan(["python"])
+    with pytest.warns(torch.jit.TracerWarning, match="Python boolean"):
+        repo.ensure(variant)

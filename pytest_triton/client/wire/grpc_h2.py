@@ -1,9 +1,10 @@
 """Prepared gRPC requests over plain HTTP/2 connections: the direct HTTP/2 gRPC path, as
 http_conn.py is for HTTP/1.1.
 
-grpcio under gevent costs 500-600 µs of CPU per request (its C core's completion queue polled
-through gevent's thread pool); a unary ModelInfer needs little of HTTP/2, so here it is spoken
-directly on a socket (gevent's under Locust, a plain one in threads):
+grpcio under gevent costs hundreds of microseconds of CPU per request (its C core's
+completion queue polled through gevent's thread pool); a unary ModelInfer needs little of
+HTTP/2, so here it is spoken directly on a socket (gevent's under Locust, a plain one in
+threads):
 
 - a blocking caller takes a connection of its own per request in flight, from an idle pool
   (GrpcConnections, one stream at a time on each); the load multiplexer's lanes share one

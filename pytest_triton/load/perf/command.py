@@ -28,7 +28,6 @@ from pytest_triton.base.config_resolution import (
     client_security,
 )
 from pytest_triton.base.errors import ConfigError, TritonTestError
-from pytest_triton.base.moved import moved_names
 from pytest_triton.base.processes import die_with_parent
 from pytest_triton.base.setting_sources import as_values
 from pytest_triton.base.urls import Endpoints, check_host, endpoints_from, parse_url
@@ -364,6 +363,3 @@ def _sweep(
                 for concurrency in concurrencies:
                     measure(batch, concurrency)
     return points
-
-
-__getattr__ = moved_names(__name__)  # its command line went to cli/ (CHANGELOG)

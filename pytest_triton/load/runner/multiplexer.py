@@ -1,8 +1,8 @@
 """Closed-loop users' requests driven from one greenlet per process: the least CPU per request.
 
 With a greenlet per user, every answer costs gevent a wake-up of its own (a switch to the
-hub, a watcher started and stopped, a switch back): together with Locust's task loop about
-130 µs of CPU per request on the benchmark machine, taken from the server being measured.
+hub, a watcher started and stopped, a switch back): with Locust's task loop, CPU per request
+that is taken from the server being measured (benchmarks/loadgen_vs_wrk.py measures it).
 Here each user hands its lane (wire/lane.py: a connection of its own, one request in flight)
 to this process's Multiplexer. One greenlet waits on every lane's socket with one epoll,
 reads what arrived, sends that user's next request at once and then fires the user's Locust
@@ -206,8 +206,8 @@ class Multiplexer:
                 self._expire(now)
             if now - turn >= YIELD_S:
                 # Not sleep(0): a greenlet that yields so in a loop keeps gevent running
-                # callbacks, and timers (Locust's own greenlets) wait (14 turns of a 10 ms
-                # sleeper in 2 s instead of 170). idle() lets the hub finish its turn.
+                # callbacks, and timers (Locust's own greenlets) wait far past their time.
+                # idle() lets the hub finish its turn.
                 gevent.idle()
                 turn = clock()
 

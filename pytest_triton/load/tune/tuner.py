@@ -28,7 +28,6 @@ from pytest_triton.base.config import TritonConfig
 from pytest_triton.base.config_resolution import resolve
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import CPU_FORMATS, GPU_FORMATS
-from pytest_triton.base.moved import moved_names
 from pytest_triton.base.urls import parse_url
 from pytest_triton.client.wire.request import Protocol
 from pytest_triton.load.perf.command import UNITS
@@ -345,9 +344,3 @@ def _best_config(
         f"best concurrency: {best.candidate.concurrency} requests of batch "
         f"{outcome.request_batch} in flight"
     )
-
-
-# -- the command --------------------------------------------------------------------------------
-
-
-__getattr__ = moved_names(__name__)  # its command line went to cli/ (CHANGELOG)
