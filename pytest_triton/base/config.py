@@ -21,6 +21,7 @@ from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS
 from pytest_triton.base.moved import moved_names
 from pytest_triton.base.setting_parsers import (
+    Duration,
     parse_bool,
     parse_count,
     parse_format,
@@ -33,7 +34,6 @@ from pytest_triton.base.setting_parsers import (
     parse_list,
     parse_numbers,
     parse_optional,
-    parse_positive_float,
     parse_positive_int,
     parse_positive_number,
     parse_precisions,
@@ -42,6 +42,11 @@ from pytest_triton.base.setting_parsers import (
     parse_shared_memory,
     parse_shell_words,
 )
+
+# Durations: a bare number is in the setting's unit, as it always was; `5s`, `500ms` say theirs.
+SECONDS = Duration("s")
+MS = Duration("ms")
+MS_OR_ZERO = Duration("ms", zero=True)
 
 # Choice settings: each declared once here; their choices are read from these types.
 LauncherName = Literal["auto", "local", "container", "external"]
@@ -83,7 +88,7 @@ class Setting:
     option: str | None = None  # the flag, when not the one `cli` derives from the name
     aliases: tuple[str, ...] = ()  # further flags of the standalone CLIs (triton-perf)
     shown_default: str | None = None  # what --help says the default is, when derived
-    unit: str = ""  # targets: the limit's unit
+    unit: str = ""  # targets: the limit's unit; durations: their parser's
     bound: Literal["max", "min"] | None = None  # targets: which way the limit must hold
     internal: bool = False  # set by the tool itself (master -> workers), not by people
 
@@ -108,6 +113,11 @@ class Setting:
         return self.cli.removeprefix("--").replace("-", "_")
 
     @property
+    def duration(self) -> Duration | None:
+        """The parser of a duration setting (its unit, and the units it takes)."""
+        return self.parse if isinstance(self.parse, Duration) else None
+
+    @property
     def default_text(self) -> str:
         if self.shown_default is not None:
             return self.shown_default
@@ -117,12 +127,20 @@ class Setting:
             return ",".join(self.default)
         if isinstance(self.default, bool):
             return str(self.default).lower()
+        if self.duration is not None:
+            return f"{self.default:g} {self.unit}"
         return str(self.default)
+
+    @property
+    def meaning(self) -> str:
+        """The help with its unit: a duration's says a unit may be given instead."""
+        if self.duration is not None:
+            return f"{self.help} (in {self.unit}, or with a unit: {self.duration.examples})"
+        return f"{self.help} ({self.unit})" if self.unit else self.help
 
     def describe(self) -> str:
         """The --help text (argparse formats help with %, so a literal one is doubled)."""
-        unit = f" ({self.unit})" if self.unit else ""
-        return f"{self.help}{unit} (default: {self.default_text})".replace("%", "%%")
+        return f"{self.meaning} (default: {self.default_text})".replace("%", "%%")
 
     def convert(self, raw: Any, origin: str) -> Any:
         """Parse a string from a command line, ini file, env var or web form; other values
@@ -189,9 +207,9 @@ class ServerSettings:
     )
     startup_timeout: float = _setting(
         120.0,
-        "seconds to wait for the server to become ready",
+        "how long to wait for the server to become ready",
         SERVER,
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
     )
     server_args: tuple[str, ...] = _setting(
@@ -316,9 +334,9 @@ class ClientSettings:
     )
     request_timeout: float = _setting(
         120.0,
-        "client network timeout in seconds",
+        "client network timeout",
         PYTEST | LOAD,
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
     )
     tls_ca: str | None = _setting(
@@ -525,18 +543,18 @@ class LoadSettings:
     )
     update_at: float = _setting(
         5.0,
-        "seconds after the test starts when --triton-update-to begins the update",
+        "time after the test starts at which --triton-update-to begins the update",
         frozenset({"locust"}),
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
     )
     update_then: float | None = _setting(
         None,
-        "end the run this many seconds after the update finished (the old version retired, "
+        "end the run this long after the update finished (the old version retired, "
         "or the update failed), however long the new version took to load; -t stays the "
         "run's upper bound",
         frozenset({"locust"}),
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
         shown_default="none: the run lasts -t",
     )
@@ -599,9 +617,9 @@ class LoadSettings:
     )
     shape_step_s: float = _setting(
         10.0,
-        "seconds of each stage of a shape (replay: the trace is judged in stages this long)",
+        "length of each stage of a shape (replay: the trace is judged in stages this long)",
         frozenset({"locust"}),
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
     )
     replay: str | None = _setting(
@@ -643,8 +661,7 @@ class MeasurementSettings:
         "lasts longer, in whole seconds, until the request rate settles: see "
         "--triton-fixed-warmup)",
         LOAD,
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         metavar="MS",
         aliases=("--warmup",),
     )
@@ -668,10 +685,12 @@ class MeasurementSettings:
     )
     measurement_interval: float = _setting(
         5000.0,
-        "length of a time window",
+        "length of a time window; in a Locust run with -t, when not set, the windows shorten "
+        "(not below 1 s) until --triton-stability-windows + 2 of them fit after the warm-up, "
+        "and a -t too short for the warm-up and the windows a latency or throughput target "
+        "is judged on is refused before any load, naming the shortest -t that works",
         LOAD,
-        parse=parse_positive_number,
-        unit="ms",
+        parse=MS,
         metavar="MS",
         aliases=("-p", "--measurement-interval"),
     )
@@ -746,8 +765,7 @@ class GateSettings:
         None,
         "average client latency must stay at or below this",
         LOAD,
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -755,8 +773,7 @@ class GateSettings:
         None,
         "95th percentile client latency must stay at or below this",
         LOAD,
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -764,8 +781,7 @@ class GateSettings:
         None,
         "99th percentile client latency must stay at or below this",
         LOAD,
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -801,8 +817,7 @@ class GateSettings:
         None,
         "the latency SLO that --perf-goodput counts requests within",
         LOAD,
-        parse=parse_positive_number,
-        unit="ms",
+        parse=MS,
         metavar="MS",
         aliases=("--slo-ms",),
     )
@@ -832,8 +847,7 @@ class GateSettings:
         "streams: the 99th percentile time to first token (request sent to its first "
         "token's response) must stay at or below this",
         frozenset({"locust", "perf"}),
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -842,8 +856,7 @@ class GateSettings:
         "streams: the 99th percentile inter-token latency (each gap between two tokens' "
         "responses of a stream) must stay at or below this",
         frozenset({"locust", "perf"}),
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -871,8 +884,7 @@ class GateSettings:
         None,
         "streams: the time-to-first-token SLO a good stream meets (--perf-stream-goodput)",
         frozenset({"locust", "perf"}),
-        parse=parse_positive_number,
-        unit="ms",
+        parse=MS,
         metavar="MS",
     )
     perf_slo_itl_ms: float | None = _setting(
@@ -880,8 +892,7 @@ class GateSettings:
         "streams: the SLO on a stream's average inter-token latency that a good stream meets "
         "(--perf-stream-goodput)",
         frozenset({"locust", "perf"}),
-        parse=parse_positive_number,
-        unit="ms",
+        parse=MS,
         metavar="MS",
     )
     wrong_answers: int | None = _setting(
@@ -1010,6 +1021,9 @@ def _rows() -> tuple[Setting, ...]:
     for cls in GROUPS.values():
         for f in dataclasses.fields(cls):
             help_text, fronts, info = f.metadata["setting"]
+            parse = info.get("parse")
+            if isinstance(parse, Duration):  # its unit is declared once, by its parser
+                info = {**info, "unit": parse.unit}
             rows.append(Setting(f.name, f.default, help_text, fronts, **info))
     return tuple(rows)
 
