@@ -252,7 +252,7 @@ class ServerSettings:
         "strict",
         "fp32 numerics on a GPU: strict = TF32 off in the server "
         "(NVIDIA_TF32_OVERRIDE=0) and the reference, torch.testing's tolerances; production = "
-        "TF32 as the backends ship it, with the measured tolerances in parity.py",
+        "TF32 as the backends ship it, with the measured tolerances the docs' parity page lists",
         PYTEST | LOAD,
         choices=get_args(Numerics),
     )
