@@ -341,7 +341,7 @@ PROJECT_TESTS = {  # the suite's own tools and the project's files
     "test_schedule.py",
     "test_warm_start.py",
 }
-CROSS_CUTTING = {"helpers", "reliability"}
+CROSS_CUTTING = {"docs", "helpers", "reliability"}  # docs: the pages' examples, run
 
 
 def test_tests_are_laid_out_like_the_package() -> None:
