@@ -5,6 +5,8 @@ refused before any load, saying the shortest -t that works. The arithmetic, with
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_triton.base.config import TritonConfig
@@ -18,6 +20,7 @@ from pytest_triton.load.measure.run_length import (
     fitted,
     window_text,
 )
+from tests.helpers.locust_runs import PROBE_LOCUSTFILE, run_locust, subprocess_env
 
 P99 = {"perf_latency_p99": 50}
 
@@ -118,3 +121,28 @@ def test_runs_without_time_windows_to_fit_are_left_alone(
 ) -> None:
     cfg = config(**values)
     assert fit_to_run(cfg, run_time) is cfg
+
+
+@pytest.mark.load
+def test_locust_refuses_a_run_too_short_before_any_load(tmp_path: Path) -> None:
+    """From Locust: the refusal comes before the embedded server exists (nothing exported,
+    nothing started), exit code 2, in one line naming the flags, their units and the -t that
+    works."""
+    env = subprocess_env()
+    del env["TRITON_ALLOW_UNSTABLE"]  # a user's run: instability would fail the target
+    done = run_locust(
+        PROBE_LOCUSTFILE,
+        *("--headless", "-u", "1", "-r", "1", "-t", "10s"),
+        *("--triton-measurement-interval", "4s", "--perf-latency-p99", "50"),
+        tmp_path=tmp_path,
+        timeout=60,
+        env=env,
+    )
+    assert done.code == 2, done.tail()
+    assert "embedded tritonserver" not in done.output and "exported" not in done.output
+    assert (
+        "pytest-triton: -t 10s is too short for the measurement a latency or throughput target "
+        "is judged on: after the warm-up (--triton-load-warmup 1000 ms) 3 windows of "
+        "--triton-measurement-interval 4000 ms must agree, with 1 s to spare: give -t 14s or "
+        "more"
+    ) in done.output, done.tail()
