@@ -341,7 +341,8 @@ PROJECT_TESTS = {  # the suite's own tools and the project's files
     "test_schedule.py",
     "test_warm_start.py",
 }
-CROSS_CUTTING = {"helpers", "reliability", "wheel"}  # wheel: the package as installed
+CROSS_CUTTING = {"docs", "helpers", "reliability", "wheel"}  # docs: the pages' examples, run;
+# wheel: the package as installed
 
 
 def test_tests_are_laid_out_like_the_package() -> None:

@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.formats import FORMATS, GPU_FORMATS
 from pytest_triton.base.setting_parsers import (
+    Duration,
     parse_bool,
     parse_count,
     parse_format,
@@ -32,7 +33,6 @@ from pytest_triton.base.setting_parsers import (
     parse_list,
     parse_numbers,
     parse_optional,
-    parse_positive_float,
     parse_positive_int,
     parse_positive_number,
     parse_precisions,
@@ -41,6 +41,11 @@ from pytest_triton.base.setting_parsers import (
     parse_shared_memory,
     parse_shell_words,
 )
+
+# Durations: a bare number is in the setting's unit, as it always was; `5s`, `500ms` say theirs.
+SECONDS = Duration("s")
+MS = Duration("ms")
+MS_OR_ZERO = Duration("ms", zero=True)
 
 # Choice settings: each declared once here; their choices are read from these types.
 LauncherName = Literal["auto", "local", "container", "external"]
@@ -82,7 +87,7 @@ class Setting:
     option: str | None = None  # the flag, when not the one `cli` derives from the name
     aliases: tuple[str, ...] = ()  # further flags of the standalone CLIs (triton-perf)
     shown_default: str | None = None  # what --help says the default is, when derived
-    unit: str = ""  # targets: the limit's unit
+    unit: str = ""  # targets: the limit's unit; durations: their parser's
     bound: Literal["max", "min"] | None = None  # targets: which way the limit must hold
     internal: bool = False  # set by the tool itself (master -> workers), not by people
 
@@ -107,6 +112,11 @@ class Setting:
         return self.cli.removeprefix("--").replace("-", "_")
 
     @property
+    def duration(self) -> Duration | None:
+        """The parser of a duration setting (its unit, and the units it takes)."""
+        return self.parse if isinstance(self.parse, Duration) else None
+
+    @property
     def default_text(self) -> str:
         if self.shown_default is not None:
             return self.shown_default
@@ -116,12 +126,20 @@ class Setting:
             return ",".join(self.default)
         if isinstance(self.default, bool):
             return str(self.default).lower()
+        if self.duration is not None:
+            return f"{self.default:g} {self.unit}"
         return str(self.default)
+
+    @property
+    def meaning(self) -> str:
+        """The help with its unit: a duration's says a unit may be given instead."""
+        if self.duration is not None:
+            return f"{self.help} (in {self.unit}, or with a unit: {self.duration.examples})"
+        return f"{self.help} ({self.unit})" if self.unit else self.help
 
     def describe(self) -> str:
         """The --help text (argparse formats help with %, so a literal one is doubled)."""
-        unit = f" ({self.unit})" if self.unit else ""
-        return f"{self.help}{unit} (default: {self.default_text})".replace("%", "%%")
+        return f"{self.meaning} (default: {self.default_text})".replace("%", "%%")
 
     def convert(self, raw: Any, origin: str) -> Any:
         """Parse a string from a command line, ini file, env var or web form; other values
@@ -188,9 +206,9 @@ class ServerSettings:
     )
     startup_timeout: float = _setting(
         120.0,
-        "seconds to wait for the server to become ready",
+        "how long to wait for the server to become ready",
         SERVER,
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
     )
     server_args: tuple[str, ...] = _setting(
@@ -233,7 +251,7 @@ class ServerSettings:
         "strict",
         "fp32 numerics on a GPU: strict = TF32 off in the server "
         "(NVIDIA_TF32_OVERRIDE=0) and the reference, torch.testing's tolerances; production = "
-        "TF32 as the backends ship it, with the measured tolerances in parity.py",
+        "TF32 as the backends ship it, with the measured tolerances the docs' parity page lists",
         PYTEST | LOAD,
         choices=get_args(Numerics),
     )
@@ -315,9 +333,9 @@ class ClientSettings:
     )
     request_timeout: float = _setting(
         120.0,
-        "client network timeout in seconds",
+        "client network timeout",
         PYTEST | LOAD,
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
     )
     tls_ca: str | None = _setting(
@@ -524,18 +542,18 @@ class LoadSettings:
     )
     update_at: float = _setting(
         5.0,
-        "seconds after the test starts when --triton-update-to begins the update",
+        "time after the test starts at which --triton-update-to begins the update",
         frozenset({"locust"}),
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
     )
     update_then: float | None = _setting(
         None,
-        "end the run this many seconds after the update finished (the old version retired, "
+        "end the run this long after the update finished (the old version retired, "
         "or the update failed), however long the new version took to load; -t stays the "
         "run's upper bound",
         frozenset({"locust"}),
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
         shown_default="none: the run lasts -t",
     )
@@ -598,9 +616,9 @@ class LoadSettings:
     )
     shape_step_s: float = _setting(
         10.0,
-        "seconds of each stage of a shape (replay: the trace is judged in stages this long)",
+        "length of each stage of a shape (replay: the trace is judged in stages this long)",
         frozenset({"locust"}),
-        parse=parse_positive_float,
+        parse=SECONDS,
         metavar="SECONDS",
     )
     replay: str | None = _setting(
@@ -642,8 +660,7 @@ class MeasurementSettings:
         "lasts longer, in whole seconds, until the request rate settles: see "
         "--triton-fixed-warmup)",
         LOAD,
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         metavar="MS",
         aliases=("--warmup",),
     )
@@ -667,10 +684,12 @@ class MeasurementSettings:
     )
     measurement_interval: float = _setting(
         5000.0,
-        "length of a time window",
+        "length of a time window; in a Locust run with -t, when not set, the windows shorten "
+        "(not below 1 s) until --triton-stability-windows + 2 of them fit after the warm-up, "
+        "and a -t too short for the warm-up and the windows a latency or throughput target "
+        "is judged on is refused before any load, naming the shortest -t that works",
         LOAD,
-        parse=parse_positive_number,
-        unit="ms",
+        parse=MS,
         metavar="MS",
         aliases=("-p", "--measurement-interval"),
     )
@@ -745,8 +764,7 @@ class GateSettings:
         None,
         "average client latency must stay at or below this",
         LOAD,
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -754,8 +772,7 @@ class GateSettings:
         None,
         "95th percentile client latency must stay at or below this",
         LOAD,
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -763,8 +780,7 @@ class GateSettings:
         None,
         "99th percentile client latency must stay at or below this",
         LOAD,
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -803,8 +819,7 @@ class GateSettings:
         None,
         "the latency SLO that --perf-goodput counts requests within",
         LOAD,
-        parse=parse_positive_number,
-        unit="ms",
+        parse=MS,
         metavar="MS",
         aliases=("--slo-ms",),
     )
@@ -834,8 +849,7 @@ class GateSettings:
         "streams: the 99th percentile time to first token (request sent to its first "
         "token's response) must stay at or below this",
         frozenset({"locust", "perf"}),
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -844,8 +858,7 @@ class GateSettings:
         "streams: the 99th percentile inter-token latency (each gap between two tokens' "
         "responses of a stream) must stay at or below this",
         frozenset({"locust", "perf"}),
-        parse=parse_limit,
-        unit="ms",
+        parse=MS_OR_ZERO,
         bound="max",
         metavar="MS",
     )
@@ -873,8 +886,7 @@ class GateSettings:
         None,
         "streams: the time-to-first-token SLO a good stream meets (--perf-stream-goodput)",
         frozenset({"locust", "perf"}),
-        parse=parse_positive_number,
-        unit="ms",
+        parse=MS,
         metavar="MS",
     )
     perf_slo_itl_ms: float | None = _setting(
@@ -882,8 +894,7 @@ class GateSettings:
         "streams: the SLO on a stream's average inter-token latency that a good stream meets "
         "(--perf-stream-goodput)",
         frozenset({"locust", "perf"}),
-        parse=parse_positive_number,
-        unit="ms",
+        parse=MS,
         metavar="MS",
     )
     wrong_answers: int | None = _setting(
@@ -1012,6 +1023,9 @@ def _rows() -> tuple[Setting, ...]:
     for cls in GROUPS.values():
         for f in dataclasses.fields(cls):
             help_text, fronts, info = f.metadata["setting"]
+            parse = info.get("parse")
+            if isinstance(parse, Duration):  # its unit is declared once, by its parser
+                info = {**info, "unit": parse.unit}
             rows.append(Setting(f.name, f.default, help_text, fronts, **info))
     return tuple(rows)
 

@@ -4,8 +4,12 @@ expected (the settings table turns it into a ConfigError naming where the text c
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Literal
 
 from pytest_triton.base.formats import CPU_FORMATS, GPU_FORMATS, PRECISIONS
 from pytest_triton.base.security import parse_header
@@ -102,12 +106,52 @@ def _positive(text: str, expected: str) -> float:
     return value
 
 
-def parse_positive_float(text: str) -> float:
-    return _positive(text, "a number of seconds")
-
-
 def parse_positive_number(text: str) -> float:
     return _positive(text, "a number")
+
+
+DurationUnit = Literal["ms", "s"]
+MICROSECONDS_IN: dict[str, int] = {
+    "us": 1,
+    "µs": 1,
+    "ms": 1_000,
+    "s": 1_000_000,
+    "m": 60_000_000,
+    "min": 60_000_000,
+    "h": 3_600_000_000,
+}
+"""The units a duration may be written in (Locust's -t spells minutes and hours m and h)."""
+_DURATION = re.compile(r"\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([a-zµ]*)\s*")
+
+
+@dataclass(frozen=True)
+class Duration:
+    """A duration setting's parser: a bare number is in `unit` (the setting's unit, as it
+    always was); `500ms`, `5s`, `2m` say theirs and are converted to it (in decimal, so that
+    `0.3s` is 300 ms exactly)."""
+
+    unit: DurationUnit
+    zero: bool = False  # whether 0 is allowed (a warm-up, a target) or it must be > 0
+
+    def __call__(self, text: str) -> float:
+        found = _DURATION.fullmatch(text)
+        given = (found.group(2) or self.unit) if found else ""
+        if found is None or given not in MICROSECONDS_IN:
+            raise ValueError(self.refusal(text))
+        value = float(Decimal(found.group(1)) * MICROSECONDS_IN[given] / MICROSECONDS_IN[self.unit])
+        if not math.isfinite(value) or (value == 0 and not self.zero):
+            raise ValueError(self.refusal(text))
+        return value
+
+    @property
+    def examples(self) -> str:
+        return "500ms, 5s" if self.unit == "ms" else "30s, 2m"
+
+    def refusal(self, text: str) -> str:
+        return (
+            f"expected a number {'>=' if self.zero else '>'} 0, got {text!r} (a duration: a "
+            f"bare number is in {self.unit}, or give its unit: {self.examples})"
+        )
 
 
 def _integer_from(text: str, minimum: int) -> int:

@@ -160,13 +160,15 @@ class Progress:
         terminal_compat.leave_line_open(reporter, verbose=self._verbosity > 0)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """-q and xdist without -v showed no step on the way: the longest, here."""
-        if not self.waiting:
-            return
+        """-q and xdist without -v showed no step on the way: the longest, here (no section
+        where none was long: a count of steps it does not list tells nothing)."""
         slow = sorted(
             ((test, step) for test, step in self.steps if (seconds(step) or 0) >= SLOW_S),
             key=lambda pair: -(seconds(pair[1]) or 0),
         )[:LONGEST]
+        if not self.waiting or not slow:
+            self.waiting.clear()
+            return
         terminalreporter.section("pytest-triton: long set-up steps", sep="-")
         for test, step in slow:
             terminalreporter.write_line(f"{step}  ({test})")

@@ -88,7 +88,10 @@ def test_too_few_windows_say_what_to_change() -> None:
     result = assess([window(1, 1000, 10)], Criterion(3, 10.0))
     assert not result.stable
     assert "only 1 complete measurement window(s), 3 needed" in result.reason
-    assert "run longer or shorten the measurement interval" in result.reason
+    # ... naming the flags and the unit, not only the concepts
+    assert "run longer (-t) or shorten the windows (--triton-measurement-interval, in ms)" in (
+        result.reason
+    )
 
 
 def test_a_window_without_successes_never_agrees() -> None:

@@ -104,8 +104,16 @@ def test_factory(grpc_client): pass
         pytest.param(
             ["--triton-startup-timeout=-1"],
             "",
-            "command line --triton-startup-timeout: expected a number of seconds > 0",
+            "command line --triton-startup-timeout: expected a number > 0, got '-1' (a "
+            "duration: a bare number is in s, or give its unit: 30s, 2m)",
             id="cli-negative-timeout",
+        ),
+        pytest.param(
+            [],
+            "triton_startup_timeout = 2 minutes",
+            "ini triton_startup_timeout: expected a number > 0, got '2 minutes' (a duration: a "
+            "bare number is in s, or give its unit: 30s, 2m)",
+            id="ini-timeout-in-words",
         ),
         pytest.param(
             [],

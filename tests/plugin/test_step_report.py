@@ -117,6 +117,17 @@ def test_quiet_long_steps_only_in_the_summary(pytester: pytest.Pytester) -> None
     assert "exported affine" not in out, "a step of 0.1 s is only counted"
 
 
+def test_quiet_without_a_long_step_prints_no_section(pytester: pytest.Pytester) -> None:
+    """Steps all shorter than SLOW_S: no "long set-up steps" section that would only say
+    "... and 3 more step(s)" and list nothing."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_a=TEST_A_SAID)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    out = result.stdout.str()
+    result.assert_outcomes(passed=3)
+    assert "long set-up steps" not in out and "more step(s)" not in out, out
+
+
 def test_which_steps_are_shown_and_their_durations() -> None:
     assert shown("exported mnist-onnx in 3.1s") and not shown("exporting mnist-onnx ...")
     assert seconds("locust -f dlrm.py exited 0 in 12.5s") == 12.5

@@ -14,6 +14,7 @@ from pytest_triton.load.measure import targets as tg
 from pytest_triton.load.measure.failed_requests import FailureTally
 from pytest_triton.load.measure.latency_histogram import ms_text
 from pytest_triton.load.measure.run_figures import RunFigures, Warmup
+from pytest_triton.load.measure.run_length import window_text
 from pytest_triton.load.measure.run_verdict import RunVerdict, offsets_text
 from pytest_triton.load.measure.soak import soak_plot_names
 from pytest_triton.load.measure.stages import stages_table
@@ -67,7 +68,9 @@ def summary_text(figures: RunFigures, verdict: RunVerdict) -> str:
     ]
     parts += failures_text(record.failure_reasons, record.answers_checked, m.wrong_answers)
     if figures.stability is not None:
-        parts.append(windows_text(figures.stability, figures.warmup))
+        by_time = record.config.measurement.measurement_mode == "time_windows"
+        length = window_text(record.config) if by_time else ""
+        parts.append(windows_text(figures.stability, figures.warmup, length))
     if figures.stages is not None:
         parts.append(f"Stages ({load.shape}):\n{stages_table(figures.stages)}")
     if record.offsets:
@@ -184,9 +187,11 @@ def stream_text(figures: RunFigures) -> str:
     return text
 
 
-def windows_text(stability: Stability, warmup: Warmup | None = None) -> str:
+def windows_text(stability: Stability, warmup: Warmup | None = None, length: str = "") -> str:
+    """`length`: the windows' (run_length.window_text), where they are cut by time."""
     after = f"after a {warmup.text()}, " if warmup is not None else ""
-    lines = [f"Measurement windows ({after}{stability.summary()}; * = measured):"]
+    of = f" ({length})" if length else ""
+    lines = [f"Measurement windows{of} ({after}{stability.summary()}; * = measured):"]
     if stability.windows:
         lines.append(windows_table(stability.windows, chosen=stability.chosen))
     m = stability.measurement

@@ -90,7 +90,8 @@ def unstable_advice(stability: Stability) -> str:
         f"WARNING: the measurement is not stable ({stability.summary()}). No latency or "
         "throughput target is set, so this does not fail the run; to measure for real, run "
         "longer (-t), lengthen the windows (--triton-measurement-interval) or the warm-up "
-        "(--triton-load-warmup), then gate with --perf-latency-p99 / --perf-throughput."
+        "(--triton-load-warmup; both in ms, or with a unit: 5s), then gate with "
+        "--perf-latency-p99 / --perf-throughput."
     )
 
 

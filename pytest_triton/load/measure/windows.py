@@ -226,7 +226,7 @@ def assess(windows: Sequence[Window], criterion: Criterion) -> Stability:
             math.inf,
             math.inf,
             f"only {len(windows)} complete measurement window(s), {n} needed: run "
-            "longer or shorten the measurement interval",
+            "longer (-t) or shorten the windows (--triton-measurement-interval, in ms)",
         )
     best: tuple[float, float] = (math.inf, math.inf)
     for end in range(len(windows), n - 1, -1):

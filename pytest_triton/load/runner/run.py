@@ -27,6 +27,7 @@ from pytest_triton.base.config_resolution import (
 from pytest_triton.base.errors import ConfigError
 from pytest_triton.base.setting_sources import check_environ
 from pytest_triton.base.urls import check_host
+from pytest_triton.load.measure.run_length import fit_to_run, fitted, window_text
 from pytest_triton.load.measure.server_side import ModelReport, StatsTracker
 from pytest_triton.load.preflight import preflight_load
 from pytest_triton.load.runner.embedded import (
@@ -146,6 +147,13 @@ class LoadRun:
         atexit.register(run.stop_server)
         return run
 
+    def resolve(self) -> TritonConfig:
+        """The run's settings (options.run_config), its windows fitted to its -t (a run too
+        short for the measurement its targets are judged on raises ConfigError)."""
+        options = self.environment.parsed_options
+        run_time = getattr(options, "run_time", None)
+        return fit_to_run(run_config(self.environment), float(run_time) if run_time else None)
+
     # -- before the run ------------------------------------------------------------------
     def prepare(self) -> None:
         """Bound a headless run, check the host, or start the embedded server."""
@@ -165,6 +173,7 @@ class LoadRun:
                 "change it)",
                 DEFAULT_RUN_TIME_S,
             )
+        self.config = self.resolve()  # a run too short to measure is refused here
         host = current_host(self.environment)
         check_replicas_behind(self.config, host, "--host")
         check_gpu_host(self.config, host, "--host")
@@ -200,7 +209,7 @@ class LoadRun:
         fmt = served_format(self.config, models)  # with --triton-gpu: the GPU preflight
         if fmt != self.config.serving.format:  # the users (and workers) name the same model
             options.triton_format = fmt
-            self.config = run_config(environment)
+            self.config = self.resolve()
         server = EmbeddedServer(models, self.config.serving.format, config=self.config)
         self.server = server
         log.info(
@@ -213,7 +222,7 @@ class LoadRun:
         environment.host = self.embedded_host = f"{protocol}://{endpoints.url(protocol)}"
         options.host = environment.host
         options.triton_endpoints = endpoints.encode()  # workers get the master's options
-        self.config = run_config(environment)
+        self.config = self.resolve()
         self.update = plan_update(self.config, server)
         log.info(
             "pytest-triton: embedded server ready in %.1fs at http://%s and grpc://%s; "
@@ -246,8 +255,13 @@ class LoadRun:
         host = current_host(environment)
         if host is None:
             return
-        self.config = config = run_config(environment)
+        self.config = config = self.resolve()
         check_load_allowed(host, config)
+        if fitted(config):
+            log.info(
+                "pytest-triton: measurement windows of %s (--triton-measurement-interval not set)",
+                window_text(config),
+            )
         options = environment.parsed_options
         if options is not None and not options.headless:
             self.preflight(host)  # headless runs asked before their users spawned
