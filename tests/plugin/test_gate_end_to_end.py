@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import pytest_triton
+
 REPO = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -99,7 +101,10 @@ def test_gate_report_and_a_faster_baseline(tmp_path: Path) -> None:
         second.stdout,
     ), tail
     markdown = (out / "report.md").read_text()
-    assert markdown.startswith("# Release gate: FAIL\n\n- 1 regression(s) against the baseline")
+    assert markdown.startswith(
+        f"# Release gate: FAIL\n\nGated by pytest-triton {pytest_triton.__version__}.\n\n"
+        "- 1 regression(s) against the baseline"
+    )
     assert re.search(
         r"\| load \| dlrm \| throughput \| [0-9,]+ \| [0-9,]+ \| -33\.3% \| 10% "
         r"\| \d+ \| REGRESSION \|",

@@ -337,25 +337,3 @@ def test_parity(triton_model, triton_client):
         result.assert_outcomes(passed=2)
         assert "successfully loaded 'affine_torchscript_trace'" in staging.log_text()
         assert not any(empty.iterdir()), "uploads must not write into the server's repository"
-
-
-def test_readme_example_runs_in_an_empty_project(pytester: pytest.Pytester) -> None:
-    """The README's user example and the parity page's test_more.py, pasted as-is, pass.
-    (Every option's documentation: tests/test_docs.py, on the generated settings page.)"""
-    root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text()
-    parity_page = (root / "docs" / "parity.md").read_text()
-    blocks = {}
-    for name, text in (
-        ("conftest.py", readme),
-        ("test_model.py", readme),
-        ("test_more.py", parity_page),
-    ):
-        start = text.index(f"# {name}")
-        end = text.index("```", start)
-        blocks[name] = text[start:end]
-    for name, text in blocks.items():
-        (pytester.path / name).write_text(text)
-    result = run(pytester, "-v")
-    # 3 formats x 2 protocols x 2 tests, and test_more's 2 tests x 2 protocols
-    result.assert_outcomes(passed=16)
