@@ -478,15 +478,16 @@ def cpu_shares(server_pid: int) -> Iterator[list[float]]:
     server = psutil.Process(server_pid)
 
     def server_cpu() -> float:
-        total = sum(server.cpu_times()[:2])
-        for child in server.children(recursive=True):
+        total = 0.0
+        for process in [server, *server.children(recursive=True)]:
             with contextlib.suppress(psutil.Error):
-                total += sum(child.cpu_times()[:2])
+                times = process.cpu_times()
+                total += float(times.user + times.system)
         return total
 
     def busy() -> float:
         t = psutil.cpu_times()
-        return t.user + t.system + t.nice + getattr(t, "irq", 0) + getattr(t, "softirq", 0)
+        return float(t.user + t.system + t.nice + getattr(t, "irq", 0) + getattr(t, "softirq", 0))
 
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     s0, b0, t0 = server_cpu(), busy(), time.monotonic()
@@ -530,8 +531,10 @@ def referee(
     with LocalLauncher().start(server_args) as server:
         endpoints = server.endpoints
         if args.check_answers:
-            for role, (name, _config) in served.items():
-                answers[role] = check_answers(endpoints.http, name, model, args.answer_requests)
+            for role, (name, config) in served.items():
+                answers[role] = check_answers(
+                    endpoints.http, name, model, args.answer_requests, config.dynamic_batching
+                )
         roles = list(served)
         for round_ in range(args.rounds):
             order = roles[round_ % len(roles) :] + roles[: round_ % len(roles)]
@@ -557,10 +560,15 @@ def referee(
     return figures, answers
 
 
-def check_answers(url: str, name: str, model: EmbeddedModel, requests: int) -> str:
+def check_answers(
+    url: str, name: str, model: EmbeddedModel, requests: int, batching: bool, bursts: int = 5
+) -> str:
     """'' when `requests` single-row requests sent together each answer like PyTorch on
-    that row alone, else the first difference (request index and parity's description)."""
+    that row alone, else the first difference (request index and parity's description). A
+    dynamic-batching configuration gets up to `bursts` until two requests share an execution
+    (at a 0 us queue delay a burst's requests may each run alone); 'unproven: ...' if none did."""
     from pytest_triton import TritonClient
+    from pytest_triton.client.stats import StatsWindow
     from pytest_triton.parity.compare import compare_outputs
 
     rows = model.inputs(requests, 0)
@@ -568,22 +576,32 @@ def check_answers(url: str, name: str, model: EmbeddedModel, requests: int) -> s
     outputs = list(model.spec.output_names)
     client = TritonClient(url, "http", timeout_s=60)
     try:
-        served = client.infer_many(name, singles, outputs)
+        for _ in range(bursts if batching else 1):
+            with StatsWindow(client, name, expect_requests=requests) as window:
+                served = client.infer_many(name, singles, outputs)
+            wrong = []
+            for index, (single, answer) in enumerate(zip(singles, served, strict=True)):
+                native = model.reference(single)
+                shaped: dict[str, Array] = {
+                    k: v.reshape(native[k].shape) if k in native and v.size == native[k].size else v
+                    for k, v in answer.items()
+                }
+                report = compare_outputs(native, shaped, fmt="onnx", context=f"request {index}")
+                if not report.ok:
+                    wrong.append(" ".join(report.describe().split()))
+            if wrong:
+                return f"{len(wrong)} of {requests} differ; first: {wrong[0]}"
+            if not batching or window.delta.execution_count < requests:
+                return ""
     finally:
         client.close()
-    wrong = 0
-    first = ""
-    for index, (single, answer) in enumerate(zip(singles, served, strict=True)):
-        native = model.reference(single)
-        shaped: dict[str, Array] = {
-            k: v.reshape(native[k].shape) if k in native and v.size == native[k].size else v
-            for k, v in answer.items()
-        }
-        report = compare_outputs(native, shaped, fmt="onnx", context=f"{name}, request {index}")
-        if not report.ok:
-            wrong += 1
-            first = first or " ".join(report.describe().split())
-    return f"{wrong} of {requests} differ; first: {first}" if wrong else ""
+    return f"unproven: its requests never shared an execution in {bursts} bursts"
+
+
+def answer_cell(verdict: str) -> str:
+    if not verdict:
+        return "yes"
+    return "unproven" if verdict.startswith("unproven") else "NO"
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -624,7 +642,7 @@ def referee_table(
             ref = figures[(role, tool)]
             r = ref.median
             g, s, o = ref.cpu_median
-            verdict = "-" if role not in answers else ("yes" if not answers[role] else "NO")
+            verdict = answer_cell(answers[role]) if role in answers else "-"
             lines.append(
                 f"| {role}: {config.label()} | {tool} | {fmt(r.throughput, 1)} | "
                 f"{fmt(r.p99_us / 1e3, 2)} ms | {fmt(r.server_rate, 1)} | "
