@@ -45,6 +45,7 @@ import math
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -695,6 +696,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(MISSING)
     source = ALIASES.get(args.model, args.model)
     model = model_source(source)
+    # SIGTERM as Ctrl-C: the finally blocks stop model_analyzer's processes and remove the files
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = Path(tempfile.mkdtemp(prefix="pytest-triton-vs-ma-"))
     shm_prefix = f"vs_ma_{os.getpid()}_"
     try:
