@@ -125,7 +125,8 @@ class Config:
 
     @classmethod
     def of(cls, config: mc.ModelConfig) -> Config:
-        dynamic = config.HasField("dynamic_batching") and config.max_batch_size > 0
+        # max_batch_size 1 batches nothing, with dynamic batching or without
+        dynamic = config.HasField("dynamic_batching") and config.max_batch_size > 1
         delay = config.dynamic_batching.max_queue_delay_microseconds if dynamic else 0
         instances = sum(g.count or 1 for g in config.instance_group) or 1
         return cls(config.max_batch_size, dynamic, int(delay), instances)
@@ -408,7 +409,7 @@ def read_tune_results(result: Mapping[str, Any], out: Path, seconds: float) -> S
     """triton-tune's search from its tune.json (the measured candidates) and config.pbtxt."""
 
     def key(c: Mapping[str, Any]) -> Config:
-        dynamic = bool(c["dynamic_batching"]) and c["max_batch_size"] > 0
+        dynamic = bool(c["dynamic_batching"]) and c["max_batch_size"] > 1
         return Config(
             c["max_batch_size"],
             dynamic,

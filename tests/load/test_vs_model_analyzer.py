@@ -56,7 +56,7 @@ def test_model_analyzers_search_is_read_from_its_csv_and_configs(tmp_path: Path)
     ma = recorded_search(tmp_path)
     assert ma.measurements == 6 and ma.seconds == 200.0
     assert ma.configs == [
-        vs.Config(1, True, 0, 1),
+        vs.Config(1, False, 0, 1),  # dynamic batching at max_batch_size 1 batches nothing
         vs.Config(2, True, 0, 1),
         vs.Config(16, False, 0, 1),
     ]
