@@ -175,6 +175,31 @@ def test_pareto_front_and_gate_check() -> None:
     assert "DISQUALIFIED: parity FAILED: y" in table and "**best**" in table
 
 
+def test_every_batching_candidate_changing_answers_is_said_in_one_line() -> None:
+    """A model whose every dynamic-batching candidate changed answers: the summary says so
+    in one line, with the first mismatch, and recommends the best unbatched configuration;
+    one batching candidate that kept its answers and the usual per-candidate lines return."""
+    off = Trial(1, Candidate("onnx", 8, False), "measured", throughput=50.0, p99_ms=2.0)
+    off.committed = True
+    dq = [
+        Trial(i, Candidate("onnx", 8, True, max_queue_delay_us=d), "disqualified", message=m)
+        for i, d, m in ((2, 0, "request 3 of 8 sent together: parity FAILED\n y"), (3, 500, "x"))
+    ]
+    outcome = Outcome("m", "rec/s", "throughput", Constraints(), "quick", 1, [off, *dq], 1.0)
+    lines = [line for line in outcome.summary() if "DISQUALIFIED" in line]
+    assert lines == [
+        "DISQUALIFIED #2, #3: every dynamic-batching candidate changes answers (#2 onnx mbs 8 "
+        "dyn 0us x1 c1: request 3 of 8 sent together: parity FAILED y); recommended: the best "
+        "unbatched configuration, #1 onnx mbs 8 dyn off x1 c1: 50.0 rec/s, p99 2.00 ms"
+    ]
+    kept = Trial(4, Candidate("onnx", 8, True, concurrency=2), "measured", throughput=90.0)
+    mixed = Outcome("m", "rec/s", "throughput", Constraints(), "quick", 1, [*dq, kept], 1.0)
+    assert [line[:15] for line in mixed.summary() if "DISQUALIFIED" in line] == [
+        "DISQUALIFIED #2",
+        "DISQUALIFIED #3",
+    ]
+
+
 def test_a_remeasured_trial_takes_the_medians() -> None:
     """--confirm: the committed and the best configuration are measured again; their
     figures become medians, and the constraints are judged on those."""
@@ -457,6 +482,9 @@ def test_quick_search_writes_its_files_and_disqualifies_changed_answers(
     assert result["best"]["committed"] and result["gate"]["passed"] is True
     assert by_status["measured"]["within_slo"] > 0.9  # --slo: its share within 500 ms
     assert "DISQUALIFIED #2" in output and "GATE PASS" in output
+    # the one batching candidate changed answers: said once, the unbatched one recommended
+    assert "DISQUALIFIED #2: every dynamic-batching candidate changes answers" in output
+    assert "recommended: the best unbatched configuration, #1 " in output
     assert "ETA" in output  # the progress line
     header = (out / "candidates.csv").read_text().splitlines()[0]
     assert header.startswith("candidate,committed,status,format,max_batch_size")

@@ -119,8 +119,14 @@ class Outcome:
                     f"gain over the committed configuration: "
                     f"{gain_percent(committed, best, self.objective):+.1f}% {self.objective}"
                 )
+        batching = batching_refused(self.trials, best, self.unit)
+        if batching:
+            lines.append(batching)
         for t in disqualified:
-            lines.append(f"DISQUALIFIED #{t.index} {t.candidate.label()}: {first_line(t.message)}")
+            if not (batching and t.candidate.dynamic_batching):
+                lines.append(
+                    f"DISQUALIFIED #{t.index} {t.candidate.label()}: {first_line(t.message)}"
+                )
         lines += self.notes
         broken = self.committed_failed
         if broken is not None:
@@ -174,6 +180,28 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def batching_refused(trials: list[Trial], best: Trial | None, unit: str) -> str:
+    """One line when every dynamic-batching candidate changed answers and an unbatched one
+    was measured (a model whose rows depend on their batch): the per-candidate list would
+    repeat one mismatch, and the recommendation is then an unbatched configuration. ''
+    otherwise."""
+    batched = [t for t in trials if t.candidate.dynamic_batching]
+    unbatched = [t for t in trials if not t.candidate.dynamic_batching and t.status == "measured"]
+    if not batched or not unbatched or any(t.status != "disqualified" for t in batched):
+        return ""
+    first = batched[0]
+    recommended = (
+        f"the best unbatched configuration, {describe(best, unit)}"
+        if best is not None
+        else "no unbatched configuration meets every constraint"
+    )
+    return (
+        f"DISQUALIFIED {', '.join(f'#{t.index}' for t in batched)}: every dynamic-batching "
+        f"candidate changes answers (#{first.index} {first.candidate.label()}: "
+        f"{first_line(first.message)}); recommended: {recommended}"
+    )
 
 
 def first_line(text: str) -> str:
