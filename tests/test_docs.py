@@ -140,3 +140,26 @@ def test_parity_page_lists_every_tolerance_with_its_reason() -> None:
     for dtype, tol in DEFAULT_TOLERANCES.items():
         found = [r for r in rows if r[0] == {"any"} and r[1] == dtype]
         assert [(r[4], r[5]) for r in found] == [(tol.rtol, tol.atol)], dtype
+
+
+# Pages that explain or list rather than show how: the benchmarks page keeps its run record
+# (machine and date per table), the architecture and development pages are for contributors.
+NOT_HOW_TO = {"performance.md", "architecture.md", "development.md"}
+
+
+def test_how_to_pages_open_with_an_example_and_hold_no_run_log() -> None:
+    """A how-to page shows what to run within its first 25 lines, and carries no issue or
+    stop numbers nor load averages (run records belong on the benchmarks page)."""
+    run_log = re.compile(r"load average|[Ss]top [0-9]+|[Ii]ssue [0-9]+")
+    problems = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        lines = page.read_text().splitlines()
+        if page.name not in NOT_HOW_TO:
+            problems += [
+                f"{page.name}:{n}: {line.strip()}"
+                for n, line in enumerate(lines, 1)
+                if run_log.search(line)
+            ]
+            if page.name != "index.md" and not any(line.startswith("```") for line in lines[:25]):
+                problems.append(f"{page.name}: no example in its first 25 lines")
+    assert not problems, problems
