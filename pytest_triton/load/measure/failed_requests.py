@@ -60,13 +60,9 @@ def failure_reason(error: BaseException) -> FailureReason:
         if error.cause in ("timeout", "connection"):
             return FailureReason(error.cause)
         return FailureReason("client error", error.server_message.split(":", 1)[0])
-    if isinstance(error, ServerError):  # the server died under the load
-        return FailureReason("connection")
-    if isinstance(error, RefusedError):
-        return FailureReason("connection")
     if isinstance(error, TimeoutError):
         return FailureReason("timeout")
-    if isinstance(error, ConnectionError):
+    if isinstance(error, (ServerError, RefusedError, ConnectionError)):  # the server died too
         return FailureReason("connection")
     return FailureReason("client error", type(error).__name__)
 
@@ -81,6 +77,11 @@ def server_text(message: str) -> str:
 def example_of(error: BaseException) -> str:
     text = str(error) or type(error).__name__
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
+
+
+def failed(error: BaseException) -> tuple[FailureReason, str]:
+    """A failed request's reason and its example, worked out once for every tally it joins."""
+    return failure_reason(error), example_of(error)
 
 
 @dataclass(frozen=True)
@@ -109,15 +110,16 @@ class FailureTally:
     examples: dict[FailureReason, str] = field(default_factory=dict)
 
     def record(self, error: BaseException) -> None:
-        reason = failure_reason(error)
-        self.counts[reason] = self.counts.get(reason, 0) + 1
-        if reason not in self.examples:
-            self.examples[reason] = example_of(error)
+        self.record_reason(*failed(error))
+
+    def record_reason(self, reason: FailureReason, example: str, count: int = 1) -> None:
+        """`count` failed requests of one reason; the first example stays."""
+        self.counts[reason] = self.counts.get(reason, 0) + count
+        self.examples.setdefault(reason, example)
 
     def add(self, other: FailureTally) -> None:
         for reason, count in other.counts.items():
-            self.counts[reason] = self.counts.get(reason, 0) + count
-            self.examples.setdefault(reason, other.examples.get(reason, ""))
+            self.record_reason(reason, other.examples.get(reason, ""), count)
 
     def __bool__(self) -> bool:
         return bool(self.counts)
@@ -154,9 +156,7 @@ class FailureTally:
         for kind, text, count, example in data:
             if kind not in KINDS:
                 raise ValueError(f"unknown failure kind {kind!r}")
-            reason = FailureReason(kind, str(text))
-            tally.counts[reason] = tally.counts.get(reason, 0) + int(count)
-            tally.examples.setdefault(reason, str(example))
+            tally.record_reason(FailureReason(kind, str(text)), str(example), int(count))
         return tally
 
     def as_list(self) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_triton.base.config import MeasurementMode
-from pytest_triton.load.measure.failed_requests import FailureTally
+from pytest_triton.load.measure.failed_requests import FailureReason, FailureTally, failed
 from pytest_triton.load.measure.latency_histogram import Counts, LatencyHistogram, counts_us, to_us
 from pytest_triton.load.measure.windows import PERCENTILES, Window
 
@@ -54,10 +54,10 @@ class Slice:
         latency_us: int,
         ok: bool,
         samples: int,
-        error: BaseException | None = None,
+        failure: tuple[FailureReason, str] | None = None,
     ) -> None:
         """One request (its latency in ms, and in whole us as `to_us` makes it); a failed
-        one counted by the reason `error` gives."""
+        one counted under its reason and example (`failed(error)`)."""
         self.requests += 1
         self.latency_sum_ms += latency_ms
         self.histogram.record_us(latency_us)
@@ -65,8 +65,8 @@ class Slice:
             self.samples += samples
         else:
             self.failures += 1
-            if error is not None:
-                self.reasons.record(error)
+            if failure is not None:
+                self.reasons.record_reason(*failure)
 
     def record_many(
         self, latencies_ms: npt.NDArray[np.float64], latencies_us: Counts, samples: int
@@ -166,8 +166,9 @@ class WindowLog:
         else:
             entry, total = self._entries(key, name)
         us = to_us(latency_ms)
-        entry.record(latency_ms, us, ok, samples, error)
-        total.record(latency_ms, us, ok, samples, error)
+        failure = failed(error) if error is not None and not ok else None
+        entry.record(latency_ms, us, ok, samples, failure)
+        total.record(latency_ms, us, ok, samples, failure)
 
     def record_many(
         self,
