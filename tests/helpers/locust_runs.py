@@ -191,6 +191,20 @@ class Locust:
         )
 
 
+SHORT_PERF_POINT = (  # 200 ms of warm-up, then three 500 ms windows (stable within 50% or not)
+    "--triton-load-warmup",
+    "200",
+    "--triton-measurement-interval",
+    "500",
+    "--triton-stability-percentage",
+    "50",
+    "--max-trials",
+    "3",
+    "--no-progress",
+)
+"""triton-perf's settings for a short point, where its figures are not the subject."""
+
+
 def triton_perf_args(model: str) -> list[str]:
     """The start of a triton-perf command line for `model` (as `python -m`, so that the
     checkout's code runs); the test adds the rest."""

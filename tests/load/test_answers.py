@@ -21,6 +21,7 @@ from tests.helpers.locust_runs import (
     LOCUSTFILES,
     PROBE_LOCUSTFILE,
     REPO,
+    SHORT_PERF_POINT,
     Finished,
     Locust,
     run_locust,
@@ -270,17 +271,6 @@ def test_a_server_error_is_named_with_the_server_s_text(
 
 
 # -- triton-perf on the same server --------------------------------------------------------
-SHORT = (  # a point: 200 ms of warm-up, then three 500 ms windows at most
-    "--triton-load-warmup",
-    "200",
-    "--triton-measurement-interval",
-    "500",
-    "--triton-stability-percentage",
-    "50",
-    "--max-trials",
-    "3",
-    "--no-progress",
-)
 
 
 def perf(
@@ -300,7 +290,7 @@ def perf(
             str(concurrency),
             "--json",
             str(out),
-            *SHORT,
+            *SHORT_PERF_POINT,
             *args,
         ]
     ).finish(120)

@@ -40,22 +40,11 @@ from pytest_triton.load.runner.embedded import (
     EmbeddedStream,
 )
 from pytest_triton.models import streaming_gru, tiny_generator
-from tests.helpers.locust_runs import Locust, triton_perf_args
+from tests.helpers.locust_runs import SHORT_PERF_POINT, Locust, triton_perf_args
 from tests.helpers.sequence_models import buffer_gru_spec
 
 GRU = streaming_gru.sequence_spec("small", "direct")
 STREAM = tiny_generator.stream_spec(instances=1)  # -m tiny_stream's weights, one stub
-SHORT = (  # a point: 200 ms of warm-up, then three 500 ms windows (stable within 50% or not)
-    "--triton-load-warmup",
-    "200",
-    "--triton-measurement-interval",
-    "500",
-    "--triton-stability-percentage",
-    "50",
-    "--max-trials",
-    "3",
-    "--no-progress",
-)
 
 
 # -- units: no server ------------------------------------------------------------------------
@@ -214,9 +203,9 @@ def kinds_server() -> Iterator[Endpoints]:
 def perf(model: str, url: str, tmp_path: Path, *args: str) -> tuple[Any, list[dict[str, str]]]:
     """Run triton-perf; its finished process, and the rows of its CSV."""
     out = tmp_path / f"{model.replace(':', '_')}.csv"
-    done = Locust([*triton_perf_args(model), "--url", url, *SHORT, "-f", str(out), *args]).finish(
-        120
-    )
+    done = Locust(
+        [*triton_perf_args(model), "--url", url, *SHORT_PERF_POINT, "-f", str(out), *args]
+    ).finish(120)
     rows = list(csv.DictReader(out.open())) if out.exists() else []
     return done, rows
 
