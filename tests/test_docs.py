@@ -14,21 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.settings_page import settings_page
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _hook() -> object:
-    """The site's hook, whose import of the settings table is the only one the docs have."""
-    spec = importlib.util.spec_from_file_location(
-        "settings_page", ROOT / "docs" / "hooks" / "settings_page.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SETTINGS = _hook().SETTINGS  # type: ignore[attr-defined]
+SETTINGS = settings_page().SETTINGS
 
 
 @pytest.fixture(scope="module")

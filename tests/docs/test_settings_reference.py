@@ -4,31 +4,22 @@ the site's hook."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 
 from pytest_triton.base.config import SETTINGS
+from tests.helpers.settings_page import HOOK, settings_page
 
 ROOT = Path(__file__).resolve().parents[2]
-HOOK = ROOT / "docs" / "hooks" / "settings_page.py"
 PAGE = ROOT / "docs" / "reference" / "settings.md"
 
 
-def hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("settings_page", HOOK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_committed_page_is_the_generated_one() -> None:
-    page = hook()
+    page = settings_page()
     assert page.COMMAND == "python docs/hooks/settings_page.py --write"
     assert PAGE.read_text(encoding="utf-8") == page.render_page(), (
         "docs/reference/settings.md is stale (the settings table changed): "
@@ -54,7 +45,7 @@ def test_the_page_holds_every_setting_with_its_unit() -> None:
 def test_the_site_hook_serves_the_generated_page_and_warns_when_stale(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    page = hook()
+    page = settings_page()
     settings = SimpleNamespace(file=SimpleNamespace(src_uri="reference/settings.md"))
     current = page.render_page()
     assert page.on_page_markdown(current, settings, None, None) == current
