@@ -65,7 +65,14 @@ for _path in (str(HERE), str(REPO)):  # vs_perf_analyzer's helpers; tests.helper
 import psutil  # noqa: E402
 from perf_analyzer_tool import MISSING, find_perf_analyzer  # noqa: E402
 from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
-from vs_perf_analyzer import Result, Served, median_result, run_pa, run_triton_perf  # noqa: E402
+from vs_perf_analyzer import (  # noqa: E402
+    Result,
+    Served,
+    fmt,
+    median_result,
+    run_pa,
+    run_triton_perf,
+)
 
 from pytest_triton.base.dtypes import Array  # noqa: E402
 from pytest_triton.load.runner.embedded import EmbeddedModel, model_source  # noqa: E402
@@ -275,16 +282,14 @@ def run_model_analyzer(executable: Path, config: Path, timeout_s: float, log: Pa
         )
         try:
             code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        except BaseException as stopped:
             kill_tree(proc.pid)
             proc.wait()
-            raise StepFailed(
-                f"model_analyzer profile (no end after {timeout_s:.0f} s)",
-                log.read_text(errors="replace"),
-            ) from None
-        except BaseException:
-            kill_tree(proc.pid)
-            proc.wait()
+            if isinstance(stopped, subprocess.TimeoutExpired):
+                raise StepFailed(
+                    f"model_analyzer profile (no end after {timeout_s:.0f} s)",
+                    log.read_text(errors="replace"),
+                ) from None
             raise
     if code != 0:
         raise StepFailed(f"model_analyzer profile (exit {code})", log.read_text(errors="replace"))
@@ -607,10 +612,6 @@ def answer_cell(verdict: str) -> str:
 
 
 # -- the report ------------------------------------------------------------------------------
-def fmt(value: float, digits: int = 0) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
-
-
 def search_table(searches: Sequence[Search]) -> str:
     """Per tool: its search and whether the other tool measured its best."""
     lines = [

@@ -532,8 +532,9 @@ def verdicts(pa: Result, tp: Result, args: argparse.Namespace) -> list[tuple[boo
     return lines
 
 
-def fmt(value: float, digits: int = 0) -> str:
-    return "-" if math.isnan(value) else f"{value:,.{digits}f}"
+def fmt(value: float | None, digits: int = 0) -> str:
+    """A figure for a table: thousands separated, "-" where there is none."""
+    return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
 
 
 def tables(results: list[Result]) -> str:
