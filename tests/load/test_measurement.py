@@ -244,6 +244,9 @@ def test_a_steady_model_gives_a_stable_measurement(models: Endpoints, tmp_path: 
     assert measured["p99_ms"] >= 20
 
 
+BOUND_MS = 250
+
+
 def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
     models: Endpoints, tmp_path: Path
 ) -> None:
@@ -255,7 +258,9 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
     seen in full runs, "p99 latency 97.1% apart" with 4 trials, "68.2% apart" with 6 on three
     workers. With perf_analyzer's default of 10 trials, three agreeing windows still follow
     two such bursts; a stable point stops at its first three, so only the overloaded point
-    pays the 10.)"""
+    pays the 10.) The bound, 250 ms, lies clear of both sides: such a burst lifts the
+    answered points' p99 to 100-180 ms (113 ms against a 60 ms limit failed a suite run under
+    five parallel jobs), the overloaded point's windows answer in 500 ms and more."""
     out = tmp_path / "perf.json"
     run = Locust(
         [
@@ -275,7 +280,7 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
             "--max-trials",
             "10",
             "--latency-bound",
-            "100",
+            str(BOUND_MS),
             "--json",
             str(out),
             "--no-progress",
@@ -288,9 +293,9 @@ def test_triton_perf_finds_the_highest_rate_within_a_latency_bound(
     assert set(points) == {15, 25, 70}
     for rate in (15, 25):
         assert points[rate]["stable"], points[rate]["stability"]
-        assert points[rate]["p99_ms"] < 60, points[rate]
+        assert points[rate]["p99_ms"] < BOUND_MS, points[rate]
         assert len(points[rate]["windows"]) >= 3
-    assert points[70]["p99_ms"] > 100
+    assert points[70]["p99_ms"] > BOUND_MS
     assert report["within_bound"]["1"]["request_rate_asked"] == 25
     assert "up to an open-loop rate of 25 req/s" in done.stdout
     assert "Windows of batch 1 rate 15 req/s" in done.stdout
