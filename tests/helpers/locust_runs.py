@@ -53,7 +53,8 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     # Windows of a few seconds beside the suite's other workers agree within 10% by chance:
-    # only the tests of stability itself (test_measurement.py, test_run_length.py) ask for it.
+    # only the tests of stability itself (test_measurement.py, test_run_length.py) and the
+    # load page's first example (tests/docs/test_load_page.py) ask for it.
     env["TRITON_ALLOW_UNSTABLE"] = "true"
     env.update(extra)
     return env

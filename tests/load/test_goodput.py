@@ -121,13 +121,21 @@ def test_a_locust_run_fails_when_too_few_requests_meet_the_slo(
     assert tight["measured"]["slo_ms"] == 10
 
 
+SLO_MS = 250
+
+
 @pytest.mark.load
 @pytest.mark.triton
 def test_triton_perf_reports_the_highest_rate_at_which_goodput_holds(
     sleepy_server: Endpoints, tmp_path: Path
 ) -> None:
     """At 15 req/s the 20 ms model answers in ~25 ms; at 70 req/s (beyond its ~45 req/s) the
-    queue grows without end: with --goodput 0.9 and a 60 ms SLO the answer is 15 req/s."""
+    queue grows without end: with --goodput 0.9 and a 250 ms SLO the answer is 15 req/s.
+
+    The SLO lies between the two points' latencies with room on both sides: the overloaded
+    point's first window already answers in 200-760 ms, while a burst of CPU beside the run
+    (the suite's other workers) delays the python backend's 20 ms answers to 100-180 ms for
+    seconds: a full suite once measured a goodput of 0.84 within 60 ms at 15 req/s."""
     out = tmp_path / "perf.json"
     run = Locust(
         [
@@ -149,7 +157,7 @@ def test_triton_perf_reports_the_highest_rate_at_which_goodput_holds(
             "--max-trials",
             "8",
             "--latency-bound",
-            "60",
+            str(SLO_MS),
             "--goodput",
             "0.9",
             "--json",
@@ -162,9 +170,9 @@ def test_triton_perf_reports_the_highest_rate_at_which_goodput_holds(
     report = json.loads(out.read_text())
     points = {p["request_rate_asked"]: p for p in report["points"]}
     assert points[15]["goodput"] >= 0.9 and points[70]["goodput"] < 0.5, points
-    assert report["goodput"] == 0.9 and report["slo_ms"] == 60
+    assert report["goodput"] == 0.9 and report["slo_ms"] == SLO_MS
     assert report["within_bound"]["1"]["request_rate_asked"] == 15
-    assert "goodput 0.9 within 60 ms: up to an open-loop rate of 15 req/s" in done.stdout
+    assert f"goodput 0.9 within {SLO_MS} ms: up to an open-loop rate of 15 req/s" in done.stdout
 
 
 def test_windows_where_every_request_failed_report_no_latency() -> None:

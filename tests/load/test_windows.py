@@ -18,6 +18,8 @@ from pytest_triton.load.measure.arrivals import Lag, rate_warning, schedule
 from pytest_triton.load.measure.failed_requests import FailureReason, failure_reason
 from pytest_triton.load.measure.latency_histogram import LatencyHistogram, ms_text
 from pytest_triton.load.measure.run_figures import RunRecord, stability_of, warmup_of
+from pytest_triton.load.measure.run_verdict import stability_check, window_misses
+from pytest_triton.load.measure.targets import Targets
 from pytest_triton.load.measure.window_log import SLICE_S, WindowLog
 from pytest_triton.load.measure.windows import PERCENTILES, Criterion, Window, assess, merge
 from tests.helpers.known_latencies import assert_within_precision, exact_percentile
@@ -109,6 +111,54 @@ def test_a_window_without_successes_never_agrees() -> None:
         p99_ms=math.nan,
     )
     assert not assess([window(1, 10, 1), window(2, 10, 1), empty], Criterion(3, 10.0)).stable
+
+
+NOISY = [window(1, 1000, 10), window(2, 800, 12), window(3, 1100, 9), window(4, 850, 13)]
+"""Windows 20-30% apart, as a short closed-loop run on a busy 2-core machine gives."""
+
+
+def test_windows_that_never_agree_are_judged_on_all_of_them() -> None:
+    result = assess(NOISY, Criterion(3, 10.0))
+    assert not result.stable and result.measurement is None
+    judged = result.judged
+    assert judged is not None and judged.requests == sum(w.requests for w in NOISY)
+    assert judged.p99_ms <= max(w.p99_ms for w in NOISY)
+
+
+@pytest.mark.parametrize(
+    ("limits", "misses"),
+    [
+        ({"perf_latency_p99": 50, "perf_throughput": 500}, []),
+        ({"perf_latency_p99": 12.5}, ["window 4: perf_latency_p99 (ms) measured 13, target <="]),
+        ({"perf_throughput": 900}, ["window 2: perf_throughput", "window 4: perf_throughput"]),
+        ({"perf_latency_p99": 50, "perf_ttft_p99": 100}, None),  # no window has a TTFT
+    ],
+)
+def test_a_window_that_misses_a_speed_target_is_named(
+    limits: dict[str, float], misses: list[str] | None
+) -> None:
+    """Where every window meets every speed target, the choice of windows cannot change the
+    verdict (empty); else each miss is named; None where a target is set that windows do not
+    measure (the instability then fails the run, as perf_analyzer's rule would)."""
+    found = window_misses(assess(NOISY, Criterion(3, 10.0)), Targets(**limits))
+    if misses is None:
+        assert found is None
+        return
+    assert found is not None and len(found) == len(misses), found
+    for text, start in zip(found, misses, strict=True):
+        assert text.startswith(start), found
+
+
+def test_the_stability_row_fails_only_where_a_window_misses() -> None:
+    unstable = assess(NOISY, Criterion(3, 10.0))
+    met = stability_check(unstable, allowed=False, misses=[])
+    assert met.passed is None and met.note == "unstable, every window met the targets"
+    missed = stability_check(unstable, allowed=False, misses=["window 4: perf_latency_p99 x"])
+    assert missed.passed is False
+    assert missed.note == "measurement not stable; window 4: perf_latency_p99 x"
+    unjudged = stability_check(unstable, allowed=False, misses=None)
+    assert unjudged.passed is False and unjudged.note == "measurement not stable"
+    assert stability_check(unstable, allowed=True, misses=None).note == "unstable, allowed"
 
 
 def known_latencies(count: int, seed: int = 7) -> list[float]:

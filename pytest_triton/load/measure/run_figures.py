@@ -94,10 +94,10 @@ class RunFigures:
 
     @property
     def basis(self) -> tg.Rates:
-        """What targets are judged on: the stable windows' measurement, else the whole run."""
-        if self.stability is not None and self.stability.measurement is not None:
-            return self.stability.measurement
-        return self.measured
+        """What targets are judged on: the stable windows' measurement, else all the windows
+        (windows.Stability.judged), else (no window completed) the whole run."""
+        judged = self.stability.judged if self.stability is not None else None
+        return judged if judged is not None else self.measured
 
 
 def run_figures(record: RunRecord) -> RunFigures:

@@ -194,10 +194,11 @@ def windows_text(stability: Stability, warmup: Warmup | None = None, length: str
     lines = [f"Measurement windows{of} ({after}{stability.summary()}; * = measured):"]
     if stability.windows:
         lines.append(windows_table(stability.windows, chosen=stability.chosen))
-    m = stability.measurement
+    m = stability.judged
     if m is not None:
+        of_what = "" if stability.stable else f" (all {len(stability.windows)} windows)"
         lines.append(
-            f"Measured: {m.throughput:,.1f} samples/s, {m.request_rate:,.1f} req/s, "
+            f"Measured{of_what}: {m.throughput:,.1f} samples/s, {m.request_rate:,.1f} req/s, "
             f"avg {ms_text(m.avg_ms)} ms, p50 {ms_text(m.p50_ms)} ms, p95 {ms_text(m.p95_ms)} ms, "
             f"p99 {ms_text(m.p99_ms)} ms"
         )

@@ -185,6 +185,12 @@ class Stability:
     def measurement(self) -> Window | None:
         return merge(self.chosen) if self.chosen else None
 
+    @property
+    def judged(self) -> Window | None:
+        """What targets are judged on: the agreeing windows' merge; where none agree, all the
+        windows' (the run after its warm-up, the partial windows at its ends left out)."""
+        return self.measurement or (merge(self.windows) if self.windows else None)
+
     def summary(self) -> str:
         c = self.criterion
         if self.stable:

@@ -28,7 +28,7 @@ from pytest_triton.load.measure.arrivals import rate_warning
 from pytest_triton.load.measure.goodput import goodput_between
 from pytest_triton.load.measure.stream_log import StreamLog
 from pytest_triton.load.measure.window_log import Slice, WindowLog
-from pytest_triton.load.measure.windows import Criterion, Window, assess, merge
+from pytest_triton.load.measure.windows import Criterion, Window, assess
 from pytest_triton.load.perf.kind_users import kind_config, sweep_user
 from pytest_triton.load.perf.kinds import Kind, KindTally, kind_figures, perf_source
 from pytest_triton.load.runner import recording, stream_recording
@@ -196,7 +196,7 @@ class Generator:
         per_server = {url: after[url] - before.get(url, ModelStats()) for url in after}
         delta: ModelStats = sum(per_server.values(), ModelStats())
         stability = assess(windows, criterion)
-        figures = stability.measurement or (merge(windows) if windows else None)
+        figures = stability.judged
         if figures is None:
             raise TimeoutError(
                 f"no measurement window completed in {elapsed:.0f}s "
