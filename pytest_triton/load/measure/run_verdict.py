@@ -117,7 +117,7 @@ def gates_on_speed(config: TritonConfig) -> bool:
 
 def unstable_advice(stability: Stability) -> str:
     return (
-        f"WARNING: the measurement is not stable ({stability.summary()}). No latency or "
+        f"WARNING: the measurement is not stable ({stability.reason}). No latency or "
         "throughput target is set, so this does not fail the run; to measure for real, run "
         "longer (-t), lengthen the windows (--triton-measurement-interval) or the warm-up "
         "(--triton-load-warmup; both in ms, or with a unit: 5s), then gate with "
