@@ -4,6 +4,7 @@ what report.md and the plots show."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
@@ -570,10 +571,15 @@ def test_baseline_limits_are_settings_with_checked_values() -> None:
         resolve(from_mapping({"baseline_throughput_drop": "-5"}, "ini"))
 
 
+def perf_report_options(json_path: Path, **given: Any) -> argparse.Namespace:
+    """triton-perf's report options as its parser leaves them with only --json (and `given`)
+    set: what write_reports reads."""
+    options = dict(latency_bound=None, percentile=99, csv=None, markdown=None, plot=None)
+    return argparse.Namespace(**{**options, "json": json_path, **given})
+
+
 def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) -> None:
     """triton-perf's own --json (write_reports + sweep_verdict) as the report reads it."""
-    import argparse
-
     from pytest_triton.base.config_resolution import resolve
     from pytest_triton.base.setting_sources import from_mapping
     from pytest_triton.load.perf.points import Point
@@ -597,14 +603,7 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
     config = resolve(from_mapping({"perf_latency_p99": 25.0}, "test"))
     verdict = sweep_verdict(points, config)
     assert verdict is not None and verdict["passed"]
-    args = argparse.Namespace(
-        latency_bound=None,
-        percentile=99,
-        csv=None,
-        markdown=None,
-        plot=None,
-        json=tmp_path / "load-sweep.json",
-    )
+    args = perf_report_options(tmp_path / "load-sweep.json")
     write_reports(points, args, "rec/s", "dlrm_onnx", verdict)
     (run,), problems = read_load_files(tmp_path)
     assert problems == [] and run["kind"] == "triton-perf" and run["passed"] is True
@@ -620,8 +619,6 @@ def test_a_triton_perf_json_with_targets_becomes_a_judged_run(tmp_path: Path) ->
 def test_failed_requests_reach_the_gate_report_by_reason(tmp_path: Path) -> None:
     """A triton-perf sweep whose point failed requests: the run fails in the report, which
     names the reasons with their counts, the first example and the answers checked."""
-    import argparse
-
     from pytest_triton.base.config_resolution import resolve
     from pytest_triton.load.perf.points import Point
     from pytest_triton.load.perf.report import sweep_verdict, write_reports
@@ -661,14 +658,7 @@ def test_failed_requests_reach_the_gate_report_by_reason(tmp_path: Path) -> None
     )
     verdict = sweep_verdict([point], resolve())
     assert verdict is not None and not verdict["passed"]
-    args = argparse.Namespace(
-        latency_bound=None,
-        percentile=99,
-        csv=None,
-        markdown=None,
-        plot=None,
-        json=tmp_path / "load-m.json",
-    )
+    args = perf_report_options(tmp_path / "load-m.json")
     write_reports([point], args, "infer/s", "m", verdict)
     runs, problems = read_load_files(tmp_path)
     assert problems == [] and runs[0]["passed"] is False
@@ -683,8 +673,6 @@ def test_failed_requests_reach_the_gate_report_by_reason(tmp_path: Path) -> None
 def test_triton_perf_s_goodput_and_latency_bound_reach_the_report(tmp_path: Path) -> None:
     """triton-perf --goodput 0.9 --latency-bound 60 over two rates: each point's goodput and
     the highest rate at which it held go into report.json and report.md."""
-    import argparse
-
     from pytest_triton.load.perf.points import Point
     from pytest_triton.load.perf.report import write_reports
 
@@ -705,15 +693,8 @@ def test_triton_perf_s_goodput_and_latency_bound_reach_the_report(tmp_path: Path
         )
         for rate, ms, share in ((15.0, 25.0, 1.0), (70.0, 80.0, 0.4))
     ]
-    args = argparse.Namespace(
-        latency_bound=60.0,
-        percentile=99,
-        goodput=0.9,
-        slo_ms=60.0,
-        csv=None,
-        markdown=None,
-        plot=None,
-        json=tmp_path / "load-rates.json",
+    args = perf_report_options(
+        tmp_path / "load-rates.json", latency_bound=60.0, goodput=0.9, slo_ms=60.0
     )
     write_reports(points, args, "infer/s", "sleepy", None)
     (run,), problems = read_load_files(tmp_path)

@@ -126,6 +126,27 @@ UNSETTLED = (
 )
 
 
+def unsettled_run(models: Endpoints, model: str, *targets: str, tmp_path: Path) -> dict:
+    """A slowing model's 7-s run in 1-s windows, judged for stability (not the suite's
+    TRITON_ALLOW_UNSTABLE)."""
+    return rate_run(
+        models,
+        model,
+        "OpenUser",
+        *UNSETTLED,
+        *targets,
+        tmp_path=tmp_path,
+        seconds=7,
+        TRITON_ALLOW_UNSTABLE="false",
+    )
+
+
+def stability_row(run: dict) -> dict:
+    """The run's `stable windows (spread)` verdict row."""
+    (check,) = [c for c in run["checks"] if c["name"] == "stable windows (spread)"]
+    return check
+
+
 SLOWING_LIMIT_MS = 150
 """A p99 target the slowing model's first window meets (5-40 ms a request) and its last
 misses (over 200 ms a request from its sixth second on)."""
@@ -137,16 +158,12 @@ def test_a_measurement_that_never_settles_fails_the_target_a_window_misses(
     """The windows never agree and some miss the target: whichever windows were taken would
     decide the verdict, so the run fails on its instability, naming the first window that
     misses."""
-    run = rate_run(
+    run = unsettled_run(
         models,
         "slowing",
-        "OpenUser",
-        *UNSETTLED,
         "--perf-latency-p99",
         str(SLOWING_LIMIT_MS),
         tmp_path=tmp_path,
-        seconds=7,
-        TRITON_ALLOW_UNSTABLE="false",
     )
     stability, windows = run["stability"], run["windows"]
     assert run["code"] == 1, run["output"][-3000:]
@@ -154,7 +171,7 @@ def test_a_measurement_that_never_settles_fails_the_target_a_window_misses(
     assert "no 3 consecutive windows" in stability["reason"]
     assert windows[0]["p99_ms"] < SLOWING_LIMIT_MS < windows[-1]["p99_ms"], windows
     assert "NOT STABLE" in run["output"] and "Measurement windows" in run["output"]
-    (check,) = [c for c in run["checks"] if c["name"] == "stable windows (spread)"]
+    check = stability_row(run)
     assert check["passed"] is False
     first_miss = next(w for w in windows if w["p99_ms"] > SLOWING_LIMIT_MS)
     assert check["note"].startswith(
@@ -170,21 +187,17 @@ def test_windows_that_never_agree_but_all_meet_the_targets_pass_with_a_warning(
     """A fixed-length run cannot measure on until its windows agree (a short run on a busy
     machine): where every window meets every target, no choice of windows changes the
     verdict; the targets are judged on all of them, and the report says so."""
-    run = rate_run(
+    run = unsettled_run(
         models,
         "slowing_again",
-        "OpenUser",
-        *UNSETTLED,
         "--perf-latency-p99",
         "100000",  # a target every window meets
         tmp_path=tmp_path,
-        seconds=7,
-        TRITON_ALLOW_UNSTABLE="false",
     )
     stability, windows = run["stability"], run["windows"]
     assert run["code"] == 0, run["output"][-3000:]
     assert stability["stable"] is False and len(windows) >= 4, stability
-    (check,) = [c for c in run["checks"] if c["name"] == "stable windows (spread)"]
+    check = stability_row(run)
     assert check["passed"] is None and check["note"] == "unstable, every window met the targets"
     (warning,) = [w for w in run["warnings"] if "met every latency and throughput target" in w]
     assert f"judged on all {len(windows)}" in warning, warning
@@ -197,18 +210,10 @@ def test_without_a_speed_target_instability_is_a_warning_with_advice(
     models: Endpoints, tmp_path: Path
 ) -> None:
     """A newcomer's first short run sets no target: it is reported, not failed."""
-    run = rate_run(
-        models,
-        "slowing_too",
-        "OpenUser",
-        *UNSETTLED,
-        tmp_path=tmp_path,
-        seconds=7,
-        TRITON_ALLOW_UNSTABLE="false",
-    )
+    run = unsettled_run(models, "slowing_too", tmp_path=tmp_path)
     assert run["code"] == 0, run["output"][-3000:]
     assert run["stability"]["stable"] is False
-    (check,) = [c for c in run["checks"] if c["name"] == "stable windows (spread)"]
+    check = stability_row(run)
     assert check["passed"] is None and check["note"] == "unstable, allowed"
     assert any("No latency or throughput target is set" in w for w in run["warnings"])
     assert "run longer (-t)" in run["output"]

@@ -85,6 +85,24 @@ def test_sequence_id_ranges_read_as_perf_analyzer_reads_them() -> None:
             parse_id_range(bad)
 
 
+def point_figures(**overrides: Any) -> dict[str, Any]:
+    """The figures every sweep point has (batch 1, concurrency 2, one second at ~2 ms), for
+    Point(**...) beside a kind's own."""
+    figures: dict[str, Any] = dict(
+        batch_size=1,
+        concurrency=2,
+        duration_s=1.0,
+        requests=100,
+        failures=0,
+        avg_ms=2.0,
+        p50_ms=2.0,
+        p90_ms=2.0,
+        p95_ms=2.0,
+        p99_ms=3.0,
+    )
+    return {**figures, **overrides}
+
+
 def test_a_point_of_each_kind_reports_its_own_columns_and_a_wrong_answer_fails() -> None:
     tally = KindTally()
     for i in range(8):  # two sequences of 4 ending at 100.1 and 100.6; all checked
@@ -100,18 +118,7 @@ def test_a_point_of_each_kind_reports_its_own_columns_and_a_wrong_answer_fails()
     assert figures["answers_checked"] == 9 and figures["wrong_answers"] == 1
     assert figures["sequences"] == 2 and figures["mean_sequence_length"] == 4
     assert figures["first_wrong_answer"].startswith("wrong answer: sequence 9: step 2")
-    base: dict[str, Any] = dict(
-        batch_size=1,
-        concurrency=2,
-        duration_s=1.0,
-        requests=9,
-        failures=1,
-        avg_ms=2.0,
-        p50_ms=2.0,
-        p90_ms=2.0,
-        p95_ms=2.0,
-        p99_ms=3.0,
-    )
+    base = point_figures(requests=9, failures=1)
     wrong = Point(**base, **figures)
     names = [name for name, _ in csv_columns([wrong])]
     assert names[-6:] == [
@@ -138,18 +145,7 @@ def test_a_point_with_failed_requests_fails_the_sweep_unless_the_ratio_allows_it
     """--perf-fail-ratio judges every point's whole load: one point over it fails the
     sweep whatever the others do; a wrong answer fails it whatever the ratio allows; a
     sweep without a failed request and without targets has no verdict, as before."""
-    base: dict[str, Any] = dict(
-        batch_size=1,
-        concurrency=2,
-        duration_s=1.0,
-        requests=100,
-        failures=0,
-        avg_ms=2.0,
-        p50_ms=2.0,
-        p90_ms=2.0,
-        p95_ms=2.0,
-        p99_ms=3.0,
-    )
+    base = point_figures()
     reasons = [{"kind": "server error", "text": "boom", "count": 5, "example": "... boom"}]
     ok = Point(**base, total_requests=120, total_failures=0)
     failing = Point(**base, total_requests=120, total_failures=6, failure_reasons=reasons)

@@ -41,10 +41,6 @@ class RunVerdict:
         return not tg.failures(self.checks)
 
 
-# Speed targets a single measurement window has a figure for.
-WINDOW_TARGETS = ("perf_latency_avg", "perf_latency_p95", "perf_latency_p99", "perf_throughput")
-
-
 def judge(figures: RunFigures) -> RunVerdict:
     record, config = figures.record, figures.record.config
     targets = tg.Targets.from_config(config)
@@ -63,14 +59,15 @@ def judge(figures: RunFigures) -> RunVerdict:
 def window_misses(stability: Stability, targets: tg.Targets) -> list[str] | None:
     """Each speed target a measurement window misses, judged on that window alone
     (`window 4: perf_latency_p99 (ms) measured 130, target <= 100`); None where a speed target
-    is set that a window has no figure for (a stream's time to first token, tokens/s).
+    is set that a window has no figure for (targets.WHOLE_RUN: a stream's time to first token,
+    tokens/s).
 
     A fixed-length run (Locust's -t) cannot measure on until its windows agree, as
     perf_analyzer does. Where they do not agree but none misses a target, no choice of windows
     changes the verdict, and their merge meets the targets too: its percentiles lie within
     the windows', its throughput is their duration-weighted mean."""
     limited = [name for name in SPEED_TARGETS if targets.limits[name] is not None]
-    if not stability.windows or any(name not in WINDOW_TARGETS for name in limited):
+    if not stability.windows or any(name in tg.WHOLE_RUN for name in limited):
         return None
     return [
         f"window {window.index}: {check.label} {tg.describe_failure(check)}"
